@@ -1,0 +1,61 @@
+# Two commands on a fresh machine: `make run` and `make test`.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+DET_VENV := .venv-det
+DET_STAMP := $(DET_VENV)/.installed-stamp
+# torch is pinned at install time to the CPU build that lies on this machine's disk;
+# pyproject keeps a range (torch>=2.3) for real users.
+TORCH_PIN := torch==2.13.0
+
+.PHONY: run serve test test-fast lint bench bench-search clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q $(TORCH_PIN) numpy
+	$(PY) -m pip install -q -e '.[test]' $(TORCH_PIN)
+	touch $(STAMP)
+
+# The real determined==0.38.1 client, in its own venv (its pins clash with ours).
+$(DET_STAMP):
+	test -x $(DET_VENV)/bin/python || $(PYTHON) -m venv $(DET_VENV)
+	$(DET_VENV)/bin/python -m pip install -q determined==0.38.1
+	touch $(DET_STAMP)
+
+run: $(STAMP)
+	$(VENV)/bin/dettui
+
+serve: $(STAMP)
+	$(VENV)/bin/dettui serve
+
+test: $(STAMP) $(DET_STAMP)
+	DETTUI_DET_VENV=$(CURDIR)/$(DET_VENV) $(PY) -m pytest -q -p no:cacheprovider
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check dettui tests
+	$(VENV)/bin/lint-imports
+
+BENCH_VENV := .venv-bench
+BENCH_STAMP := $(BENCH_VENV)/.installed-stamp
+
+bench: $(STAMP)
+	$(PY) bench/submit_latency.py
+	$(PY) bench/scheduler.py
+	$(PY) bench/launcher_teardown.py
+	$(PY) bench/checkpoint.py
+	$(PY) bench/tui.py
+	$(MAKE) --no-print-directory bench-search
+
+# Ray Tune only for the comparison, in its own venv: never in .venv or the test suite.
+$(BENCH_STAMP): pyproject.toml
+	test -x $(BENCH_VENV)/bin/python || $(PYTHON) -m venv $(BENCH_VENV)
+	$(BENCH_VENV)/bin/python -m pip install -q 'ray[tune]==2.60.0' $(TORCH_PIN)
+	$(BENCH_VENV)/bin/python -m pip install -q -e . $(TORCH_PIN)
+	touch $(BENCH_STAMP)
+
+bench-search: $(BENCH_STAMP)
+	$(BENCH_VENV)/bin/python bench/search_throughput.py
+
+clean:
+	rm -rf $(VENV) $(DET_VENV) $(BENCH_VENV)

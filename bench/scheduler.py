@@ -1,0 +1,71 @@
+"""One scheduling pass for 100, 1,000 and 10,000 queued jobs over 1,000 agents (8 slots each,
+half of them busy), timed in CPU seconds; prints the growth ratios against n and n log n.
+
+    .venv/bin/python bench/scheduler.py
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+import time
+
+from dettui.master.scheduler import AgentView, PoolPolicy, Request, Running, schedule
+
+AGENTS = 1000
+SLOTS = 8
+
+
+def cluster(rng: random.Random) -> tuple[list[AgentView], list[Running]]:
+    agents, running = [], []
+    for i in range(AGENTS):
+        used = tuple(range(SLOTS // 2)) if i % 2 == 0 else ()
+        agents.append(AgentView(f"agent-{i:04d}", "default", tuple(range(SLOTS)),
+                                frozenset(used)))
+        for s in used:
+            running.append(Running(f"a{i}.{s}", f"job-r{i}", 1, rng.randint(1, 99), float(i),
+                                   "default", float(i), placement=((f"agent-{i:04d}", (s,)),)))
+    return agents, running
+
+
+def queue(n: int, rng: random.Random) -> list[Request]:
+    return [Request(k, f"job-{k}", rng.choice((1, 1, 1, 2, 4, 8)), rng.randint(1, 99),
+                    float(k), "default") for k in range(n)]
+
+
+def cpu_time(fn: object, repeat: int) -> float:
+    samples = []
+    for _ in range(repeat):
+        t0 = time.process_time()
+        fn()  # type: ignore[operator]
+        samples.append(time.process_time() - t0)
+    return statistics.median(samples)
+
+
+def main() -> None:
+    rng = random.Random(7)
+    agents, running = cluster(rng)
+    print(f"{AGENTS} agents x {SLOTS} slots, {len(running)} slots busy; one pass each, "
+          "median CPU time")
+    results = {}
+    for preemption in (False, True):
+        policies = {"default": PoolPolicy(preemption=preemption)}
+        for n in (100, 1_000, 10_000):
+            reqs = queue(n, rng)
+            t = cpu_time(lambda r=reqs, p=policies: schedule(r, agents, running, p),
+                         repeat=7 if n < 10_000 else 5)
+            results[(preemption, n)] = t
+            print(f"  preemption={'on ' if preemption else 'off'}  {n:>6} jobs: "
+                  f"{t * 1000:8.2f} ms")
+    for preemption in (False, True):
+        small, big = results[(preemption, 1_000)], results[(preemption, 10_000)]
+        nlogn = (10_000 * math.log(10_000)) / (1_000 * math.log(1_000))
+        print(f"growth 1,000 -> 10,000 jobs (preemption {'on' if preemption else 'off'}): "
+              f"{big / small:.1f}x  (n: 10.0x, n log n: {nlogn:.1f}x)")
+    worst = max(results[(p, 10_000)] for p in (False, True))
+    print(f"10,000 jobs: {worst * 1000:.2f} ms (target < 10 ms of CPU)")
+
+
+if __name__ == "__main__":
+    main()

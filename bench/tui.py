@@ -1,0 +1,235 @@
+"""The queue table with 10,000 jobs: first paint, updates, memory. dettui's RowTable (the queue
+screen's table, fed the way the push stream feeds it) against Textual's own DataTable holding
+the same rows, headless at 160x50, each in a fresh process of the same run.
+
+    .venv/bin/python bench/tui.py [--jobs 10000] [--changes 100] [--rounds 10]
+
+What is measured (wall clock, `time.perf_counter`):
+- first paint: from handing the rows over (`set_rows` / `add_rows`) to the end of the first
+  screen update that draws table rows. Headless, so nothing is written to a terminal, but the
+  frame is real: the compositor renders every visible line, and a hook on `App._display`
+  turns the update into the escape sequences a terminal would get (`render_segments`).
+- settled: the same start to `pilot.pause()` returning. That waits for the app to go idle and
+  always sleeps at least 20 ms (Textual's `wait_for_idle` granularity), so it has a floor.
+- update, "to screen": one diff of `--changes` jobs handed over -> the end of the first frame
+  that shows it (this includes waiting for Textual's frame timer); "work": the widget call
+  plus that frame's compositing. 10 of the jobs are rows on screen, the rest anywhere.
+  * changed: jobs start/finish (state and slots change; the queue order does not). RowTable:
+    `apply(upsert=...)`; DataTable: `update_cell` for each cell that changed.
+  * re-prioritised: the jobs also get a more urgent priority, so they move to the top, and
+    the stream's diff carries the full new order: RowTable `apply(upsert=..., order=[all
+    10,000 keys])`; DataTable `update_cell` for the changed cells, then `sort` by Priority, #.
+- memory: the process's RSS after loading (psutil), and its growth over the empty app.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import psutil
+
+COLUMNS = ["#", "ID", "Type", "Job Name", "Priority", "Submitted", "Slots", "State", "User"]
+KEYS = ["pos", "id", "type", "name", "priority", "submitted", "slots", "state", "user"]
+STATES = ("QUEUED", "SCHEDULED", "SCHEDULED_BACKFILLED")
+
+
+def job(i: int, version: int = 0, priority: int = 42) -> dict[str, Any]:
+    """A row shaped like `dettui job list`'s."""
+    return {"pos": i, "id": f"{i:08x}-aaaa-bbbb", "type": "EXPERIMENT",
+            "name": f"spirals-{i} ({i})", "priority": priority,
+            "submitted": "2026-11-22 12:00:00", "slots": f"{version % 2}/1",
+            "state": STATES[version % 3], "user": "determined"}
+
+
+class Table:
+    """The two widgets behind one interface: load, patch rows, reorder."""
+
+    def __init__(self, kind: str, widget: Any) -> None:
+        self.kind, self.widget = kind, widget
+        self.current: dict[str, dict[str, Any]] = {}
+
+    def load(self, rows: list[tuple[str, dict[str, Any]]]) -> None:
+        self.current = {k: r for k, r in rows}
+        if self.kind == "rowtable":
+            self.widget.set_rows(rows)
+        else:
+            self.columns = self.widget.add_columns(*COLUMNS)
+            row_keys = self.widget.add_rows([[row[k] for k in KEYS] for _, row in rows])
+            self.row_keys = {key: rk for (key, _), rk in zip(rows, row_keys, strict=True)}
+
+    def patch(self, rows: list[tuple[str, dict[str, Any]]], order: list[str] | None) -> None:
+        if self.kind == "rowtable":
+            self.widget.apply(upsert=rows, order=order)
+            return
+        for key, row in rows:
+            old = self.current[key]
+            for column, k in zip(self.columns, KEYS, strict=True):
+                if row[k] != old[k]:
+                    self.widget.update_cell(self.row_keys[key], column, row[k])
+        if order is not None:
+            self.widget.sort(self.columns[4], self.columns[0])
+        self.current.update(rows)
+
+
+async def run_one(kind: str, jobs: int, changes: int, rounds: int) -> dict[str, Any]:
+    from textual.app import App, ComposeResult
+    from textual.widgets import DataTable
+
+    from dettui.widgets import Column, RowTable
+
+    class Bench(App[None]):
+        def compose(self) -> ComposeResult:
+            if kind == "rowtable":
+                yield RowTable([Column(k, c) for k, c in zip(KEYS, COLUMNS, strict=True)])
+            else:
+                yield DataTable()
+
+    proc = psutil.Process()
+    app = Bench()
+    async with app.run_test(size=(160, 50)) as pilot:
+        await pilot.pause()
+        table = Table(kind, app.query_one(RowTable if kind == "rowtable" else DataTable))
+        frames = watch_frames(app, table.widget)
+        rss0 = proc.memory_info().rss
+        rows = [(f"k{i}", job(i)) for i in range(jobs)]
+        t0 = time.perf_counter()
+        table.load(rows)
+        await pilot.pause()
+        settled = time.perf_counter() - t0
+        first_paint = frames.first_after(t0)[1] - t0
+        rss = proc.memory_info().rss
+        changed = await time_updates(pilot, table, frames, jobs, changes, rounds, False)
+        moved = await time_updates(pilot, table, frames, jobs, changes, rounds, True)
+        return {"first_paint": first_paint, "settled": settled, "changed": changed,
+                "moved": moved, "rss_mb": rss / 2**20, "growth_mb": (rss - rss0) / 2**20}
+
+
+class Frames:
+    """Screen updates: when each began and ended, and whether it drew table rows."""
+
+    def __init__(self) -> None:
+        self.rows_rendered = False
+        self.start = 0.0
+        self.done: list[tuple[float, float]] = []  # (start, end) of frames that drew rows
+
+    def first_after(self, t0: float) -> tuple[float, float]:
+        return next((a, b) for a, b in self.done if a >= t0)
+
+
+def watch_frames(app: Any, widget: Any) -> Frames:
+    """Time each screen update that rendered table rows (the header is line 0): from the
+    compositor starting it to the escape sequences for the terminal being ready."""
+    frames = Frames()
+    render_line: Callable[[int], Any] = widget.render_line
+    compositor = app.screen._compositor
+    render_update, display = compositor.render_update, app._display
+
+    def counting_render_line(y: int) -> Any:
+        strip = render_line(y)
+        frames.rows_rendered |= y > 0 and bool(strip.text.strip())
+        return strip
+
+    def timed_render_update(*args: Any, **kwargs: Any) -> Any:
+        frames.start = time.perf_counter()
+        return render_update(*args, **kwargs)
+
+    def timed_display(screen: Any, update: Any) -> None:
+        display(screen, update)
+        if update is not None:
+            update.render_segments(app.console)  # what a terminal would be sent
+            if frames.rows_rendered:
+                frames.done.append((frames.start, time.perf_counter()))
+                frames.rows_rendered = False
+
+    widget.render_line = counting_render_line
+    compositor.render_update = timed_render_update
+    app._display = timed_display
+    return frames
+
+
+async def time_updates(pilot: Any, table: Table, frames: Frames, jobs: int, changes: int,
+                       rounds: int, reprioritise: bool) -> dict[str, float]:
+    """Per diff: to screen = handed over -> end of the first frame showing it; work = the
+    widget call plus that frame's compositing (without the wait for Textual's frame timer)."""
+    to_screen, work = [], []
+    for r in range(1, rounds + 1):
+        on_screen = {(r + i) % 40 for i in range(changes // 10)}  # some rows in view change
+        picked = sorted(on_screen | {(i * 97 + r * 13) % jobs for i in range(changes)})
+        picked = picked[:changes]
+        rows = [(f"k{i}", job(i, r, (r if reprioritise else 42))) for i in picked]
+        order = None
+        if reprioritise:  # the master's new queue order, computed before the clock starts
+            after = {**table.current, **dict(rows)}
+            order = sorted(after, key=lambda k: (after[k]["priority"], after[k]["pos"]))
+        t0 = time.perf_counter()
+        table.patch(rows, order)
+        called = time.perf_counter() - t0
+        await pilot.pause()
+        start, end = frames.first_after(t0)
+        to_screen.append(end - t0)
+        work.append(called + end - start)
+    return {"median": statistics.median(to_screen), "max": max(to_screen),
+            "work": statistics.median(work)}
+
+
+def measure(kind: str, args: argparse.Namespace) -> dict[str, Any]:
+    out = subprocess.run([sys.executable, __file__, "--one", kind, "--jobs", str(args.jobs),
+                          "--changes", str(args.changes), "--rounds", str(args.rounds)],
+                         capture_output=True, text=True, check=True)
+    return dict(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--jobs", type=int, default=10_000)
+    parser.add_argument("--changes", type=int, default=100)
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--one", choices=["rowtable", "datatable"])
+    args = parser.parse_args()
+    if args.one:
+        print(json.dumps(asyncio.run(run_one(args.one, args.jobs, args.changes, args.rounds))))
+        return
+    from rich.console import Console
+    from rich.table import Table as RichTable
+
+    ours, theirs = measure("rowtable", args), measure("datatable", args)
+    out = RichTable(title=f"{args.jobs:,} jobs, 160x50 headless; updates: {args.changes} jobs "
+                          f"each, {args.rounds} rounds, to screen median / max (work)")
+    for col in ("table", "first paint", "settled", "update: changed",
+                "update: re-prioritised", "RSS (growth)"):
+        out.add_column(col, justify="right")
+
+    def ms(seconds: float) -> str:
+        return f"{seconds * 1000:.0f} ms" if seconds >= 0.1 else f"{seconds * 1000:.1f} ms"
+
+    def update(u: dict[str, float]) -> str:
+        return f"{ms(u['median'])} / {ms(u['max'])} ({ms(u['work'])})"
+
+    for name, r in (("dettui RowTable", ours), ("Textual DataTable", theirs)):
+        out.add_row(name, ms(r["first_paint"]), ms(r["settled"]), update(r["changed"]),
+                    update(r["moved"]), f"{r['rss_mb']:.0f} MB ({r['growth_mb']:.0f} MB)")
+
+    def ratio(key: str, sub: str | None = None) -> str:
+        a, b = (theirs[key], ours[key]) if sub is None else (theirs[key][sub], ours[key][sub])
+        return f"{a / max(b, 1e-9):.1f}x"
+
+    out.add_row("ratio (DataTable / RowTable)", ratio("first_paint"), ratio("settled"),
+                f"{ratio('changed', 'median')} ({ratio('changed', 'work')})",
+                f"{ratio('moved', 'median')} ({ratio('moved', 'work')})", ratio("growth_mb"))
+    Console(width=132).print(out)
+    ok = (ours["first_paint"] <= 0.5 and ours["changed"]["median"] <= 0.05
+          and ours["moved"]["median"] <= 0.05 and ours["rss_mb"] <= 300)
+    print("targets (first paint <= 0.5 s, update of 100 jobs on screen <= 50 ms, process RSS "
+          f"<= 300 MB): {'met' if ok else 'NOT met'}")
+
+
+if __name__ == "__main__":
+    main()

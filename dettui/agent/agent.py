@@ -1,0 +1,245 @@
+"""The agent: register with the master, heartbeat, long-poll for work, run allocations."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dettui import telemetry
+from dettui.agent import process
+from dettui.agent.allocation import AllocationRun
+from dettui.client import Client
+from dettui.errors import DettuiError, NotFound
+
+log = logging.getLogger("dettui.agent")
+SAMPLE_SECONDS = 1.0
+TELEMETRY_SECONDS = 2.0  # heartbeats (which carry telemetry) come at least this often
+SAMPLES_KEPT = 30  # telemetry kept while the master is unreachable
+POLL_SECONDS = 30.0
+
+
+@dataclass(frozen=True)
+class AgentOptions:
+    master_url: str
+    agent_id: str
+    pool: str = "default"
+    cpu_slots: int = 1
+    work_root: Path = Path("agent-work")
+    token: str | None = None
+    address: str | None = None  # what peers use to reach this machine (rendezvous)
+
+
+def discover_slots(cpu_slots: int) -> tuple[list[dict[str, Any]], str | None]:
+    """One slot per NVIDIA GPU; else `cpu_slots` CPU slots and a note saying why."""
+    gpus, why = telemetry.detect_gpus()
+    if gpus:
+        return [{"id": g.index, "type": "cuda", "uuid": g.uuid, "brand": g.name}
+                for g in gpus], None
+    slots = [{"id": i, "type": "cpu", "uuid": None, "brand": "cpu"} for i in range(cpu_slots)]
+    return slots, f"{why}; offering {cpu_slots} CPU slot{'s' if cpu_slots != 1 else ''}"
+
+
+class Agent:
+    def __init__(self, options: AgentOptions, client: Client) -> None:
+        self.options = options
+        self.client = client
+        self.id = options.agent_id
+        self.slots, self.note = discover_slots(options.cpu_slots)
+        self.gpu_indices = [int(s["id"]) for s in self.slots if s["type"] == "cuda"]
+        self.runs: dict[str, AllocationRun] = {}
+        self.finished: dict[str, tuple[int | None, str]] = {}
+        self.own_pids: set[int] = set()
+        self.heartbeat_seconds = 2.0
+        self.samples: list[dict[str, Any]] = []  # telemetry since the last heartbeat
+        self.latest_sample: dict[str, Any] | None = None
+        self._usage = telemetry.TreeUsage()
+        self._stopping = asyncio.Event()
+        self._registered = asyncio.Event()
+        self._supervisors: set[asyncio.Task[None]] = set()
+
+    async def run(self) -> None:
+        process.become_subreaper()
+        self.options.work_root.mkdir(parents=True, exist_ok=True)
+        left = await asyncio.to_thread(process.strays, self.id)
+        if left:
+            log.warning("agent %s: ending %d process(es) left by its previous run", self.id,
+                        len(left))
+            await asyncio.to_thread(process.terminate, left, self.own_pids, 2.0)
+        if self.note:
+            log.warning("agent %s: %s", self.id, self.note)
+        await self._register()
+        tasks = [asyncio.create_task(self._heartbeat_loop()),
+                 asyncio.create_task(self._sample_loop()),
+                 asyncio.create_task(self._work_loop())]
+        try:
+            await self._stopping.wait()
+        finally:
+            for t in tasks:
+                t.cancel()
+            for t in tasks:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await t
+            await self._shutdown()
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+    async def _register(self) -> None:
+        delay = 0.2
+        while not self._stopping.is_set():
+            try:
+                body = await self.client.request("POST", "/api/v1/agents/register", body={
+                    "id": self.id, "resourcePool": self.options.pool, "slots": self.slots,
+                    "hostname": socket.gethostname(),
+                    "addresses": [self.options.address] if self.options.address
+                    else _addresses(self.options.master_url),
+                    "runningAllocations": list(self.runs),
+                    "noGpuReason": None if self.gpu_indices else self.note,
+                }, timeout=15)
+                self.heartbeat_seconds = float(body.get("heartbeatSeconds", 2.0))
+                self._registered.set()
+                log.info("agent %s registered in pool %s with %d slot(s)", self.id,
+                         self.options.pool, len(self.slots))
+                return
+            except DettuiError as exc:
+                log.warning("agent %s: cannot register yet (%s); retrying", self.id, exc)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+
+    async def _heartbeat_loop(self) -> None:
+        while True:
+            await asyncio.sleep(min(self.heartbeat_seconds, TELEMETRY_SECONDS))
+            process.reap_orphans(self.own_pids)
+            samples, self.samples = self.samples, []
+            try:
+                await self.client.request("POST", f"/api/v1/agents/{self.id}/heartbeat", body={
+                    "runningAllocations": list(self.runs), "telemetry": self.latest_sample,
+                    "samples": samples}, timeout=10)
+            except NotFound:
+                await self._register()
+            except DettuiError as exc:
+                log.warning("agent %s: heartbeat failed: %s", self.id, exc)
+
+    async def _sample_loop(self) -> None:
+        """Telemetry every second (NVML when present, psutil always), shipped in batches with
+        the heartbeat."""
+        while True:
+            try:
+                sample = await asyncio.to_thread(self._sample)
+                self.samples = [*self.samples[-(SAMPLES_KEPT - 1):], sample]
+                self.latest_sample = sample
+            except Exception:  # noqa: BLE001 - telemetry must never stop the agent
+                log.exception("agent %s: telemetry sample failed", self.id)
+            await asyncio.sleep(SAMPLE_SECONDS)
+
+    def _sample(self) -> dict[str, Any]:
+        """One telemetry sample (`telemetry.sample_host`) plus `allocations`: the CPU % and
+        RSS of each running allocation's process tree."""
+        sample = telemetry.sample_host(self.gpu_indices)
+        usage = {}
+        alive: set[int] = set()
+        for alloc_id, run in list(self.runs.items()):
+            root = run.proc.pid if run.proc is not None and run.proc.returncode is None else None
+            procs = process.tree(root, list(run.known.values()))
+            alive.update(p.pid for p in procs)
+            usage[alloc_id] = self._usage.measure(procs)
+        self._usage.forget(alive)
+        sample["allocations"] = usage
+        return sample
+
+    async def _work_loop(self) -> None:
+        while True:
+            try:
+                body = await self.client.request(
+                    "GET", f"/api/v1/agents/{self.id}/work",
+                    params={"timeout_seconds": str(POLL_SECONDS)}, timeout=POLL_SECONDS + 15)
+            except NotFound:
+                await self._register()
+                continue
+            except DettuiError as exc:
+                log.warning("agent %s: work poll failed: %s", self.id, exc)
+                await asyncio.sleep(1.0)
+                continue
+            for item in body.get("work", []):
+                await self._handle(item)
+
+    async def _handle(self, item: dict[str, Any]) -> None:
+        kind = item.get("kind")
+        alloc_id = str(item.get("allocationId"))
+        if kind == "start":
+            if alloc_id in self.runs:
+                return
+            if alloc_id in self.finished:
+                await self._report(alloc_id, *self.finished[alloc_id])
+                return
+            run = AllocationRun(item, self.client, self.id, self.options.work_root,
+                                self.options.master_url, self.own_pids)
+            self.runs[alloc_id] = run
+            self._supervisors.add(asyncio.create_task(self._supervise(run)))
+        elif kind == "kill":
+            run = self.runs.get(alloc_id)
+            if run is not None:
+                await run.kill(str(item.get("reason") or "killed"))
+            else:
+                await self._kill_stray(alloc_id)
+
+    async def _kill_stray(self, alloc_id: str) -> None:
+        procs = await asyncio.to_thread(process.members, None, alloc_id, ())
+        if procs:
+            await asyncio.to_thread(process.terminate, procs, self.own_pids, 5.0)
+
+    async def _supervise(self, run: AllocationRun) -> None:
+        try:
+            code, reason = await run.run()
+        except Exception as exc:  # noqa: BLE001 - report, never lose the exit
+            log.exception("allocation %s crashed in the agent", run.id)
+            code, reason = None, f"agent error: {exc}"
+        self.finished[run.id] = (code, reason)
+        try:
+            await self._report(run.id, code, reason)
+        finally:
+            self.runs.pop(run.id, None)
+            task = asyncio.current_task()
+            if task is not None:
+                self._supervisors.discard(task)  # type: ignore[arg-type]
+
+    async def _report(self, alloc_id: str, code: int | None, reason: str) -> None:
+        delay = 0.2
+        while True:
+            try:
+                await self.client.request(
+                    "POST", f"/api/v1/agents/{self.id}/allocations/{alloc_id}/exit",
+                    body={"exitCode": code, "reason": reason}, timeout=15)
+                return
+            except NotFound:
+                return
+            except DettuiError as exc:
+                log.warning("agent %s: exit report of %s failed (%s); retrying", self.id,
+                            alloc_id, exc)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+
+    async def _shutdown(self) -> None:
+        """Agent stop: every allocation's process tree ends; exits reported as lost."""
+        with contextlib.suppress(DettuiError):  # no new work while we wind down
+            await self.client.request("POST", f"/api/v1/agents/{self.id}/drain", timeout=5)
+        runs = list(self.runs.values())
+        await asyncio.gather(*(r.kill("lost") for r in runs), return_exceptions=True)
+        if self._supervisors:
+            await asyncio.wait(self._supervisors, timeout=15)
+        with contextlib.suppress(DettuiError):
+            await self.client.request("POST", f"/api/v1/agents/{self.id}/leave", timeout=5)
+
+
+def _addresses(master_url: str) -> list[str]:
+    """This machine's address as seen on the route to the master (what peers can reach)."""
+    host = master_url.split("://", 1)[-1].rsplit(":", 1)[0].strip("[]")
+    with contextlib.suppress(OSError), socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.connect((host, 9))  # no packet is sent: this only picks the outgoing interface
+        return [s.getsockname()[0]]
+    return ["127.0.0.1"]

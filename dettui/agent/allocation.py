@@ -1,0 +1,226 @@
+"""One allocation on this agent: fetch and extract the context, run the entrypoint, ship its
+output, and report how it ended."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import logging
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from dettui import context
+from dettui.agent import logship, process
+from dettui.client import Client
+from dettui.errors import DettuiError
+from dettui.launch import spec
+
+log = logging.getLogger("dettui.agent")
+SHIP_INTERVAL = 0.25
+SHIP_BATCH = 1000
+KILL_GRACE = 5.0
+OUTPUT_GRACE = 2.0  # seconds to read the last output after the entrypoint exits
+
+
+class AllocationRun:
+    def __init__(self, spec: dict[str, Any], client: Client, agent_id: str, work_root: Path,
+                 master_url: str, own_pids: set[int]) -> None:
+        self.spec = spec
+        self.id: str = spec["allocationId"]
+        self.client = client
+        self.agent_id = agent_id
+        self.workdir = work_root / self.id
+        self.master_url = master_url
+        self.own_pids = own_pids
+        self.proc: asyncio.subprocess.Process | None = None
+        self.known: dict[int, psutil.Process] = {}
+        self.killed = False
+        self.kill_reason = ""
+        self.exit_code: int | None = None
+        self.reason = ""
+        self._lines: list[logship.Line] = []
+        self._shipped = asyncio.Event()
+
+    # --- running --------------------------------------------------------------------------
+
+    async def run(self) -> tuple[int | None, str]:
+        """Run to completion; return (exit code, reason) for the exit report."""
+        shipper = asyncio.create_task(self._ship_loop())
+        try:
+            await self._prepare()
+            if not self.killed:
+                await self._execute()
+        except DettuiError as exc:
+            self._system_line(f"failed to start: {exc}")
+            self.exit_code, self.reason = None, "spawn_failed"
+        except OSError as exc:
+            self._system_line(f"failed to start the entrypoint: {exc}")
+            self.exit_code, self.reason = None, "spawn_failed"
+        finally:
+            await self._end_tree()
+            shipper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await shipper
+            await self._flush()
+            self._cleanup()
+        if self.killed:
+            return self.exit_code, self.kill_reason or "killed"
+        return self.exit_code, self.reason
+
+    async def _prepare(self) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        body = await self.client.request(
+            "GET", f"/api/v1/tasks/{self.spec['taskId']}/context_directory", timeout=300)
+        data = base64.b64decode(body.get("b64Tgz") or "")
+        if data:
+            await asyncio.to_thread(context.extract, data, self.workdir)
+
+    def _argv(self) -> list[str]:
+        try:
+            return spec.entrypoint_argv(self.spec.get("entrypoint") or "", sys.executable)
+        except spec.LaunchArgsError as exc:
+            raise DettuiError(str(exc)) from exc
+
+    def _env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        for key in [k for k in env if k.startswith("DET_")]:
+            del env[key]
+        env.update(self.spec.get("env") or {})
+        env.update({
+            "DET_MASTER": self.master_url,
+            "DET_MASTER_HOST": self.master_url.split("://", 1)[-1].rsplit(":", 1)[0],
+            "DET_MASTER_PORT": self.master_url.rsplit(":", 1)[-1],
+            "DET_AGENT_ID": self.agent_id,
+            "DET_WORKDIR": str(self.workdir),
+            "DET_RUN_DIR": str(self.workdir),
+            "PYTHONUNBUFFERED": "1",
+            process.MARK: self.id,
+            process.AGENT_MARK: self.agent_id,
+            process.INSTANCE_MARK: process.instance(),
+            "PATH": os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", ""),
+        })
+        cuda = self.spec.get("cudaDevices") or []
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(d) for d in cuda)
+        return env
+
+    async def _execute(self) -> None:
+        argv = self._argv()
+        env = self._env()
+        # The parent-death signal through setpriv rather than a preexec_fn keeps the spawn a
+        # vfork (see process.pdeathsig_prefix); a program exec cannot find keeps the old way,
+        # so that it still fails to spawn instead of exiting 127.
+        found = _runnable(argv[0], self.workdir, env["PATH"])
+        prefix = process.pdeathsig_prefix() if found else ()
+        self.proc = await asyncio.create_subprocess_exec(
+            *prefix, *argv, cwd=self.workdir, env=env, stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            start_new_session=True, preexec_fn=None if prefix else process.die_with_parent,
+        )
+        self.own_pids.add(self.proc.pid)
+        log.info("allocation %s started pid %d: %s", self.id, self.proc.pid, argv)
+        assert self.proc.stdout is not None and self.proc.stderr is not None
+        watcher = asyncio.create_task(self._track_tree())
+        pumps = asyncio.gather(self._pump(self.proc.stdout, "stdout"),
+                               self._pump(self.proc.stderr, "stderr"))
+        try:
+            # Poll the exit: the pipes may stay open in a leftover background process.
+            while self.proc.returncode is None:
+                await asyncio.wait([pumps], timeout=0.1)
+            code = self.proc.returncode
+            try:
+                await asyncio.wait_for(asyncio.shield(pumps), OUTPUT_GRACE)
+            except TimeoutError:
+                await self._end_tree()  # leftovers hold the pipes: they go with the allocation
+                await asyncio.wait_for(pumps, 10.0)
+        finally:
+            watcher.cancel()
+            self.own_pids.discard(self.proc.pid)
+        self.exit_code = code if code >= 0 else 128 - code
+        self.reason = "" if code == 0 else ("error" if code > 0 else f"signal {-code}")
+
+    async def _pump(self, stream: asyncio.StreamReader, stdtype: str) -> None:
+        rest = b""
+        while True:
+            chunk = await stream.read(65536)
+            if not chunk:
+                break
+            pieces, rest = logship.split_chunks(rest + chunk)
+            self._lines.extend(logship.parse(p, stdtype) for p in pieces)
+        if rest:
+            self._lines.append(logship.parse(rest, stdtype))
+
+    async def _track_tree(self) -> None:
+        """Remember descendants while the root lives, so re-parented ones are found later.
+        The first look is after 0.5 s: a root just exec'd has no descendants yet, and the scan
+        of every process costs a few ms of the agent's CPU per trial (`_end_tree` scans too)."""
+        while self.proc is not None and self.proc.returncode is None:
+            await asyncio.sleep(0.5)
+            if self.proc.returncode is not None:
+                break
+            found = await asyncio.to_thread(process.members, self.proc.pid, self.id, (),
+                                          self.agent_id)
+            self.known.update((p.pid, p) for p in found if p.pid not in self.known)
+
+    # --- ending ---------------------------------------------------------------------------
+
+    async def kill(self, reason: str) -> None:
+        """End the whole process tree now (the exit is reported by `run`)."""
+        if self.killed:
+            return
+        self.killed = True
+        self.kill_reason = reason
+        self._system_line(f"killing allocation: {reason}")
+        await self._end_tree()
+
+    async def _end_tree(self) -> None:
+        root = self.proc.pid if self.proc is not None and self.proc.returncode is None else None
+        procs = await asyncio.to_thread(process.members, root, self.id,
+                                          list(self.known.values()),
+                                          self.agent_id)
+        if procs:
+            survivors = await asyncio.to_thread(process.terminate, procs, self.own_pids,
+                                                KILL_GRACE)
+            for p in survivors:
+                log.error("allocation %s: process %d survived SIGKILL", self.id, p.pid)
+
+    def _system_line(self, text: str) -> None:
+        self._lines.append(logship.Line(time.time(), "stderr", text + "\n", None, "ERROR"))
+
+    async def _ship_loop(self) -> None:
+        while True:
+            await asyncio.sleep(SHIP_INTERVAL)
+            await self._flush()
+
+    async def _flush(self) -> None:
+        while self._lines:
+            batch, self._lines = self._lines[:SHIP_BATCH], self._lines[SHIP_BATCH:]
+            body = {"logs": [ln.wire(self.id) for ln in batch]}
+            for attempt in range(20):
+                try:
+                    await self.client.request("POST", f"/api/v1/agents/{self.agent_id}/logs",
+                                              body=body, timeout=30)
+                    break
+                except DettuiError as exc:
+                    if attempt == 19 or exc.http_status in (400, 404):
+                        log.warning("dropping %d log lines of %s: %s", len(batch), self.id, exc)
+                        break
+                    await asyncio.sleep(min(0.2 * 2**attempt, 5.0))
+
+    def _cleanup(self) -> None:
+        if os.environ.get("DETTUI_KEEP_WORKDIRS"):
+            return
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def _runnable(program: str, cwd: Path, path: str) -> bool:
+    """Whether exec will find `program` (a relative path is relative to the work dir)."""
+    if os.sep in program:
+        return os.access(cwd / program, os.X_OK)
+    return shutil.which(program, path=path) is not None

@@ -1,0 +1,277 @@
+"""The `dettui` command: argument parsing, and the one place that prints errors and exits."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import socket
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from dettui import __version__
+from dettui import client as api
+from dettui.errors import DettuiError, InvalidArgument
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="dettui", description=(
+        "A training control plane for the terminal. With no command: the dashboard with an "
+        "embedded master and local agent."))
+    p.add_argument("-m", "--master", help="master URL (default: $DET_MASTER or "
+                   "http://127.0.0.1:8080)")
+    p.add_argument("-u", "--user", help="user to act as (default: the logged-in user)")
+    p.add_argument("--version", action="version", version=f"dettui {__version__}")
+    p.add_argument("--state-dir", type=Path, help="state directory of the embedded master")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    _serve_args(sub.add_parser("serve", help="run the master headless (plus a local agent)"))
+    _agent_args(sub.add_parser("agent", help="run an agent, or list agents"))
+    _experiment_args(sub)
+    _trial_args(sub)
+    _job_args(sub)
+    task = sub.add_parser("task", help="allocations").add_subparsers(dest="verb", required=True)
+    tl = task.add_parser("list", aliases=["ls"], help="running allocations, slots and agents")
+    tl.add_argument("--json", action="store_true")
+    user = sub.add_parser("user", help="users").add_subparsers(dest="verb", required=True)
+    ul = user.add_parser("login", help="log in and remember the token")
+    ul.add_argument("username", nargs="?")
+    ul.add_argument("--password", help="(default: prompt; empty for the default users)")
+    return p
+
+
+def _job_args(sub: Any) -> None:
+    job = sub.add_parser("job", help="the job queue").add_subparsers(dest="verb", required=True)
+    jl = job.add_parser("list", aliases=["ls"], help="show the job queue of a resource pool")
+    jl.add_argument("--resource-pool", "-p")
+    jl.add_argument("--json", action="store_true")
+    ju = job.add_parser("update", help="change one job: priority, weight, pool or position")
+    ju.add_argument("id", help="job id (or a unique prefix)")
+    what = ju.add_mutually_exclusive_group(required=True)
+    what.add_argument("--priority", "-p")
+    what.add_argument("--weight", "-w")
+    what.add_argument("--resource-pool")
+    what.add_argument("--ahead-of", metavar="JOB")
+    what.add_argument("--behind-of", metavar="JOB")
+    ub = job.add_parser("update-batch", help="several updates: JOB.KEY=VALUE ...")
+    ub.add_argument("items", nargs="+", metavar="JOB.KEY=VALUE")
+
+
+def _serve_args(s: argparse.ArgumentParser) -> None:
+    s.add_argument("--state-dir", type=Path, default=argparse.SUPPRESS,
+                   help="where the master keeps its database, checkpoints and work dirs")
+    s.add_argument("--config", dest="master_config", type=Path,
+                   help="master config file (resource pools and their schedulers, host, port)")
+    s.add_argument("--host", help="address to listen on (default 127.0.0.1)")
+    s.add_argument("--port", type=int, help="port (default 8080; 0 picks a free one)")
+    s.add_argument("--preemption", action="store_true",
+                   help="let urgent jobs preempt running lower-priority trials")
+    s.add_argument("--no-agent", action="store_true", help="do not start a local agent")
+    s.add_argument("--agent-slots", type=int, default=1, help="CPU slots of the local agent "
+                   "when no GPU is found (default 1)")
+    s.add_argument("--admin-password", default=os.environ.get("DETTUI_ADMIN_PASSWORD"),
+                   help="password for admin and determined (required beyond loopback)")
+
+
+def _agent_args(a: argparse.ArgumentParser) -> None:
+    a.add_argument("action", nargs="?", choices=["list", "ls", "enable", "disable"],
+                   help="list agents, or enable/disable one (no action: run an agent)")
+    a.add_argument("agent_id", nargs="?", help="the agent to enable or disable")
+    a.add_argument("--slots", type=int, default=1, help="CPU slots when no GPU is found")
+    a.add_argument("--pool", default="default", help="resource pool to join")
+    a.add_argument("--id", help="agent id (default: hostname)")
+    a.add_argument("--token", default=os.environ.get("DETTUI_AGENT_TOKEN"),
+                   help="a user token (default: log in like the CLI)")
+    a.add_argument("--work-dir", type=Path, help="where allocations' work dirs go")
+    a.add_argument("--address", help="address peers use to reach this agent (default: the one "
+                   "on the route to the master)")
+    a.add_argument("--json", action="store_true")
+
+
+def _experiment_args(sub: Any) -> None:
+    e = sub.add_parser("experiment", aliases=["e"], help="experiments")
+    ev = e.add_subparsers(dest="verb", required=True)
+    c = ev.add_parser("create", help="create an experiment from a config and a context dir")
+    c.add_argument("config", type=Path)
+    c.add_argument("context", type=Path)
+    c.add_argument("-i", "--include", type=Path, action="append", default=[])
+    c.add_argument("--config", dest="overrides", action="append", default=[],
+                   metavar="KEY=VALUE", help="override a config key (repeatable)")
+    c.add_argument("-f", "--follow", action="store_true", help="stream the first trial's logs")
+    c.add_argument("--paused", action="store_true", help="create without starting")
+    c.add_argument("--dry-run", action="store_true",
+                   help="print each node's commands and environment; create nothing")
+    c.add_argument("--json", action="store_true")
+    ls = ev.add_parser("list", aliases=["ls"], help="list experiments")
+    ls.add_argument("-a", "--all", action="store_true", help="include archived experiments")
+    ls.add_argument("--json", action="store_true")
+    d = ev.add_parser("describe", help="an experiment, its trials and checkpoints")
+    d.add_argument("id", type=int)
+    d.add_argument("--json", action="store_true")
+    for verb in ("pause", "activate", "cancel", "kill", "archive", "unarchive"):
+        v = ev.add_parser(verb, help=f"{verb} an experiment")
+        v.add_argument("id", type=int)
+    rm = ev.add_parser("delete", help="delete an ended experiment with its checkpoints, logs "
+                                      "and metrics")
+    rm.add_argument("id", type=int)
+    rm.add_argument("--yes", action="store_true", help="do not ask")
+    es = ev.add_parser("set", help="change an experiment").add_subparsers(dest="what",
+                                                                          required=True)
+    sp = es.add_parser("priority", help="set the priority (1 = most urgent)")
+    sp.add_argument("id", type=int)
+    sp.add_argument("priority", type=int)
+    gc = es.add_parser("gc-policy", help="checkpoint GC policy (preview without --yes)")
+    gc.add_argument("id", type=int)
+    gc.add_argument("--save-experiment-best", type=int, required=True)
+    gc.add_argument("--save-trial-best", type=int, required=True)
+    gc.add_argument("--save-trial-latest", type=int, required=True)
+    gc.add_argument("--yes", action="store_true", help="apply without previewing")
+
+
+def _trial_args(sub: Any) -> None:
+    t = sub.add_parser("trial", aliases=["t"], help="trials")
+    tv = t.add_subparsers(dest="verb", required=True)
+    lg = tv.add_parser("logs", help="a trial's logs")
+    lg.add_argument("id", type=int)
+    lg.add_argument("-f", "--follow", action="store_true")
+    lg.add_argument("--rank", type=int, action="append", help="only these ranks (repeatable)")
+    lg.add_argument("--tail", type=int)
+    lg.add_argument("--json", action="store_true")
+    d = tv.add_parser("describe", help="a trial")
+    d.add_argument("id", type=int)
+    d.add_argument("--json", action="store_true")
+
+
+async def _with_client(args: argparse.Namespace,
+                       fn: Callable[[api.Client], Awaitable[Any]]) -> Any:
+    c = await api.authenticated(api.master_url(args.master), args.user)
+    try:
+        return await fn(c)
+    finally:
+        await c.close()
+
+
+def _dispatch(args: argparse.Namespace) -> Callable[[api.Client], Awaitable[Any]] | None:
+    from dettui.commands import cluster, experiment, trial
+
+    cmd, verb = args.command, getattr(args, "verb", None)
+    if cmd in ("experiment", "e"):
+        if verb == "create":
+            return lambda c: experiment.create(
+                c, args.config, args.context, includes=args.include, overrides=args.overrides,
+                follow=args.follow, paused=args.paused, as_json=args.json,
+                dry_run=args.dry_run)
+        if verb in ("list", "ls"):
+            return lambda c: experiment.list_(c, show_all=args.all, as_json=args.json)
+        if verb == "describe":
+            return lambda c: experiment.describe(c, args.id, as_json=args.json)
+        if verb == "delete":
+            return lambda c: experiment.delete(c, args.id, yes=args.yes)
+        if verb == "set" and args.what == "priority":
+            return lambda c: experiment.set_priority(c, args.id, args.priority)
+        if verb == "set":
+            return lambda c: experiment.set_gc_policy(
+                c, args.id, experiment_best=args.save_experiment_best,
+                trial_best=args.save_trial_best, trial_latest=args.save_trial_latest,
+                yes=args.yes)
+        return lambda c: experiment.action(c, args.id, verb)
+    if cmd in ("trial", "t"):
+        if verb == "logs":
+            return lambda c: trial.logs(c, args.id, follow=args.follow, ranks=args.rank,
+                                        tail=args.tail, as_json=args.json)
+        return lambda c: trial.describe(c, args.id, as_json=args.json)
+    if cmd == "job":
+        return _job_action(args)
+    if cmd == "task":
+        return lambda c: cluster.task_list(c, as_json=args.json)
+    if cmd == "agent" and args.action in ("enable", "disable"):
+        if not args.agent_id:
+            raise InvalidArgument(f"dettui agent {args.action} needs an agent id")
+        return lambda c: cluster.agent_enable(c, args.agent_id, args.action == "enable")
+    if cmd == "agent" and args.action:
+        return lambda c: cluster.agent_list(c, as_json=args.json)
+    return None
+
+
+def _job_action(args: argparse.Namespace) -> Callable[[api.Client], Awaitable[Any]]:
+    from dettui.commands import cluster
+
+    if args.verb in ("list", "ls"):
+        return lambda c: cluster.job_list(c, pool=args.resource_pool, as_json=args.json)
+    if args.verb == "update-batch":
+        return lambda c: cluster.job_update_batch(c, args.items)
+    for key in cluster.UPDATE_KEYS:
+        value = getattr(args, key.replace("-", "_"))
+        if value is not None:
+            return lambda c, k=key, v=value: cluster.job_update(c, args.id, k, v)
+    raise InvalidArgument("dettui job update needs one of --priority, --weight, "
+                          "--resource-pool, --ahead-of, --behind-of")
+
+
+def _run(args: argparse.Namespace) -> int:
+    from dettui.commands import runtime, user
+
+    if args.command == "serve":
+        from dettui.master import settings as ms
+
+        cfg = ms.load_master_config(args.master_config) if args.master_config else (
+            ms.MasterConfig())
+        kw = ms.settings_from(cfg, preemption=args.preemption, host=args.host, port=args.port,
+                              admin_password=args.admin_password, state_dir=args.state_dir)
+        kw.setdefault("state_dir", _default_state_dir())
+        settings = ms.MasterSettings(**kw)
+        asyncio.run(runtime.serve(settings, agent=not args.no_agent,
+                                  agent_slots=args.agent_slots))
+        return 0
+    if args.command == "agent" and not args.action:
+        from dettui.agent.agent import AgentOptions
+
+        agent_id = args.id or socket.gethostname()
+        options = AgentOptions(
+            master_url=api.master_url(args.master), agent_id=agent_id, pool=args.pool,
+            cpu_slots=args.slots, work_root=args.work_dir or runtime.default_work_root(agent_id),
+            address=args.address)
+        asyncio.run(runtime.run_agent(options, args.token))
+        return 0
+    if args.command == "user":
+        asyncio.run(user.login(api.master_url(args.master), args.username, args.password))
+        return 0
+    if args.command is None:
+        from dettui.commands.dashboard import run_dashboard
+
+        return run_dashboard(args)
+    action = _dispatch(args)
+    assert action is not None
+    result = asyncio.run(_with_client(args, action))
+    return int(result) if isinstance(result, int) else 0
+
+
+def _default_state_dir() -> Path:
+    import platformdirs
+
+    return Path(platformdirs.user_data_dir("dettui")) / "master"
+
+
+def die(message: str, title: str = "Error") -> int:
+    from dettui.commands.output import err_console
+
+    err_console.print(f"[bold red]{title}:[/] {message}", markup=True, highlight=False)
+    return 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=os.environ.get("DETTUI_LOG_LEVEL", "INFO"),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    args = _parser().parse_args(argv)
+    try:
+        return _run(args)
+    except DettuiError as exc:
+        return die(exc.message, exc.title)
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,305 @@
+"""Typed async REST client for the master (used by the CLI, the agent and the dashboard).
+
+Errors come back as the same DettuiError classes the master raised.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import platformdirs
+
+from dettui import errors
+
+DEFAULT_MASTER = "http://127.0.0.1:8080"
+
+
+def master_url(explicit: str | None = None) -> str:
+    """-m/--master, else DET_MASTER, else the local default; a bare host:port gets http://."""
+    url = explicit or os.environ.get("DET_MASTER") or DEFAULT_MASTER
+    if "://" not in url:
+        url = "http://" + url
+    return url.rstrip("/")
+
+
+def _message(status: int, text: str) -> str:
+    try:
+        body = json.loads(text)
+    except ValueError:
+        return text.strip() or f"HTTP {status}"
+    if isinstance(body, dict):
+        if isinstance(body.get("message"), str):
+            return body["message"]
+        err = body.get("error")
+        if isinstance(err, dict):
+            return str(err.get("message") or err.get("error") or err)
+    return text.strip()
+
+
+def _handshake_message(exc: aiohttp.WSServerHandshakeError) -> str:
+    if exc.status == 401:
+        return "invalid credentials: log in first (dettui user login)"
+    return f"the master refused the stream: HTTP {exc.status} {exc.message}"
+
+
+async def _chunks(
+    data: bytes, progress: Callable[[int, int], None], size: int = 256 * 1024
+) -> AsyncIterator[bytes]:
+    for start in range(0, len(data), size):
+        yield data[start:start + size]
+        progress(min(start + size, len(data)), len(data))
+
+
+class Client:
+    """One session against one master. Use as `async with Client(url, token) as c:`."""
+
+    def __init__(self, url: str, token: str | None = None, *, task_token: str | None = None,
+                 timeout: float = 60.0) -> None:
+        self.url = url.rstrip("/")
+        self.token = token
+        self.task_token = task_token
+        self._timeout = timeout
+        self._session: aiohttp.ClientSession | None = None
+
+    async def __aenter__(self) -> Client:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            self._session = aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=10)
+            )
+        return self._session
+
+    def _headers(self) -> dict[str, str]:
+        headers = {}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        if self.task_token:
+            headers["Grpc-Metadata-x-allocation-token"] = f"Bearer {self.task_token}"
+        return headers
+
+    async def request(
+        self, method: str, path: str, *, body: Any = None, params: Any = None,
+        timeout: float | None = None, raw: bytes | None = None,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> Any:
+        data: Any = raw if raw is not None else (json.dumps(body) if body is not None else None)
+        if progress is not None and isinstance(data, str | bytes):
+            data = _chunks(data.encode() if isinstance(data, str) else data, progress)
+        try:
+            async with self.session.request(
+                method, self.url + path, data=data, params=params, headers=self._headers(),
+                timeout=aiohttp.ClientTimeout(total=timeout or self._timeout),
+            ) as resp:
+                text = await resp.text()
+                if resp.status != 200:
+                    raise errors.from_status(resp.status, _message(resp.status, text))
+                return json.loads(text) if text else {}
+        except aiohttp.ClientConnectionError as exc:
+            raise errors.MasterUnreachable(f"cannot reach the master at {self.url}: {exc}") from exc
+        except TimeoutError as exc:
+            raise errors.MasterUnreachable(
+                f"the master at {self.url} did not answer in time") from exc
+
+    async def _ndjson(self, path: str, params: Any = None) -> AsyncIterator[dict[str, Any]]:
+        """NDJSON stream: yields each line's `result`; an `error` line raises."""
+        try:
+            async with self.session.get(self.url + path, params=params, headers=self._headers(),
+                                        timeout=aiohttp.ClientTimeout(total=None)) as resp:
+                if resp.status != 200:
+                    raise errors.from_status(resp.status, _message(resp.status, await resp.text()))
+                async for line in resp.content:
+                    if not line.strip():
+                        continue
+                    item = json.loads(line)
+                    if "error" in item:
+                        raise errors.DettuiError(str(item["error"].get("message", item["error"])))
+                    yield item["result"]
+        except aiohttp.ClientConnectionError as exc:
+            raise errors.MasterUnreachable(f"cannot reach the master at {self.url}: {exc}") from exc
+
+    async def stream(self, topics: list[str]) -> AsyncIterator[dict[str, Any]]:
+        """The master's push stream (WebSocket /api/v1/stream) for `topics`: yields each server
+        message as a dict — per topic a snapshot, then diffs; `{"error": ...}` messages are
+        yielded too (an unknown topic does not end the stream). Ends when the master closes
+        the stream; raises Unauthenticated/PermissionDenied for a bad token and
+        MasterUnreachable when the master cannot be reached or the connection breaks."""
+        try:
+            async with self.session.ws_connect(
+                self.url + "/api/v1/stream", headers=self._headers(), heartbeat=30,
+                max_msg_size=0,  # a snapshot of a big queue is one message
+            ) as ws:
+                await ws.send_json({"subscribe": topics})
+                async for msg in ws:
+                    if msg.type is aiohttp.WSMsgType.TEXT:
+                        yield json.loads(msg.data)
+                    elif msg.type is aiohttp.WSMsgType.ERROR:
+                        raise errors.MasterUnreachable(
+                            f"the stream from {self.url} broke: {ws.exception()}")
+        except aiohttp.WSServerHandshakeError as exc:
+            raise errors.from_status(exc.status, _handshake_message(exc)) from exc
+        except aiohttp.ClientConnectionError as exc:
+            raise errors.MasterUnreachable(f"cannot reach the master at {self.url}: {exc}") from exc
+        except TimeoutError as exc:
+            raise errors.MasterUnreachable(
+                f"the master at {self.url} did not answer in time") from exc
+
+    async def changes(self, topics: list[str]) -> AsyncIterator[dict[str, Any]]:
+        """`stream(topics)` that reconnects (with a fresh snapshot per topic) whenever the
+        connection ends or breaks; a bad token still raises."""
+        delay = 0.5
+        while True:
+            try:
+                async for message in self.stream(topics):
+                    delay = 0.5
+                    yield message
+            except errors.MasterUnreachable:
+                pass
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 5.0)
+
+    # --- typed helpers -----------------------------------------------------------------
+
+    async def info(self) -> dict[str, Any]:
+        return dict(await self.request("GET", "/info", timeout=10))
+
+    async def login(self, username: str, password: str) -> str:
+        body = await self.request("POST", "/api/v1/auth/login",
+                                  body={"username": username, "password": password,
+                                        "isHashed": False}, timeout=15)
+        self.token = str(body["token"])
+        return self.token
+
+    async def me(self) -> dict[str, Any]:
+        return dict((await self.request("GET", "/api/v1/me"))["user"])
+
+    async def create_experiment(
+        self, config_text: str, files: list[dict[str, Any]], *, activate: bool = True,
+        validate_only: bool = False, progress: Callable[[int, int], None] | None = None,
+    ) -> Any:
+        body = {"activate": activate, "config": config_text, "modelDefinition": files,
+                "parentId": None, "projectId": None, "template": None,
+                "validateOnly": validate_only}
+        return await self.request("POST", "/api/v1/experiments", body=body, timeout=600,
+                                  progress=progress)
+
+    async def experiments(self, *, archived: bool | None = False) -> list[dict[str, Any]]:
+        params = {"limit": "0"}
+        if archived is not None:
+            params["archived"] = str(archived).lower()
+        return list((await self.request("GET", "/api/v1/experiments", params=params))
+                    ["experiments"])
+
+    async def experiment(self, exp_id: int) -> dict[str, Any]:
+        return dict((await self.request("GET", f"/api/v1/experiments/{exp_id}"))["experiment"])
+
+    async def experiment_action(self, exp_id: int, action: str) -> None:
+        await self.request("POST", f"/api/v1/experiments/{exp_id}/{action}")
+
+    async def trials(self, exp_id: int) -> list[dict[str, Any]]:
+        return list((await self.request("GET", f"/api/v1/experiments/{exp_id}/trials",
+                                        params={"limit": "0"}))["trials"])
+
+    async def trial(self, trial_id: int) -> dict[str, Any]:
+        return dict((await self.request("GET", f"/api/v1/trials/{trial_id}"))["trial"])
+
+    async def checkpoints(self, exp_id: int) -> list[dict[str, Any]]:
+        return list((await self.request("GET", f"/api/v1/experiments/{exp_id}/checkpoints"))
+                    ["checkpoints"])
+
+    async def metrics(self, trial_id: int, group: str | None = None) -> list[dict[str, Any]]:
+        params = {"group": group} if group else None
+        return list((await self.request("GET", f"/api/v1/trials/{trial_id}/metrics",
+                                        params=params))["metrics"])
+
+    def trial_logs(self, trial_id: int, *, follow: bool = False, ranks: list[int] | None = None,
+                   tail: int | None = None) -> AsyncIterator[dict[str, Any]]:
+        params: list[tuple[str, str]] = [("follow", str(follow).lower())]
+        params += [("rankIds", str(r)) for r in ranks or []]
+        if tail:
+            params += [("limit", str(tail)), ("orderBy", "ORDER_BY_DESC")]
+        return self._ndjson(f"/api/v1/trials/{trial_id}/logs", params=params)
+
+    async def jobs(self, pool: str | None = None) -> list[dict[str, Any]]:
+        params = {"limit": "0"} | ({"resourcePool": pool} if pool else {})
+        return [j["full"] for j in (await self.request("GET", "/api/v1/job-queues-v2",
+                                                       params=params))["jobs"]]
+
+    async def agents(self) -> list[dict[str, Any]]:
+        return list((await self.request("GET", "/api/v1/agents"))["agents"])
+
+    async def pools(self) -> list[dict[str, Any]]:
+        return list((await self.request("GET", "/api/v1/resource-pools"))["resourcePools"])
+
+
+# --- the CLI's token store -------------------------------------------------------------------
+
+
+def token_path() -> Path:
+    base = os.environ.get("DETTUI_CONFIG_DIR") or platformdirs.user_config_dir("dettui")
+    return Path(base) / "auth.json"
+
+
+def load_token(url: str) -> tuple[str, str] | None:
+    """(username, token) stored for this master, if any."""
+    try:
+        data = json.loads(token_path().read_text())
+        entry = data.get(url)
+        return (entry["username"], entry["token"]) if entry else None
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def store_token(url: str, username: str, token: str) -> None:
+    path = token_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        data = {}
+    data[url] = {"username": username, "token": token}
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=2))
+    os.chmod(tmp, 0o600)
+    tmp.replace(path)
+
+
+async def authenticated(url: str, user: str | None = None) -> Client:
+    """A client with a working token: the stored one if still valid, else log in (empty pw)."""
+    client = Client(url)
+    stored = load_token(url)
+    if stored and (user is None or stored[0] == user):
+        client.token = stored[1]
+        try:
+            await client.me()
+            return client
+        except errors.Unauthenticated:
+            client.token = None
+        except errors.DettuiError:
+            await client.close()
+            raise
+    username = user or os.environ.get("DET_USER") or "determined"
+    password = os.environ.get("DET_PASS", "")
+    try:
+        token = await client.login(username, password)
+    except errors.DettuiError:
+        await client.close()
+        raise
+    store_token(url, username, token)
+    return client

@@ -1,0 +1,126 @@
+"""`dettui job list`, `dettui agent list`."""
+
+from __future__ import annotations
+
+from dettui.client import Client
+from dettui.commands import output
+from dettui.errors import InvalidArgument, NotFound
+
+
+async def job_list(c: Client, *, pool: str | None, as_json: bool) -> None:
+    pools = await c.pools()
+    chosen = next((p for p in pools if (p["name"] == pool if pool else p["defaultComputePool"])),
+                  None)
+    if chosen is None:
+        raise NotFound(f"resource pool '{pool}' not found")
+    jobs = await c.jobs(chosen["name"])
+    if as_json:
+        output.print_json(jobs)
+        return
+    priority = chosen["schedulerType"] == "SCHEDULER_TYPE_PRIORITY"
+    rows = []
+    for j in jobs:
+        ahead = j["summary"]["jobsAhead"]
+        name = f"{j['name']} ({j['entityId']})" if j["type"] == "TYPE_EXPERIMENT" else j["name"]
+        state = j["summary"]["state"]
+        if j.get("unschedulableReason"):
+            state += f" ({j['unschedulableReason']})"
+        rows.append((ahead if ahead >= 0 else "N/A", j["jobId"][:8], j["type"], name,
+                     j["priority"] if priority else j["weight"], output.when(j["submissionTime"]),
+                     f"{j['allocatedSlots']}/{j['requestedSlots']}", state, j["username"]))
+    output.table(f"Job queue: {chosen['name']}", [
+        "#", "ID", "Type", "Job Name", "Priority" if priority else "Weight", "Submitted",
+        "Slots (acquired/needed)", "State", "User"], rows)
+
+
+async def agent_list(c: Client, *, as_json: bool) -> None:
+    agents = await c.agents()
+    if as_json:
+        output.print_json(agents)
+        return
+    rows = []
+    for a in agents:
+        slots = a["slots"].values()
+        used = sum(1 for s in slots if s.get("container"))
+        types = sorted({s["device"]["type"].removeprefix("TYPE_") for s in slots})
+        rows.append((a["id"], a.get("hostname", ""), output.when(a["registeredTime"]),
+                     len(a["slots"]), used, ",".join(types), ",".join(a["resourcePools"]),
+                     "yes" if a["enabled"] else "no"))
+    output.table("Agents", ["Agent ID", "Host", "Registered Time", "Slots", "Slots in use",
+                            "Slot type", "Resource Pool", "Enabled"], rows)
+
+
+async def resolve_job(c: Client, ref: str) -> str:
+    """A full job id from a full id or a unique prefix (job list shows 8 characters)."""
+    ids = [j["jobId"] for j in await c.jobs()]
+    if ref in ids:
+        return ref
+    matches = [i for i in ids if i.startswith(ref)]
+    if len(matches) == 1:
+        return matches[0]
+    if not matches:
+        raise NotFound(f"job {ref} not found in the queue")
+    raise InvalidArgument(f"job id prefix {ref} is ambiguous: {', '.join(m[:12] for m in matches)}")
+
+
+UPDATE_KEYS = {"priority": "priority", "weight": "weight", "resource-pool": "resourcePool",
+               "ahead-of": "aheadOf", "behind-of": "behindOf"}
+
+
+async def job_update(c: Client, ref: str, key: str, value: str) -> None:
+    job_id = await resolve_job(c, ref)
+    field = UPDATE_KEYS[key]
+    body: dict[str, object] = {"jobId": job_id, "priority": None, "weight": None,
+                               "resourcePool": None}
+    if field == "priority":
+        body[field] = _number(value, int, "priority")
+    elif field == "weight":
+        body[field] = _number(value, float, "weight")
+    elif field in ("aheadOf", "behindOf"):
+        body[field] = await resolve_job(c, value)
+    else:
+        body[field] = value
+    await c.request("POST", "/api/v1/job-queues", body={"updates": [body]})
+    output.console.print(f"Updated job {job_id[:8]}: {key} {value}")
+
+
+def _number(value: str, kind: type, name: str) -> object:
+    try:
+        return kind(value)
+    except ValueError as exc:
+        raise InvalidArgument(f"{name}: expected a number, got {value!r}") from exc
+
+
+async def job_update_batch(c: Client, items: list[str]) -> None:
+    """`ID.priority=1 ID.resource-pool=x ID.ahead-of=ID2 ...`: one update per item, in order."""
+    parsed = []
+    for item in items:
+        left, sep, value = item.partition("=")
+        ref, dot, key = left.partition(".")
+        if not sep or not dot or key not in UPDATE_KEYS:
+            raise InvalidArgument(f"{item!r}: expected JOB.KEY=VALUE with KEY one of "
+                                  f"{', '.join(UPDATE_KEYS)}")
+        parsed.append((ref, key, value))
+    for ref, key, value in parsed:
+        await job_update(c, ref, key, value)
+
+
+async def task_list(c: Client, *, as_json: bool) -> None:
+    body = await c.request("GET", "/api/v1/tasks")
+    tasks = list(body["allocationIdToSummary"].values())
+    if as_json:
+        output.print_json(tasks)
+        return
+    rows = [(t["allocationId"], t["name"], t["experimentId"], t["state"],
+             ", ".join(f"{r['agentId']}:{r['slots']}" for r in t["resources"]),
+             "yes" if t["preempting"] else "", output.when(t["registeredTime"]))
+            for t in sorted(tasks, key=lambda t: t["registeredTime"])]
+    output.table("Tasks", ["Allocation ID", "Name", "Experiment", "State", "Agent:slots",
+                           "Preempting", "Started"], rows)
+
+
+async def agent_enable(c: Client, agent_id: str, enabled: bool) -> None:
+    await c.request("POST", f"/api/v1/agents/{agent_id}/{'enable' if enabled else 'disable'}",
+                    body={"agentId": agent_id, "drain": True})
+    what = "enabled" if enabled else "disabled (running work finishes, nothing new starts)"
+    output.console.print(f"Agent {agent_id} {what}")

@@ -1,0 +1,266 @@
+"""`dettui experiment|e create|list|describe|pause|activate|cancel|kill|archive|unarchive|
+delete|set`."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+
+from dettui import context
+from dettui.client import Client
+from dettui.commands import output
+from dettui.commands.trial import follow_logs
+from dettui.config import apply_overrides, load_config
+from dettui.errors import ConfigError, DettuiError, InvalidArgument
+
+
+def _read_config(path: Path, overrides: list[str]) -> str:
+    return _load(path, overrides)[0]
+
+
+def _load(path: Path, overrides: list[str]) -> tuple[str, Any]:
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError([f"cannot read {path}: {exc.strerror}"], source=str(path)) from exc
+    if overrides:
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError:
+            data = None
+        if isinstance(data, dict):
+            text = yaml.safe_dump(apply_overrides(data, overrides), sort_keys=False)
+    cfg = load_config(text, source=str(path), managed=True)
+    for warning in getattr(cfg, "warnings", []):
+        output.err_console.print(f"[yellow]warning:[/] {warning}")
+    return text, cfg
+
+
+def _pack(ctx_dir: Path, includes: list[Path]) -> list[dict[str, Any]]:
+    with _progress() as bar:
+        task = bar.add_task("Packing context", total=None)
+
+        def step(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+
+        return context.pack(ctx_dir, includes, progress=step)
+
+
+def _progress() -> Progress:
+    return Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
+                    TransferSpeedColumn(), console=output.err_console, transient=True)
+
+
+async def create(c: Client, config: Path, ctx_dir: Path, *, includes: list[Path],
+                 overrides: list[str], follow: bool, paused: bool, as_json: bool,
+                 dry_run: bool = False) -> int:
+    text, cfg = _load(config, overrides)
+    files = await asyncio.to_thread(_pack, ctx_dir, includes)
+    if dry_run:
+        return await _dry_run(c, cfg, files)
+    with _progress() as bar:
+        task = bar.add_task("Uploading context", total=None)
+
+        def step(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+
+        body = await c.create_experiment(text, files, activate=not paused, progress=step)
+    exp = body["experiment"]
+    if as_json:
+        output.print_json(body)
+    else:
+        output.console.print(f"Created experiment {exp['id']}")
+    if not follow:
+        return 0
+    return await follow_experiment(c, int(exp["id"]))
+
+
+async def _dry_run(c: Client, cfg: Any, files: list[dict[str, Any]]) -> int:
+    """Validate and pack as for real, then print what each node would run."""
+    from dettui.config.hyperparameters import sample_single
+    from dettui.launch import dryrun
+    from dettui.launch.spec import LaunchArgsError
+
+    conf = cfg.to_expconf()
+    pool = (conf.get("resources") or {}).get("resource_pool") or "default"
+    try:
+        agents = [dryrun.AgentView(a["id"], len(a.get("slots") or {}),
+                                   (a.get("addresses") or ["127.0.0.1"])[0])
+                  for a in await c.agents()
+                  if a.get("enabled", True) and pool in (a.get("resourcePools") or [pool])]
+    except DettuiError as exc:
+        output.err_console.print(f"[yellow]warning:[/] no agent list ({exc}); planning alone")
+        agents = []
+    seed = int((conf.get("reproducibility") or {}).get("experiment_seed") or 0)
+    try:
+        nodes, note = dryrun.plan(conf, agents, sample_single(cfg.hyperparameters, seed))
+    except LaunchArgsError as exc:
+        raise DettuiError(f"entrypoint: {exc}") from exc
+    size = context.size_of(files)
+    output.console.print(f"dry run: config valid, context {len(files)} files "
+                         f"({size / 1e6:.2f} MB); nothing was created", markup=False)
+    output.console.print(dryrun.render(nodes, note), markup=False, highlight=False,
+                         soft_wrap=True)
+    return 0
+
+
+async def follow_experiment(c: Client, exp_id: int) -> int:
+    """Stream the first trial's logs until the experiment ends; 1 if it ended in ERROR."""
+    trial_id = None
+    while trial_id is None:
+        trials = await c.trials(exp_id)
+        if trials:
+            trial_id = min(int(t["id"]) for t in trials)
+        else:
+            await asyncio.sleep(0.1)
+    await follow_logs(c, trial_id)
+    while True:
+        exp = await c.experiment(exp_id)
+        if exp["state"] in ("STATE_COMPLETED", "STATE_CANCELED", "STATE_ERROR"):
+            break
+        await asyncio.sleep(0.2)
+    state = output.state(exp["state"])
+    output.console.print(f"Experiment {exp_id} ended: {state}")
+    return 1 if state == "ERROR" else 0
+
+
+async def list_(c: Client, *, show_all: bool, as_json: bool) -> None:
+    exps = await c.experiments(archived=None if show_all else False)
+    if as_json:
+        output.print_json(exps)
+        return
+    rows = [(e["id"], e["username"], e["name"], output.state(e["state"]),
+             f"{(e.get('progress') or 0) * 100:.0f}%" if e.get("progress") is not None else "",
+             e["numTrials"], output.when(e["startTime"]), output.when(e.get("endTime")),
+             e.get("resourcePool", "")) for e in exps]
+    output.table(None, ["ID", "Owner", "Name", "State", "Progress", "Trials", "Start Time",
+                        "End Time", "Resource Pool"], rows)
+
+
+async def describe(c: Client, exp_id: int, *, as_json: bool) -> None:
+    exp, trials, ckpts = await asyncio.gather(c.experiment(exp_id), c.trials(exp_id),
+                                              c.checkpoints(exp_id))
+    if as_json:
+        output.print_json({"experiment": exp, "trials": trials, "checkpoints": ckpts})
+        return
+    searcher = (exp.get("config") or {}).get("searcher", {})
+    metric = searcher.get("metric", "")
+    smaller = bool(searcher.get("smaller_is_better", True))
+    trials = sorted(trials, key=lambda t: _rank(t, metric, smaller))
+    best = _best_value(trials[0], metric) if trials else None
+    progress = exp.get("progress")
+    output.table(f"Experiment {exp_id}", ["ID", "Name", "State", "Progress", "Owner",
+                                           "Searcher", "Metric", "Best", "Trials",
+                                           "Start Time", "End Time", "Resource Pool"],
+                 [(exp["id"], exp["name"], output.state(exp["state"]),
+                   f"{progress * 100:.0f}%" if progress is not None else "", exp["username"],
+                   exp["searcherType"], metric, "" if best is None else f"{best:.6g}",
+                   len(trials), output.when(exp["startTime"]),
+                   output.when(exp.get("endTime")), exp.get("resourcePool", ""))])
+    output.table("Trials (best first)", ["Trial ID", "State", f"Best {metric}".strip(),
+                                         "Hyperparameters", "Steps", "Restarts",
+                                         "Latest training", "Latest validation",
+                                         "Best validation"],
+                 [(t["id"], output.state(t["state"]),
+                   "" if _best_value(t, metric) is None else f"{_best_value(t, metric):.6g}",
+                   _hp(t["hparams"]), t["totalBatchesProcessed"], t["restarts"],
+                   output.metrics_text(t.get("latestTraining")),
+                   output.metrics_text(t.get("latestValidation")),
+                   output.metrics_text(t.get("bestValidation"))) for t in trials])
+    output.table("Checkpoints", ["Trial ID", "UUID", "Steps", "Report Time", "State",
+                                 "Size", f"Validation {metric}".strip()],
+                 [(ck["training"]["trialId"], ck["uuid"], ck["metadata"].get("steps_completed"),
+                   output.when(ck["reportTime"]), output.state(ck["state"]), _size(ck),
+                   ck["training"].get("searcherMetric")) for ck in ckpts])
+
+
+def _best_value(trial: dict[str, Any], metric: str) -> float | None:
+    best = trial.get("bestValidation") or {}
+    value = ((best.get("metrics") or {}).get("avgMetrics") or {}).get(metric)
+    return float(value) if isinstance(value, int | float) else None
+
+
+def _rank(trial: dict[str, Any], metric: str, smaller_is_better: bool) -> tuple[int, float, int]:
+    """Best trial first by the searcher metric; trials without a validation last, by id."""
+    value = _best_value(trial, metric)
+    if value is None:
+        return (1, 0.0, int(trial["id"]))
+    return (0, value if smaller_is_better else -value, int(trial["id"]))
+
+
+def _hp(hparams: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in hparams.items())
+
+
+def _size(ck: dict[str, Any]) -> str:
+    total = 0
+    for v in (ck.get("resources") or {}).values():
+        try:
+            total += int(v)
+        except (TypeError, ValueError):
+            continue
+    for unit in ("B", "KB", "MB", "GB"):
+        if total < 1024 or unit == "GB":
+            return f"{total:.0f} {unit}" if unit == "B" else f"{total:.1f} {unit}"
+        total /= 1024  # type: ignore[assignment]
+    return str(total)
+
+
+async def action(c: Client, exp_id: int, verb: str) -> None:
+    try:
+        await c.experiment_action(exp_id, verb)
+    except DettuiError as exc:
+        raise type(exc)(f"cannot {verb} experiment {exp_id}: {exc.message}") from exc
+    past = {"pause": "Paused", "activate": "Activated", "cancel": "Canceled",
+            "kill": "Killed", "archive": "Archived", "unarchive": "Unarchived"}[verb]
+    output.console.print(f"{past} experiment {exp_id}")
+
+
+async def delete(c: Client, exp_id: int, *, yes: bool) -> None:
+    """Delete an ended experiment with its checkpoints, logs and metrics (asks first)."""
+    if not yes:
+        if not sys.stdin.isatty():
+            raise InvalidArgument(f"deleting experiment {exp_id} removes its checkpoints, logs "
+                                  "and metrics for good: add --yes to confirm (or archive it)")
+        answer = await asyncio.to_thread(
+            input, f"Delete experiment {exp_id} with all its checkpoints, logs and metrics? "
+                   "This cannot be undone. [y/N] ")
+        if answer.strip().lower() not in ("y", "yes"):
+            output.console.print("Nothing deleted.")
+            return
+    try:
+        await c.request("DELETE", f"/api/v1/experiments/{exp_id}")
+    except DettuiError as exc:
+        raise type(exc)(f"cannot delete experiment {exp_id}: {exc.message}") from exc
+    output.console.print(f"Deleted experiment {exp_id}")
+
+
+async def set_priority(c: Client, exp_id: int, priority: int) -> None:
+    await c.request("PATCH", f"/api/v1/experiments/{exp_id}",
+                    body={"id": exp_id, "resources": {"priority": priority}})
+    output.console.print(f"Set priority of experiment {exp_id} to {priority}")
+
+
+async def set_gc_policy(c: Client, exp_id: int, *, experiment_best: int, trial_best: int,
+                        trial_latest: int, yes: bool) -> None:
+    if not yes:
+        preview = await c.request("GET", f"/experiments/{exp_id}/preview_gc", params={
+            "save_experiment_best": str(experiment_best), "save_trial_best": str(trial_best),
+            "save_trial_latest": str(trial_latest)})
+        doomed = preview["checkpoints"]
+        output.table(f"This policy deletes {len(doomed)} checkpoint(s) of experiment {exp_id}",
+                     ["Trial ID", "UUID", "Steps", "Report Time"],
+                     [(ck["TrialID"], ck["UUID"], ck["StepsCompleted"],
+                       output.when(ck["ReportTime"])) for ck in doomed])
+        output.console.print("Nothing changed. Run again with --yes to apply the policy.")
+        return
+    await c.request("PATCH", f"/api/v1/experiments/{exp_id}", body={
+        "id": exp_id, "checkpointStorage": {"saveExperimentBest": experiment_best,
+                                            "saveTrialBest": trial_best,
+                                            "saveTrialLatest": trial_latest}})
+    output.console.print(f"Applied the GC policy to experiment {exp_id}")

@@ -1,0 +1,57 @@
+"""`dettui trial|t logs|describe`."""
+
+from __future__ import annotations
+
+from dettui.client import Client
+from dettui.commands import output
+
+
+async def follow_logs(c: Client, trial_id: int, *, follow: bool = True,
+                      ranks: list[int] | None = None, tail: int | None = None,
+                      as_json: bool = False) -> None:
+    import sys
+
+    lines = []
+    async for item in c.trial_logs(trial_id, follow=follow and not tail, ranks=ranks, tail=tail):
+        if tail:
+            lines.append(item)
+            continue
+        _emit(item, as_json)
+        sys.stdout.flush()
+    for item in reversed(lines):
+        _emit(item, as_json)
+    if tail and follow:
+        last = max((int(i["id"]) for i in lines), default=0)
+        async for item in c.trial_logs(trial_id, follow=True, ranks=ranks):
+            if int(item["id"]) > last:
+                _emit(item, as_json)
+
+
+def _emit(item: dict[str, object], as_json: bool) -> None:
+    import json
+    import sys
+
+    if as_json:
+        sys.stdout.write(json.dumps(item) + "\n")
+    else:
+        sys.stdout.write(str(item["message"]))
+
+
+async def logs(c: Client, trial_id: int, *, follow: bool, ranks: list[int] | None,
+               tail: int | None, as_json: bool) -> None:
+    await c.trial(trial_id)
+    await follow_logs(c, trial_id, follow=follow, ranks=ranks, tail=tail, as_json=as_json)
+    if follow and not as_json:
+        output.err_console.print(
+            f"Trial log stream ended. To reopen log stream, run: dettui trial logs -f {trial_id}")
+
+
+async def describe(c: Client, trial_id: int, *, as_json: bool) -> None:
+    t = await c.trial(trial_id)
+    if as_json:
+        output.print_json(t)
+        return
+    output.table(f"Trial {trial_id}", ["Experiment", "State", "Steps", "Restarts",
+                                       "Hyperparameters", "Latest validation"],
+                 [(t["experimentId"], output.state(t["state"]), t["totalBatchesProcessed"],
+                   t["restarts"], t["hparams"], output.metrics_text(t.get("latestValidation")))])

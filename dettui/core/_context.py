@@ -1,0 +1,100 @@
+"""`core.init()`: the Core API context, or its Dummy twin outside a cluster."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from dettui.core._checkpoint import CheckpointContext
+from dettui.core._distributed import DistributedContext
+from dettui.core._info import ClusterInfo, get_cluster_info
+from dettui.core._preempt import DummyPreemptContext, PreemptContext, PreemptMode
+from dettui.core._searcher import DummySearcherContext, SearcherContext
+from dettui.core._session import Session
+from dettui.core._train import DummyTrainContext, TrainContext
+from dettui.storage import storage_base
+
+log = logging.getLogger("dettui.core")
+
+
+class InvalidHP(Exception):  # noqa: N818 - Determined's name
+    """Raise inside `with core.init()` to end the trial early for bad hyperparameters."""
+
+
+class Context:
+    def __init__(self, *, info: ClusterInfo | None, distributed: DistributedContext,
+                 train: Any, checkpoint: CheckpointContext, preempt: Any, searcher: Any,
+                 session: Session | None = None) -> None:
+        self.info = info
+        self.distributed = distributed
+        self.train = train
+        self.checkpoint = checkpoint
+        self.preempt = preempt
+        self.searcher = searcher
+        self._session = session
+
+    def __enter__(self) -> Context:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if isinstance(exc, InvalidHP) and self._session is not None and self.info is not None:
+            self._session.post(f"/api/v1/trials/{self.info.trial.trial_id}/early_exit",
+                               {"reason": "EXITED_REASON_INVALID_HP"})
+            self.close()
+            raise SystemExit(0)
+        self.close()
+
+    def close(self) -> None:
+        self.preempt.close()
+        self.train.close()
+
+
+def _default_checkpoint_dir() -> Path:
+    import platformdirs
+
+    return Path(platformdirs.user_data_dir("dettui")) / "checkpoints"
+
+
+def init(*, distributed: DistributedContext | None = None,
+         preempt_mode: PreemptMode = PreemptMode.WorkersAskChief,
+         checkpoint_storage: str | Path | None = None, detached: Any = None,
+         **_: Any) -> Context:
+    """The Core API: on a cluster, talk to the master; off it, a Dummy that logs locally, or
+    with `detached=core.DetachedConfig(...)` (or a dict, or True) an unmanaged trial on a
+    master (see `dettui.core._detached`). On a cluster `detached` is ignored."""
+    info = get_cluster_info()
+    if info is None and detached not in (None, False):
+        from dettui.core._detached import init_detached
+
+        return init_detached(detached, distributed=distributed,
+                             checkpoint_storage=checkpoint_storage)
+    if info is None:
+        return _dummy(distributed or DistributedContext(), checkpoint_storage)
+    if distributed is None:
+        if len(info.slot_ids) > 1 and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+            raise ValueError("a multi-slot trial needs a DistributedContext: "
+                             "core.init(distributed=core.DistributedContext."
+                             "from_torch_distributed())")
+        distributed = DistributedContext()
+    session = Session(info.master_url, task_token=info.session_token)
+    train = (TrainContext(session, info, distributed.is_chief) if distributed.is_chief
+             else DummyTrainContext())
+    base = Path(checkpoint_storage) if checkpoint_storage else storage_base(info.trial.config)
+    return Context(
+        info=info, distributed=distributed, train=train,
+        checkpoint=CheckpointContext(base, distributed, session, info),
+        preempt=PreemptContext(session, info.allocation_id, distributed, preempt_mode),
+        searcher=SearcherContext(train, info, distributed), session=session,
+    )
+
+
+def _dummy(distributed: DistributedContext, storage: str | Path | None) -> Context:
+    base = Path(storage) if storage else _default_checkpoint_dir()
+    log.info("dettui.core: not on a cluster; metrics are logged, checkpoints go to %s", base)
+    return Context(info=None, distributed=distributed, train=DummyTrainContext(),
+                   checkpoint=CheckpointContext(base, distributed), preempt=DummyPreemptContext(),
+                   searcher=DummySearcherContext())

@@ -1,0 +1,126 @@
+"""The DettuiError hierarchy: every error a user can see, with a title and an HTTP/gRPC mapping.
+
+Raised anywhere, translated once per surface: master middleware -> JSON body, client -> the same
+classes again, CLI -> one red line on stderr and a non-zero exit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+class DettuiError(Exception):
+    """Base of all errors meant for users. `message` is one or more plain sentences."""
+
+    title = "Error"
+    http_status = 500
+    grpc_code = 2  # Unknown
+    grpc_reason = "Unknown"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class InvalidArgument(DettuiError):
+    title = "Invalid argument"
+    http_status = 400
+    grpc_code = 3
+    grpc_reason = "InvalidArgument"
+
+
+class FailedPrecondition(DettuiError):
+    title = "Not allowed now"
+    http_status = 400
+    grpc_code = 9
+    grpc_reason = "FailedPrecondition"
+
+
+class NotFound(DettuiError):
+    title = "Not found"
+    http_status = 404
+    grpc_code = 5
+    grpc_reason = "NotFound"
+
+
+class Conflict(DettuiError):
+    title = "Conflict"
+    http_status = 409
+    grpc_code = 6
+    grpc_reason = "AlreadyExists"
+
+
+class Unauthenticated(DettuiError):
+    title = "Not logged in"
+    http_status = 401
+    grpc_code = 16
+    grpc_reason = "Unauthenticated"
+
+
+class PermissionDenied(DettuiError):
+    title = "Forbidden"
+    http_status = 403
+    grpc_code = 7
+    grpc_reason = "PermissionDenied"
+
+
+class TooLarge(DettuiError):
+    title = "Too large"
+    http_status = 413
+    grpc_code = 8
+    grpc_reason = "ResourceExhausted"
+
+
+class Unavailable(DettuiError):
+    title = "Unavailable"
+    http_status = 503
+    grpc_code = 14
+    grpc_reason = "Unavailable"
+
+
+class ConfigError(InvalidArgument):
+    """An experiment config with one or more problems, each naming its path.
+
+    `problems` holds lines such as ``resources.slots_per_trial: must be >= 0``.
+    """
+
+    title = "Invalid experiment configuration"
+
+    def __init__(self, problems: Sequence[str], source: str | None = None) -> None:
+        self.problems = list(problems)
+        self.source = source
+        where = f" ({source})" if source else ""
+        body = "\n".join(f"  - {p}" for p in self.problems)
+        super().__init__(f"invalid experiment configuration{where}:\n{body}")
+
+
+class ContextError(InvalidArgument):
+    """A model context that cannot be packed or extracted safely."""
+
+    title = "Invalid model context"
+
+
+class MasterUnreachable(DettuiError):
+    """The client could not reach the master at all."""
+
+    title = "Master unreachable"
+    http_status = 503
+
+
+_BY_STATUS: dict[int, type[DettuiError]] = {
+    400: InvalidArgument,
+    401: Unauthenticated,
+    403: PermissionDenied,
+    404: NotFound,
+    409: Conflict,
+    413: TooLarge,
+    503: Unavailable,
+}
+
+
+def from_status(status: int, message: str) -> DettuiError:
+    """The error class a client raises for an HTTP status from the master."""
+    return _BY_STATUS.get(status, DettuiError)(message)

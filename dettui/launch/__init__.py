@@ -1,0 +1,1 @@
+"""Launchers used in a config's entrypoint (`python -m dettui.launch.X ...`)."""

@@ -1,0 +1,107 @@
+"""`dettui e create --dry-run`: what each node would run, without running anything.
+
+Plans the trial's nodes the way the scheduler does (one agent if it has the slots, else whole
+agents of equal size), then expands the entrypoint like the agent and, for the torch_distributed
+launcher, like the launcher itself: the exact torchrun command and environment per node.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from dettui.launch import spec
+
+LAUNCHERS = {"dettui.launch.torch_distributed"}
+
+
+@dataclass(frozen=True)
+class AgentView:
+    id: str
+    slots: int
+    address: str = "127.0.0.1"
+
+
+@dataclass(frozen=True)
+class NodePlan:
+    node_rank: int
+    agent: str
+    slot_ids: list[int]
+    entrypoint: list[str]
+    env: dict[str, str]
+    launcher: spec.Command | None
+
+
+def place(slots: int, agents: Sequence[AgentView]) -> tuple[list[tuple[AgentView, int]], str]:
+    """(agent, slots) per node, and a note when the plan had to assume something."""
+    if slots <= 0:
+        return [(agents[0] if agents else AgentView("(any agent)", 0), 0)], ""
+    ranked = sorted(agents, key=lambda a: (-a.slots, a.id))
+    for agent in ranked:
+        if agent.slots >= slots:
+            return [(agent, slots)], ""
+    if not agents:
+        return [(AgentView("(no agent connected)", slots), slots)], \
+            "no agent is connected: assuming one node with every slot"
+    size = ranked[0].slots
+    same = [a for a in ranked if a.slots == size]
+    if size and slots % size == 0 and len(same) >= slots // size:
+        return [(a, size) for a in same[:slots // size]], ""
+    return [(AgentView(f"(node {i})", size or slots), size or slots)
+            for i in range(max(1, -(-slots // max(size, 1))))], \
+        (f"{slots} slots do not fit the connected agents (largest: {size} slots): the trial "
+         "would wait; shown as if whole agents of that size existed")
+
+
+def _launcher_args(argv: list[str]) -> list[str] | None:
+    """The arguments given to our torch_distributed launcher, if the entrypoint runs it."""
+    tokens = shlex.split(argv[2]) if argv[:2] == ["sh", "-c"] else argv
+    for i in range(len(tokens) - 1):
+        if tokens[i] == "-m" and tokens[i + 1] in LAUNCHERS:
+            return tokens[i + 2:]
+    return None
+
+
+def plan(config: dict[str, Any], agents: Sequence[AgentView],
+         hparams: dict[str, Any] | None = None) -> tuple[list[NodePlan], str]:
+    from dettui.launch import torch_distributed
+
+    slots = int((config.get("resources") or {}).get("slots_per_trial", 1))
+    placed, note = place(slots, agents)
+    argv = spec.entrypoint_argv(config.get("entrypoint") or "")
+    nodes = []
+    for rank, (agent, n) in enumerate(placed):
+        env = {"DET_AGENT_ID": agent.id, "DET_SLOT_IDS": json.dumps(list(range(n))),
+               "DET_HPARAMS": json.dumps(hparams or {}), "DET_TRIAL_RUN_ID": "1"}
+        if len(placed) > 1:
+            env["DETTUI_RENDEZVOUS"] = json.dumps({
+                "addresses": [a.address for a, _ in placed], "rank": rank,
+                "slots": [k for _, k in placed], "port": spec.C10D_PORT})
+            env["DET_CHIEF_IP"] = placed[0][0].address
+        else:
+            env["DETTUI_C10D_PORT"] = str(spec.C10D_PORT)
+        launcher = None
+        args = _launcher_args(argv)
+        if args is not None:
+            launcher = torch_distributed.build(args, env)
+        nodes.append(NodePlan(rank, agent.id, list(range(n)), argv, env, launcher))
+    return nodes, note
+
+
+def render(nodes: list[NodePlan], note: str) -> str:
+    lines = []
+    if note:
+        lines.append(f"note: {note}")
+    for node in nodes:
+        lines.append(f"node {node.node_rank}: agent {node.agent}, slots {node.slot_ids}")
+        lines.append(f"  entrypoint: {shlex.join(node.entrypoint)}")
+        lines.append("  environment (besides DET_MASTER, DET_SESSION_TOKEN, "
+                     "DET_EXPERIMENT_CONFIG, DET_TRIAL_ID...):")
+        lines += [f"    {k}={v}" for k, v in sorted(node.env.items())]
+        if node.launcher is not None:
+            lines.append("  the launcher runs (port chosen at start; 29400 shown):")
+            lines.append(f"    {node.launcher.render()}")
+    return "\n".join(lines)

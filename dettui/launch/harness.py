@@ -1,0 +1,154 @@
+"""`python -m dettui.launch.harness module:TrialClass [--config EXP.yaml] [--hparams JSON]`.
+
+Runs a PyTorchTrial: on a cluster (one process per slot, under the torch_distributed
+launcher) with the trial's hyperparameters and config from the DET_* environment; off a cluster
+with the config file given (its constant hyperparameters, or --hparams). Trial code written
+for Determined (`from determined import pytorch`) runs unchanged when the real `determined`
+package is not installed: its names resolve to dettui's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import json
+import logging
+import os
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+EXIT_USAGE = 2
+EXIT_TRIAL_ERROR = 1
+
+
+class HarnessError(Exception):
+    """A trial that cannot be loaded or configured; the message says what to fix."""
+
+
+def alias_determined() -> bool:
+    """Make `determined`, `determined.core` and `determined.pytorch` resolve to dettui's,
+    unless the real package is installed. Returns True when the alias is in place."""
+    if "determined" in sys.modules or importlib.util.find_spec("determined") is not None:
+        return False
+    from dettui import core, pytorch
+
+    det = types.ModuleType("determined")
+    det.__path__ = []  # a package, so `import determined.pytorch` works
+    det.core = core  # type: ignore[attr-defined]
+    det.pytorch = pytorch  # type: ignore[attr-defined]
+    det.TrialContext = pytorch.PyTorchTrialContext  # type: ignore[attr-defined]
+    sys.modules.update({"determined": det, "determined.core": core,
+                        "determined.pytorch": pytorch})
+    return True
+
+
+def load_trial_class(spec: str) -> type[Any]:
+    from dettui.pytorch import PyTorchTrial
+
+    module_name, sep, class_name = spec.partition(":")
+    if not sep or not module_name or not class_name:
+        raise HarnessError(f"trial '{spec}' must be module:Class, e.g. model_def:MyTrial")
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    alias_determined()
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name == module_name or module_name.startswith(f"{exc.name}."):
+            raise HarnessError(f"trial module '{module_name}' not found in {os.getcwd()}") \
+                from exc
+        raise
+    trial = getattr(module, class_name, None)
+    if trial is None:
+        raise HarnessError(f"module '{module_name}' has no '{class_name}'; it defines "
+                           f"{sorted(n for n in vars(module) if not n.startswith('_'))}")
+    if not (isinstance(trial, type) and issubclass(trial, PyTorchTrial)):
+        raise HarnessError(f"{spec} is not a subclass of dettui.pytorch.PyTorchTrial "
+                           "(or determined.pytorch.PyTorchTrial)")
+    return trial
+
+
+def _local_config(path: str | None, hparams_json: str | None) -> tuple[dict[str, Any],
+                                                                       dict[str, Any]]:
+    """Off a cluster: the experiment config file (defaults filled) and its hyperparameters."""
+    config: dict[str, Any] = {}
+    if path:
+        from dettui.config.loader import load_config_file
+        from dettui.errors import ConfigError
+
+        try:
+            config = load_config_file(Path(path)).to_expconf()
+        except ConfigError as exc:
+            raise HarnessError(str(exc)) from exc
+    hparams: dict[str, Any] = {}
+    for name, spec in (config.get("hyperparameters") or {}).items():
+        if isinstance(spec, dict) and spec.get("type") == "const":
+            hparams[name] = spec.get("val")
+        elif not isinstance(spec, dict):
+            hparams[name] = spec
+    if hparams_json:
+        try:
+            given = json.loads(hparams_json)
+        except json.JSONDecodeError as exc:
+            raise HarnessError(f"--hparams is not valid JSON: {exc}") from exc
+        if not isinstance(given, dict):
+            raise HarnessError("--hparams must be a JSON object")
+        hparams.update(given)
+    missing = [n for n, s in (config.get("hyperparameters") or {}).items()
+               if n not in hparams and isinstance(s, dict)]
+    if missing:
+        raise HarnessError(f"hyperparameters {missing} are searched over; give values with "
+                           "--hparams '{\"name\": value}' to run off the cluster")
+    return config, hparams
+
+
+def run(trial_spec: str, config_path: str | None = None, hparams_json: str | None = None) -> int:
+    from dettui import core
+    from dettui.pytorch._controller import Controller
+
+    trial_class = load_trial_class(trial_spec)
+    info = core.get_cluster_info()
+    if info is not None:
+        config, hparams = info.trial.config, info.trial.hparams
+    else:
+        config, hparams = _local_config(config_path, hparams_json)
+    distributed = None
+    group = False
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        import torch
+        import torch.distributed as dist
+
+        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+        group = True
+        distributed = core.DistributedContext.from_torch_distributed()
+    try:
+        with core.init(distributed=distributed) as ctx:
+            Controller(trial_class, ctx, hparams, config).run()
+    finally:
+        if group:
+            import torch.distributed as dist
+
+            dist.destroy_process_group()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m dettui.launch.harness",
+                                     description="Run a PyTorchTrial class.")
+    parser.add_argument("trial", help="module:Class, e.g. model_def:MyTrial")
+    parser.add_argument("--config", help="experiment config (off the cluster)")
+    parser.add_argument("--hparams", help="hyperparameter values as JSON (off the cluster)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    try:
+        return run(args.trial, args.config, args.hparams)
+    except HarnessError as exc:
+        print(f"harness: {exc}", file=sys.stderr, flush=True)
+        return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

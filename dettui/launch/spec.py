@@ -1,0 +1,123 @@
+"""Pure launch-command builders: what each launcher runs, as data, printable for --dry-run."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+LEGACY_TRIAL = re.compile(r"^[a-zA-Z0-9_.]+:[a-zA-Z0-9_]+$")
+C10D_PORT = 29400
+
+
+class LaunchArgsError(ValueError):
+    """Bad launcher arguments; `code` is the exit status Determined uses for the same mistake."""
+
+    def __init__(self, message: str, code: int = 1) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass(frozen=True)
+class Topology:
+    """Where this node sits in the allocation (from the agent's environment)."""
+
+    addresses: tuple[str, ...] = ("127.0.0.1",)  # chief first
+    node_rank: int = 0
+    slots_per_node: tuple[int, ...] = (1,)
+    port: int = C10D_PORT
+
+    @property
+    def nnodes(self) -> int:
+        return len(self.addresses)
+
+    @property
+    def nproc(self) -> int:
+        return max(1, self.slots_per_node[self.node_rank])
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> Topology:
+        raw = env.get("DETTUI_RENDEZVOUS")
+        if raw:
+            info = json.loads(raw)
+            return cls(tuple(info["addresses"]), int(info["rank"]),
+                       tuple(int(s) for s in info["slots"]), int(info.get("port", C10D_PORT)))
+        slots = json.loads(env.get("DET_SLOT_IDS", "[0]")) or [0]
+        return cls(("127.0.0.1",), 0, (len(slots),), int(env.get("DETTUI_C10D_PORT", C10D_PORT)))
+
+
+@dataclass(frozen=True)
+class Command:
+    argv: tuple[str, ...]
+    env: dict[str, str] = field(default_factory=dict)
+
+    def render(self) -> str:
+        prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items()))
+        return (prefix + " " if prefix else "") + shlex.join(self.argv)
+
+
+def split_overrides(argv: Sequence[str]) -> tuple[list[str], list[str]]:
+    """Everything before the first `--` is overrides, the rest the script (Determined's rule)."""
+    args = list(argv)
+    if "--" in args:
+        i = args.index("--")
+        return args[:i], args[i + 1:]
+    return [], args
+
+
+def script_of(rest: Sequence[str], python: str = "python3") -> list[str]:
+    """`--trial m:T` -> the trial harness; otherwise the script itself."""
+    rest = list(rest)
+    if rest[:1] == ["--trial"]:
+        if len(rest) < 2:
+            raise LaunchArgsError("error: --trial needs a TRIAL argument (module:Class)")
+        if len(rest) > 2:
+            raise LaunchArgsError(f"error: extra arguments to --trial: {rest[2:]}")
+        return [python, "-m", "dettui.launch.harness", rest[1]]
+    if not rest:
+        raise LaunchArgsError("error: empty script is not allowed")
+    if rest[0].startswith("-"):
+        raise LaunchArgsError(f"unrecognized arguments: {' '.join(rest)}", code=2)
+    return rest
+
+
+def torchrun_command(
+    overrides: Sequence[str], script: Sequence[str], topo: Topology, python: str = "python3"
+) -> Command:
+    """torchrun with our defaults; overrides given by the user win (they come last)."""
+    master_addr = "localhost" if topo.nnodes == 1 else topo.addresses[0]
+    argv = [
+        python, "-m", "torch.distributed.run",
+        "--nnodes", str(topo.nnodes), "--nproc_per_node", str(topo.nproc),
+        "--node_rank", str(topo.node_rank), "--max_restarts", "0",
+        "--master_addr", master_addr, "--master_port", str(topo.port),
+        *overrides,
+        "--no-python", python, "-m", "dettui.launch.worker", "--", *script,
+    ]
+    env = {"USE_TORCH_DISTRIBUTED": "True", "DET_CHIEF_IP": topo.addresses[0]}
+    return Command(tuple(argv), env)
+
+
+_DET_LAUNCHER = re.compile(r"(?<![\w.])determined\.launch\.")
+
+
+def entrypoint_argv(entrypoint: str | Sequence[str], python: str = "python3") -> list[str]:
+    """Determined's exec/launch.py rules, with Determined's launchers mapped to ours.
+
+    A legacy `module:TrialClass` runs under the torch_distributed launcher's trial harness;
+    another string runs with `sh -c`; a list is exec'd as it is.
+    """
+    if isinstance(entrypoint, str):
+        text = entrypoint.strip()
+        if not text:
+            raise LaunchArgsError("the experiment has no entrypoint")
+        if LEGACY_TRIAL.match(text):
+            return [python, "-m", "dettui.launch.torch_distributed", "--trial", text]
+        return ["sh", "-c", _DET_LAUNCHER.sub("dettui.launch.", text)]
+    argv = [str(a) for a in entrypoint]
+    if not argv:
+        raise LaunchArgsError("the experiment has no entrypoint")
+    return [_DET_LAUNCHER.sub("dettui.launch.", a) if a.startswith("determined.launch.") else a
+            for a in argv]

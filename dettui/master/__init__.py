@@ -1,0 +1,1 @@
+"""The master: aiohttp app, SQLite store, pure scheduler, and the cluster runtime."""

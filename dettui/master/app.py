@@ -1,0 +1,69 @@
+"""The master's aiohttp application factory and runner."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import AsyncIterator
+
+from aiohttp import web
+
+from dettui.master import keys, middleware, routes
+from dettui.master.cluster import Cluster
+from dettui.master.events import Notifier
+from dettui.master.settings import MasterSettings, check_exposure
+from dettui.master.store import Database, users
+from dettui.master.store import agents as agent_store
+
+log = logging.getLogger("dettui.master")
+MAX_BODY = 140 * 1024 * 1024  # a 95 MiB context arrives base64-encoded inside JSON
+
+
+def create_app(settings: MasterSettings) -> web.Application:
+    """Build the master: store, cluster runtime and routes. Nothing starts until the app runs."""
+    app = web.Application(client_max_size=MAX_BODY,
+                          middlewares=[middleware.errors, middleware.auth])
+    app[keys.SETTINGS] = settings
+    app.cleanup_ctx.append(_lifetime)
+    routes.setup(app)
+    return app
+
+
+async def _lifetime(app: web.Application) -> AsyncIterator[None]:
+    settings = app[keys.SETTINGS]
+    settings.state_dir.mkdir(parents=True, exist_ok=True)
+    settings.checkpoint_root.mkdir(parents=True, exist_ok=True)
+    db = Database(settings.db_path)
+    await db.run(users.ensure_default_users, settings.admin_password)
+    check_exposure(settings.host, await db.run(users.has_password, "admin"))
+    cluster_id = await db.run(agent_store.cluster_value, "cluster_id", str(uuid.uuid4()))
+    notifier = Notifier()
+    cluster = Cluster(db, settings, notifier, cluster_id)
+    app[keys.DB] = db
+    app[keys.NOTIFIER] = notifier
+    app[keys.CLUSTER_ID] = cluster_id
+    app[keys.CLUSTER] = cluster
+    await cluster.start()
+    try:
+        yield
+    finally:
+        await cluster.stop()
+        await asyncio.get_running_loop().run_in_executor(None, db.close)
+
+
+async def start_master(settings: MasterSettings) -> tuple[web.AppRunner, str]:
+    """Start listening; return the runner and the URL actually bound (port 0 picks one)."""
+    app = create_app(settings)
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=2.0)
+    await runner.setup()
+    site = web.TCPSite(runner, settings.host, settings.port)
+    try:
+        await site.start()
+    except OSError:
+        await runner.cleanup()
+        raise
+    sockets = site._server.sockets if site._server else []  # type: ignore[union-attr]
+    port = sockets[0].getsockname()[1] if sockets else settings.port
+    host = settings.host if ":" not in settings.host else f"[{settings.host}]"
+    return runner, f"http://{host}:{port}"

@@ -1,0 +1,74 @@
+"""Applying a GC policy: find what it deletes (pure `gc.to_delete`), remove the files from
+storage in a thread, and mark the records deleted."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shutil
+import sqlite3
+from typing import Any
+
+from dettui.master.gc import CkptFacts, GcPolicy, to_delete
+from dettui.master.store import Database
+from dettui.master.store import checkpoints as ckpt_store
+from dettui.master.store import experiments as exp_store
+from dettui.master.store import metrics as metric_store
+from dettui.master.store import trials as trial_store
+from dettui.master.store.records import Checkpoint, Experiment
+from dettui.models import CheckpointState
+from dettui.storage import storage_base
+
+log = logging.getLogger("dettui.master.gc")
+
+
+def policy_of(config: dict[str, Any]) -> GcPolicy:
+    cs = config.get("checkpoint_storage") or {}
+    return GcPolicy(int(cs.get("save_experiment_best", 0)), int(cs.get("save_trial_best", 1)),
+                    int(cs.get("save_trial_latest", 1)))
+
+
+def plan(conn: sqlite3.Connection, exp: Experiment, policy: GcPolicy) -> list[Checkpoint]:
+    """The checkpoints of `exp` that `policy` deletes."""
+    searcher = exp.config.get("searcher") or {}
+    metric = searcher.get("metric") or ""
+    sign = 1.0 if searcher.get("smaller_is_better", True) else -1.0
+    ckpts = [c for c in ckpt_store.for_experiment(conn, exp.id)
+             if c.state is CheckpointState.COMPLETED and c.trial_id is not None]
+    trial_ids = [t.id for t in trial_store.for_experiment(conn, exp.id)]
+    values = {(m.trial_id, m.steps_completed): m.metrics.get(metric)
+              for m in metric_store.validations_with(conn, trial_ids, metric)}
+    facts = []
+    for c in ckpts:
+        v = values.get((c.trial_id, c.steps_completed or 0))
+        value = sign * float(v) if isinstance(v, int | float) else None
+        facts.append(CkptFacts(c.uuid, int(c.trial_id or 0), c.steps_completed or 0, value,
+                               c.steps_completed))
+    doomed = set(to_delete(facts, policy))
+    return [c for c in ckpts if c.uuid in doomed]
+
+
+async def collect(db: Database, exp_id: int, policy: GcPolicy | None = None) -> list[str]:
+    """Delete what the policy (default: the experiment's own) says; return the uuids."""
+    exp = await db.run(exp_store.get, exp_id)
+    doomed = await db.run(plan, exp, policy or policy_of(exp.config))
+    for ckpt in doomed:
+        await _remove(exp, ckpt)
+        await db.run(ckpt_store.set_resources, ckpt.uuid, {})
+    if doomed:
+        log.info("GC of experiment %d deleted %d checkpoint(s)", exp_id, len(doomed))
+    return [c.uuid for c in doomed]
+
+
+async def remove_all(db: Database, exp: Experiment) -> int:
+    """Take every checkpoint of the experiment out of storage (before it is deleted); return
+    how many there were."""
+    ckpts = await db.run(ckpt_store.for_experiment, exp.id)
+    for ckpt in ckpts:
+        await _remove(exp, ckpt)
+    return len(ckpts)
+
+
+async def _remove(exp: Experiment, ckpt: Checkpoint) -> None:
+    """One checkpoint's files out of the experiment's storage (gone already is fine)."""
+    await asyncio.to_thread(shutil.rmtree, storage_base(exp.config) / ckpt.uuid, True)

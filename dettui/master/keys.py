@@ -1,0 +1,23 @@
+"""Typed aiohttp application and request keys."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+
+if TYPE_CHECKING:
+    from dettui.master.cluster import Cluster
+    from dettui.master.events import Notifier
+    from dettui.master.middleware import Principal
+    from dettui.master.routes.stream import Connection
+    from dettui.master.settings import MasterSettings
+    from dettui.master.store import Database
+
+DB: web.AppKey[Database] = web.AppKey("db")
+SETTINGS: web.AppKey[MasterSettings] = web.AppKey("settings")
+CLUSTER: web.AppKey[Cluster] = web.AppKey("cluster")
+NOTIFIER: web.AppKey[Notifier] = web.AppKey("notifier")
+CLUSTER_ID: web.AppKey[str] = web.AppKey("cluster_id")
+STREAMS: web.AppKey[set[Connection]] = web.AppKey("streams")  # open push streams
+PRINCIPAL: web.RequestKey[Principal] = web.RequestKey("principal")

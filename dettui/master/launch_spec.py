@@ -1,0 +1,103 @@
+"""What an agent needs to start one allocation: the entrypoint and the DET_* environment.
+
+Built on the store thread from committed records (SEMANTICS §2.1).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from typing import Any
+
+from dettui.master.settings import MasterSettings
+from dettui.master.store import checkpoints as ckpt_store
+from dettui.master.store import experiments as exp_store
+from dettui.master.store import trials as trial_store
+from dettui.master.store.records import Agent, Allocation
+
+SLOT_TYPE_CUDA = "cuda"
+
+
+def build_start(
+    conn: sqlite3.Connection, alloc: Allocation, agent: Agent, peers: dict[str, Agent],
+    cluster_id: str, settings: MasterSettings,
+) -> dict[str, Any]:
+    """The start message for `agent`'s part of the allocation (node rank = its part's index)."""
+    trial = trial_store.get(conn, alloc.trial_id)
+    exp = exp_store.get(conn, trial.experiment_id)
+    latest = ckpt_store.latest_for_trial(conn, trial.id)
+    slot_types = {int(s["id"]): s.get("type", "cpu") for s in agent.slots}
+    my_slots = alloc.slots_on(agent.id)
+    cuda = [s for s in my_slots if slot_types.get(s) == SLOT_TYPE_CUDA]
+    node_rank = alloc.agents.index(agent.id)
+    env = {
+        "DET_CLUSTER_ID": cluster_id,
+        "DET_MASTER_ID": cluster_id,
+        "DET_AGENT_ID": agent.id,
+        "DET_SLOT_IDS": json.dumps(my_slots),
+        "DET_CONTAINER_ID": f"{alloc.id}.{node_rank}",
+        "DET_RESOURCES_ID": f"{alloc.id}.{node_rank}",
+        "DET_RESOURCES_TYPE": "dettui-process",
+        "DET_TASK_ID": trial.task_id,
+        "DET_ALLOCATION_ID": alloc.id,
+        "DET_SESSION_TOKEN": alloc.token,
+        "DET_USER": exp.username,
+        "DET_TASK_TYPE": "TRIAL",
+        "DET_EXPERIMENT_ID": str(exp.id),
+        "DET_TRIAL_ID": str(trial.id),
+        "DET_TRIAL_RUN_ID": str(alloc.run_id),
+        "DET_TRIAL_SEED": str(trial.seed),
+        "DET_HPARAMS": json.dumps(trial.hparams),
+        "DET_EXPERIMENT_CONFIG": json.dumps(exp.config),
+        "DET_STEPS_COMPLETED": str(latest.steps_completed or 0) if latest else "0",
+        "DET_TASK_LOGGING_METADATA": json.dumps(
+            {"allocation_id": alloc.id, "task_id": trial.task_id}
+        ),
+    }
+    if latest is not None:
+        env["DET_LATEST_CHECKPOINT"] = latest.uuid
+    if len(alloc.parts) > 1:
+        env["DETTUI_RENDEZVOUS"] = json.dumps({
+            "addresses": [address_of(peers.get(a)) for a in alloc.agents],
+            "rank": node_rank, "slots": [len(sl) for _, sl in alloc.parts],
+            "port": alloc.port})
+        env["DET_CHIEF_IP"] = address_of(peers.get(alloc.agents[0]))
+    if not cuda:
+        # One compute thread per CPU slot: torch's default (every core) oversubscribes the
+        # machine as soon as two trials share it. The experiment's own variables win.
+        env["OMP_NUM_THREADS"] = str(max(1, len(my_slots)))
+    env.update(user_environment(exp.config, "cuda" if cuda else "cpu"))
+    return {
+        "kind": "start",
+        "allocationId": alloc.id,
+        "taskId": trial.task_id,
+        "trialId": trial.id,
+        "experimentId": exp.id,
+        "runId": alloc.run_id,
+        "slots": my_slots,
+        "nodeRank": node_rank,
+        "cudaDevices": cuda,
+        "entrypoint": exp.config.get("entrypoint"),
+        "env": env,
+        "sessionToken": alloc.token,
+    }
+
+
+def user_environment(config: dict[str, Any], device: str) -> dict[str, str]:
+    """`environment.environment_variables`: a list of K=V, or one list per device type."""
+    raw = (config.get("environment") or {}).get("environment_variables") or []
+    if isinstance(raw, dict):
+        raw = raw.get(device) or []
+    out: dict[str, str] = {}
+    for item in raw:
+        key, sep, value = str(item).partition("=")
+        if sep and key:
+            out[key] = value
+    return out
+
+
+def address_of(agent: Agent | None) -> str:
+    """Where peers reach an agent: its first advertised address."""
+    if agent is None or not agent.addresses:
+        return "127.0.0.1"
+    return agent.addresses[0]

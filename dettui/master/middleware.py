@@ -1,0 +1,151 @@
+"""Errors become Determined-shaped JSON bodies; every request but a few needs a token."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sqlite3
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from aiohttp import web
+
+from dettui.errors import DettuiError, InvalidArgument, PermissionDenied, Unauthenticated
+from dettui.master import keys
+from dettui.master.store import trials, users
+from dettui.master.store.records import Allocation, User
+
+log = logging.getLogger("dettui.master")
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+PUBLIC = {("GET", "/info"), ("POST", "/api/v1/auth/login")}
+# WebSocket clients that cannot set headers may pass their token as `?token=` here (only here:
+# a token in a URL ends up in logs and histories).
+QUERY_TOKEN_PATHS = {"/api/v1/stream"}
+# Handlers a task's allocation token may call; each still checks the trial/allocation is its own.
+TASK_HANDLERS: set[Handler] = set()
+
+
+def task_route(handler: Handler) -> Handler:
+    """Mark a handler as callable with an allocation (DET_SESSION_TOKEN) token."""
+    TASK_HANDLERS.add(handler)
+    return handler
+
+
+@dataclass(frozen=True)
+class Principal:
+    user: User
+    token: str
+    allocation: Allocation | None = None  # set for allocation (task) tokens
+
+
+def error_response(exc: DettuiError, request: web.Request) -> web.Response:
+    body: dict[str, object] = {"message": exc.message}
+    if request.path.startswith("/api/"):
+        body["error"] = {"code": exc.grpc_code, "reason": exc.grpc_reason, "error": exc.message}
+    return web.json_response(body, status=exc.http_status)
+
+
+@web.middleware
+async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except DettuiError as exc:
+        return error_response(exc, request)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        message = exc.reason if exc.status != 404 else f"no such route: {request.path}"
+        err = DettuiError(message)
+        err.http_status = exc.status
+        err.grpc_code = 5 if exc.status == 404 else 3
+        err.grpc_reason = "NotFound" if exc.status == 404 else "InvalidArgument"
+        return error_response(err, request)
+    except Exception as exc:  # noqa: BLE001 - the master never crashes on a request
+        log.exception("internal error on %s %s", request.method, request.path)
+        return error_response(DettuiError(f"internal error: {exc}"), request)
+
+
+def _bearer(value: str | None) -> str | None:
+    if not value:
+        return None
+    scheme, _, token = value.partition(" ")
+    return token.strip() if scheme.lower() == "bearer" and token.strip() else None
+
+
+@web.middleware
+async def auth(request: web.Request, handler: Handler) -> web.StreamResponse:
+    if (request.method, request.path) in PUBLIC or request.method == "OPTIONS":
+        return await handler(request)
+    db = request.app[keys.DB]
+    principal: Principal | None = None
+    task_token = _bearer(request.headers.get("Grpc-Metadata-x-allocation-token"))
+    user_token = _bearer(request.headers.get("Authorization"))
+    if user_token is None and request.path in QUERY_TOKEN_PATHS:
+        user_token = request.query.get("token") or None
+    if task_token:
+        alloc = await db.run(trials.allocation_by_token, task_token)
+        if alloc is not None:
+            owner = await db.run(_owner_of_allocation, alloc)
+            principal = Principal(owner, task_token, alloc)
+    if principal is None and user_token:
+        user = await db.run(users.user_for_token, user_token)
+        if user is not None:
+            principal = Principal(user, user_token)
+    if principal is None:
+        raise Unauthenticated("invalid credentials: log in first (dettui user login)")
+    if not principal.user.active:
+        raise PermissionDenied("user is not active")
+    if principal.allocation is not None and request.match_info.handler not in TASK_HANDLERS:
+        raise PermissionDenied("an allocation token may only reach its own trial and allocation")
+    request[keys.PRINCIPAL] = principal
+    return await handler(request)
+
+
+def _owner_of_allocation(conn: sqlite3.Connection, alloc: Allocation) -> User:
+    row = conn.execute(
+        "SELECT u.* FROM trials t JOIN experiments e ON e.id = t.experiment_id "
+        "JOIN users u ON u.id = e.owner_id WHERE t.id=?",
+        (alloc.trial_id,),
+    ).fetchone()
+    return User.from_row(row)
+
+
+def principal(request: web.Request) -> Principal:
+    return request[keys.PRINCIPAL]
+
+
+def check_trial(request: web.Request, trial_id: int) -> None:
+    """A task token may touch only its own trial."""
+    p = principal(request)
+    if p.allocation is not None and p.allocation.trial_id != trial_id:
+        raise PermissionDenied(f"this allocation's token is not valid for trial {trial_id}")
+
+
+def check_allocation(request: web.Request, alloc_id: str) -> None:
+    p = principal(request)
+    if p.allocation is not None and p.allocation.id != alloc_id:
+        raise PermissionDenied(f"this allocation's token is not valid for allocation {alloc_id}")
+
+
+def require_user(request: web.Request) -> User:
+    return principal(request).user
+
+
+def require_admin(request: web.Request) -> User:
+    user = principal(request).user
+    if not user.admin:
+        raise PermissionDenied("only an admin may do this")
+    return user
+
+
+async def read_json(request: web.Request) -> object:
+    """The request body as JSON; an empty body is `{}` (Determined's action POSTs send none)."""
+    raw = await request.read()
+    if not raw.strip():
+        return {}
+    try:
+        return json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise InvalidArgument(f"malformed JSON body: {exc}") from exc

@@ -1,0 +1,21 @@
+"""HTTP routes, one module per resource; `setup(app)` registers them all."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from dettui.master.routes import (
+    agents,
+    checkpoints,
+    experiments,
+    jobs,
+    session,
+    stream,
+    trials,
+)
+
+
+def setup(app: web.Application) -> None:
+    for module in (session, experiments, trials, checkpoints, jobs, agents):
+        app.router.add_routes(module.routes)
+    stream.setup(app)

@@ -1,0 +1,239 @@
+"""Agents: the cluster view, our agent protocol, and allocation signals (preemption)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from aiohttp import web
+
+from dettui.errors import InvalidArgument, NotFound
+from dettui.master import keys
+from dettui.master.bodies import (
+    AgentLogsBody,
+    AllocationExitBody,
+    HeartbeatBody,
+    RegisterAgentBody,
+    parse,
+)
+from dettui.master.cluster import AgentLink
+from dettui.master.middleware import check_allocation, require_admin, require_user, task_route
+from dettui.master.store import logs as log_store
+from dettui.master.store import trials as trial_store
+from dettui.master.wire import query_float, ts
+
+routes = web.RouteTableDef()
+MAX_POLL = 60.0
+LEVELS = ("TRACE", "DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+def agent_json(link: AgentLink, used: dict[int, str]) -> dict[str, Any]:
+    a = link.agent
+    slots = {}
+    for s in a.slots:
+        sid = int(s["id"])
+        device_type = "TYPE_CUDA" if s.get("type") == "cuda" else "TYPE_CPU"
+        slots[str(sid)] = {
+            "id": str(sid), "enabled": a.enabled, "draining": link.draining,
+            "device": {"id": sid, "brand": s.get("brand", ""), "uuid": s.get("uuid") or "",
+                       "type": device_type},
+            "container": ({"id": used[sid], "state": "STATE_RUNNING", "devices": []}
+                          if sid in used else None),
+        }
+    return {
+        "id": a.id, "registeredTime": ts(a.registered_time), "slots": slots,
+        "slotStats": slot_stats(list(slots.values())),
+        "resourcePools": [a.pool], "enabled": a.enabled, "draining": link.draining,
+        "addresses": a.addresses, "version": "dettui", "hostname": a.hostname,
+        "lastHeartbeat": ts(time.time() - (time.monotonic() - link.last_seen)),
+        "telemetry": link.telemetry.json(),  # null until the first heartbeat with a sample
+        "noGpuReason": link.no_gpu_reason,  # null when the agent has GPUs
+    }
+
+
+def slot_stats(slots: list[dict[str, Any]]) -> dict[str, Any]:
+    """Determined's v1SlotStats (required by `det agent list`): counts by type and brand."""
+    by: dict[str, dict[str, dict[str, Any]]] = {"typeStats": {}, "brandStats": {}}
+    for slot in slots:
+        for field, name in (("typeStats", slot["device"]["type"]),
+                            ("brandStats", slot["device"]["brand"])):
+            stats = by[field].setdefault(name, {"disabled": 0, "draining": 0, "total": 0,
+                                                "states": {}})
+            stats["total"] += 1
+            stats["disabled"] += 0 if slot["enabled"] else 1
+            stats["draining"] += 1 if slot["draining"] else 0
+            if slot["container"] is not None:
+                state = slot["container"]["state"]
+                stats["states"][state] = stats["states"].get(state, 0) + 1
+    return by
+
+
+async def agent_objects(app: web.Application) -> list[dict[str, Any]]:
+    """Every connected agent as GET /api/v1/agents shows them, ordered by id."""
+    cluster = app[keys.CLUSTER]
+    used: dict[str, dict[int, str]] = {}
+    for alloc in await app[keys.DB].run(trial_store.live_allocations):
+        for agent_id, slots in alloc.parts:
+            for s in slots:
+                used.setdefault(agent_id, {})[s] = alloc.id
+    return [agent_json(link, used.get(aid, {})) for aid, link in sorted(cluster.links.items())]
+
+
+@routes.get("/api/v1/agents")
+async def list_agents(request: web.Request) -> web.Response:
+    agents = await agent_objects(request.app)
+    return web.json_response({"agents": agents, "pagination": {
+        "offset": 0, "limit": 0, "startIndex": 0, "endIndex": len(agents),
+        "total": len(agents)}})
+
+
+@routes.post("/api/v1/agents/register")
+async def register(request: web.Request) -> web.Response:
+    require_user(request)
+    body = await parse(request, RegisterAgentBody)
+    if not body.id or "/" in body.id:
+        raise InvalidArgument("id: an agent id must be non-empty and contain no '/'")
+    settings = request.app[keys.SETTINGS]
+    agent = await request.app[keys.CLUSTER].register(
+        body.id, body.resource_pool or settings.default_pool,
+        [s.model_dump() for s in body.slots], body.hostname, body.addresses,
+        body.running_allocations, body.no_gpu_reason,
+    )
+    return web.json_response({"agentId": agent.id, "clusterId": request.app[keys.CLUSTER_ID],
+                              "heartbeatSeconds": settings.heartbeat_interval})
+
+
+@routes.post("/api/v1/agents/{agentId}/heartbeat")
+async def heartbeat(request: web.Request) -> web.Response:
+    body = await parse(request, HeartbeatBody)
+    await request.app[keys.CLUSTER].heartbeat(request.match_info["agentId"],
+                                              body.running_allocations, body.telemetry,
+                                              body.samples)
+    return web.json_response({})
+
+
+async def _enable(request: web.Request, enabled: bool) -> web.Response:
+    require_admin(request)
+    agent = await request.app[keys.CLUSTER].set_enabled(request.match_info["agentId"], enabled)
+    return web.json_response({"agent": {"id": agent.id, "enabled": agent.enabled}})
+
+
+@routes.post("/api/v1/agents/{agentId}/enable")
+async def enable(request: web.Request) -> web.Response:
+    return await _enable(request, True)
+
+
+@routes.post("/api/v1/agents/{agentId}/disable")
+async def disable(request: web.Request) -> web.Response:
+    return await _enable(request, False)
+
+
+@routes.get("/api/v1/tasks")
+async def tasks(request: web.Request) -> web.Response:
+    """Running allocations with their slots and agents (Determined's allocationIdToSummary)."""
+    db = request.app[keys.DB]
+    out = {}
+    for alloc in await db.run(trial_store.live_allocations):
+        trial = await db.run(trial_store.get, alloc.trial_id)
+        out[alloc.id] = {
+            "taskId": trial.task_id, "allocationId": alloc.id, "name": f"Trial {trial.id}",
+            "registeredTime": ts(alloc.start_time), "resourcePool": "",
+            "slotsNeeded": alloc.total_slots, "state": alloc.state.value, "type": "TRIAL",
+            "trialId": trial.id, "experimentId": trial.experiment_id,
+            "resources": [{"agentId": a, "slots": sl} for a, sl in alloc.parts],
+            "preempting": alloc.preempt_requested,
+        }
+    return web.json_response({"allocationIdToSummary": out})
+
+
+@routes.post("/api/v1/agents/{agentId}/drain")
+async def drain(request: web.Request) -> web.Response:
+    request.app[keys.CLUSTER].drain(request.match_info["agentId"])
+    return web.json_response({})
+
+
+@routes.post("/api/v1/agents/{agentId}/leave")
+async def leave(request: web.Request) -> web.Response:
+    await request.app[keys.CLUSTER].leave(request.match_info["agentId"])
+    return web.json_response({})
+
+
+@routes.get("/api/v1/agents/{agentId}/work")
+async def work(request: web.Request) -> web.Response:
+    timeout = min(max(query_float(request, "timeout_seconds", 30.0), 0.0), MAX_POLL)
+    items = await request.app[keys.CLUSTER].poll_work(request.match_info["agentId"], timeout)
+    return web.json_response({"work": items})
+
+
+@routes.post("/api/v1/agents/{agentId}/allocations/{allocationId}/exit")
+async def allocation_exit(request: web.Request) -> web.Response:
+    body = await parse(request, AllocationExitBody)
+    alloc_id = request.match_info["allocationId"]
+    alloc = await request.app[keys.DB].run(trial_store.allocation, alloc_id)
+    agent_id = request.match_info["agentId"]
+    if agent_id not in alloc.agents:
+        raise NotFound(f"allocation {alloc_id} does not run on this agent")
+    await request.app[keys.CLUSTER].part_exit(agent_id, alloc_id, body.exit_code, body.reason)
+    return web.json_response({})
+
+
+@routes.post("/api/v1/agents/{agentId}/logs")
+async def agent_logs(request: web.Request) -> web.Response:
+    body = await parse(request, AgentLogsBody)
+    db = request.app[keys.DB]
+    agent_id = request.match_info["agentId"]
+    trial_of: dict[str, tuple[int, str]] = {}
+    rows = []
+    for line in body.logs:
+        if line.allocation_id not in trial_of:
+            alloc = await db.run(trial_store.allocation, line.allocation_id)
+            trial = await db.run(trial_store.get, alloc.trial_id)
+            trial_of[line.allocation_id] = (trial.id, trial.task_id)
+        trial_id, task_id = trial_of[line.allocation_id]
+        level = (line.level or "").removeprefix("LOG_LEVEL_") or None
+        rows.append({"trial_id": trial_id, "task_id": task_id,
+                     "allocation_id": line.allocation_id, "agent_id": agent_id,
+                     "container_id": f"{line.allocation_id}.0".split(".", 1)[-1],
+                     "rank_id": line.rank_id, "stdtype": line.stdtype, "source": "task",
+                     "level": level if level in LEVELS else None, "timestamp": line.timestamp,
+                     "log": line.log})
+    await db.run(log_store.insert, rows)
+    request.app[keys.NOTIFIER].notify(*{f"logs:{t}" for t, _ in trial_of.values()})
+    return web.json_response({})
+
+
+# --- allocation signals (Determined's Core API preemption) -------------------------------
+
+
+@task_route
+async def preemption(request: web.Request) -> web.Response:
+    alloc_id = request.match_info["allocationId"]
+    check_allocation(request, alloc_id)
+    timeout = min(max(query_float(request, "timeout_seconds", 60.0), 0.0), 3600.0)
+    flag = await request.app[keys.CLUSTER].wait_preemption(alloc_id, timeout)
+    return web.json_response({"preempt": flag})
+
+
+routes.get("/api/v1/allocations/{allocationId}/signals/preemption")(preemption)
+
+
+@task_route
+async def ack_preemption(request: web.Request) -> web.Response:
+    alloc_id = request.match_info["allocationId"]
+    check_allocation(request, alloc_id)
+    await request.app[keys.CLUSTER].ack_preemption(alloc_id)
+    return web.json_response({})
+
+
+routes.post("/api/v1/allocations/{allocationId}/signals/ack_preemption")(ack_preemption)
+
+
+@task_route
+async def pending_preemption(request: web.Request) -> web.Response:
+    alloc_id = request.match_info["allocationId"]
+    check_allocation(request, alloc_id)
+    await request.app[keys.CLUSTER].preempt(alloc_id)
+    return web.json_response({})
+
+
+routes.post("/api/v1/allocations/{allocationId}/signals/pending_preemption")(pending_preemption)

@@ -1,0 +1,86 @@
+"""Checkpoints: report (from training code), get, and record deletions."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from aiohttp import web
+
+from dettui.errors import InvalidArgument, PermissionDenied
+from dettui.master import keys, serialize
+from dettui.master.bodies import CheckpointBody, parse
+from dettui.master.middleware import principal, read_json, task_route
+from dettui.master.store import checkpoints as ckpt_store
+from dettui.master.store import trials as trial_store
+from dettui.master.wire import parse_ts
+
+routes = web.RouteTableDef()
+
+
+@task_route
+async def report(request: web.Request) -> web.Response:
+    body = await parse(request, CheckpointBody)
+    if body.state not in (None, "STATE_COMPLETED", "STATE_UNSPECIFIED"):
+        raise InvalidArgument("invalid state for reported checkpoint")
+    db = request.app[keys.DB]
+    trial = await db.run(trial_store.by_task_id, body.task_id)
+    p = principal(request)
+    if p.allocation is not None and p.allocation.trial_id != trial.id:
+        raise PermissionDenied("an allocation token may only report its own trial's checkpoints")
+    if "steps_completed" not in body.metadata:
+        raise InvalidArgument("metadata for reported checkpoints requires 'steps_completed'")
+    ckpt = await db.run(
+        ckpt_store.report, uuid=body.uuid, trial_id=trial.id, experiment_id=trial.experiment_id,
+        task_id=body.task_id, allocation_id=body.allocation_id,
+        report_time=parse_ts(body.report_time) or time.time(), resources=body.resources,
+        metadata=body.metadata, storage_id=body.storage_id,
+    )
+    request.app[keys.NOTIFIER].notify(f"trial:{trial.id}", f"experiment:{trial.experiment_id}")
+    return web.json_response({"checkpoint": serialize.checkpoint(ckpt, hparams=trial.hparams)})
+
+
+routes.post("/api/v1/checkpoints")(report)
+
+
+@task_route
+async def get(request: web.Request) -> web.Response:
+    db = request.app[keys.DB]
+    ckpt = await db.run(ckpt_store.get, request.match_info["uuid"])
+    p = principal(request)
+    if p.allocation is not None and ckpt.trial_id is not None:
+        mine = await db.run(trial_store.get, p.allocation.trial_id)
+        if ckpt.experiment_id != mine.experiment_id:
+            raise PermissionDenied("an allocation token may only read its experiment's checkpoints")
+    hparams = None
+    if ckpt.trial_id is not None:
+        hparams = (await db.run(trial_store.get, ckpt.trial_id)).hparams
+    return web.json_response({"checkpoint": serialize.checkpoint(ckpt, hparams=hparams)})
+
+
+routes.get("/api/v1/checkpoints/{uuid}")(get)
+
+
+@routes.patch("/api/v1/checkpoints")
+async def patch(request: web.Request) -> web.Response:
+    """Record which files of each checkpoint are left (after GC or `checkpoint.delete()`)."""
+    raw = await read_json(request)
+    items = raw.get("checkpoints") if isinstance(raw, dict) else None
+    if not isinstance(items, list):
+        raise InvalidArgument("checkpoints: must be a list")
+    db = request.app[keys.DB]
+    for i, item in enumerate(items):
+        uuid, left = _left(item, i)
+        await db.run(ckpt_store.get, uuid)
+        await db.run(ckpt_store.set_resources, uuid, left)
+    return web.json_response({})
+
+
+def _left(item: Any, i: int) -> tuple[str, dict[str, str]]:
+    if not isinstance(item, dict) or not isinstance(item.get("uuid"), str):
+        raise InvalidArgument(f"checkpoints[{i}].uuid: must be a string")
+    res = item.get("resources") or {}
+    res = res.get("resources", {}) if isinstance(res, dict) else None
+    if not isinstance(res, dict):
+        raise InvalidArgument(f"checkpoints[{i}].resources.resources: must be an object")
+    return item["uuid"], {str(k): str(v) for k, v in res.items()}

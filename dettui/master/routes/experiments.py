@@ -1,0 +1,465 @@
+"""Experiments: create (config + model definition), list, get, control, trials, checkpoints."""
+
+from __future__ import annotations
+
+import base64
+import logging
+import uuid
+from typing import Any
+
+import yaml
+from aiohttp import web
+
+from dettui import context as ctx
+from dettui.config import load_config
+from dettui.errors import FailedPrecondition, InvalidArgument
+from dettui.master import checkpoint_gc, keys, serialize
+from dettui.master.bodies import CreateExperimentBody, PatchExperimentBody, parse
+from dettui.master.gc import GcPolicy
+from dettui.master.middleware import principal, read_json, require_user, task_route
+from dettui.master.routes.views import trial_views
+from dettui.master.store import Database
+from dettui.master.store import checkpoints as ckpt_store
+from dettui.master.store import experiments as exp_store
+from dettui.master.store import metrics as metric_store
+from dettui.master.store import trials as trial_store
+from dettui.master.store import unmanaged as unmanaged_store
+from dettui.master.wire import paginate, path_int, query_bool, query_int, ts
+from dettui.models import ExperimentState
+
+log = logging.getLogger("dettui.master.experiments")
+routes = web.RouteTableDef()
+DEFAULT_PRIORITY = 42
+
+
+@routes.post("/api/v1/experiments")
+async def create(request: web.Request) -> web.Response:
+    body = await parse(request, CreateExperimentBody)
+    user = require_user(request)
+    if body.unmanaged:
+        return await _create_unmanaged(request, body, None)
+    cfg = load_config(body.config, source="config", managed=True)
+    conf = cfg.to_expconf()
+    settings = request.app[keys.SETTINGS]
+    if getattr(cfg, "checkpoint_storage_was_defaulted", False):
+        conf["checkpoint_storage"]["host_path"] = str(settings.checkpoint_root)
+        conf["checkpoint_storage"]["storage_path"] = None
+    files = ctx.validate_v1files(body.model_definition or [])
+    if ctx.size_of(files) > ctx.MAX_CONTEXT_SIZE:
+        from dettui.errors import TooLarge
+
+        raise TooLarge("model definition exceeds the maximum allowed size 95.0MB")
+    _check_searcher(conf)
+    pool = await _pool(request, conf)
+    resources = conf["resources"]
+    priority = resources.get("priority") or DEFAULT_PRIORITY
+    resources["priority"] = priority
+    resources["resource_pool"] = pool
+    new = exp_store.NewExperiment(
+        name=conf["name"], description=conf.get("description"), labels=conf.get("labels") or [],
+        owner_id=user.id, config=conf, original_config=body.config,
+        searcher_type=conf["searcher"]["name"], resource_pool=pool, priority=int(priority),
+        weight=float(resources.get("weight") or 1), max_slots=resources.get("max_slots"),
+        context=None, activate=body.activate is not False,
+    )
+    warnings = list(getattr(cfg, "warnings", []))
+    if body.validate_only:
+        return web.json_response({"experiment": _preview(new, user.username), "config": None,
+                                  "warnings": [], "configWarnings": warnings})
+    targz = await request.app[keys.DB].call(ctx.to_targz, files)
+    new = _with_context(new, targz)
+    exp, _ = await request.app[keys.DB].run(exp_store.create, new, searcher=True)
+    request.app[keys.NOTIFIER].notify("experiments", "jobs")
+    request.app[keys.CLUSTER].kick()
+    return web.json_response({"experiment": serialize.experiment(exp), "config": exp.config,
+                              "warnings": [], "configWarnings": warnings})
+
+
+@routes.put("/api/v1/experiments/by-external-id/{externalId}")
+async def put_by_external_id(request: web.Request) -> web.Response:
+    """Create an unmanaged experiment, or return the one already known by that external id."""
+    body = await parse(request, CreateExperimentBody)
+    if not body.unmanaged:
+        raise InvalidArgument("only unmanaged experiments are supported")
+    if body.parent_id:
+        raise InvalidArgument("can't fork into an unmanaged experiment")
+    external_id = request.match_info["externalId"].strip()
+    if not external_id:
+        raise InvalidArgument("externalExperimentId: must not be empty")
+    return await _create_unmanaged(request, body, external_id)
+
+
+async def _create_unmanaged(request: web.Request, body: CreateExperimentBody,
+                            external_id: str | None) -> web.Response:
+    """A detached experiment (WIRE §8): no model definition, no job, never scheduled."""
+    user = require_user(request)
+    if body.model_definition:
+        raise InvalidArgument("modelDefinition: unmanaged experiments have no model definition "
+                              "(their script runs outside the cluster)")
+    cfg = load_config(unmanaged_config(body.config), source="config", managed=False)
+    conf = cfg.to_expconf()
+    settings = request.app[keys.SETTINGS]
+    if getattr(cfg, "checkpoint_storage_was_defaulted", False):
+        conf["checkpoint_storage"]["host_path"] = str(settings.checkpoint_root)
+        conf["checkpoint_storage"]["storage_path"] = None
+    conf["resources"]["resource_pool"] = settings.default_pool
+    conf["resources"]["priority"] = conf["resources"].get("priority") or DEFAULT_PRIORITY
+    new = exp_store.NewExperiment(
+        name=conf["name"], description=conf.get("description"), labels=conf.get("labels") or [],
+        owner_id=user.id, config=conf, original_config=body.config,
+        searcher_type=conf["searcher"]["name"], resource_pool=settings.default_pool,
+        priority=int(conf["resources"]["priority"]), weight=1.0, max_slots=None, context=None,
+        activate=False, unmanaged=True,
+    )
+    warnings = list(getattr(cfg, "warnings", []))
+    if body.validate_only:
+        return web.json_response({"experiment": _preview(new, user.username), "config": None,
+                                  "warnings": [], "configWarnings": warnings})
+    exp = await request.app[keys.DB].run(unmanaged_store.create_experiment, new, external_id)
+    request.app[keys.NOTIFIER].notify("experiments", f"experiment:{exp.id}")
+    return web.json_response({"experiment": serialize.experiment(exp), "config": exp.config,
+                              "warnings": [], "configWarnings": warnings})
+
+
+def unmanaged_config(text: str) -> str:
+    """Determined's detached client sends every key, unset ones as null: drop those, then fill
+    the defaults of WIRE §8 (name `unmanaged-<8 hex>`, searcher single on metric `unmanaged`).
+    Text that is not a YAML mapping is left for the config loader to report."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+    if not isinstance(data, dict):
+        return text
+    data = {k: v for k, v in data.items() if v is not None}
+    data.setdefault("name", f"unmanaged-{uuid.uuid4().hex[:8]}")
+    data.setdefault("searcher", {"name": "single", "metric": "unmanaged"})
+    return str(yaml.safe_dump(data, sort_keys=False))
+
+
+def _with_context(new: exp_store.NewExperiment, targz: bytes) -> exp_store.NewExperiment:
+    from dataclasses import replace
+
+    return replace(new, context=targz)
+
+
+def _check_searcher(conf: dict[str, Any]) -> None:
+    """Refuse a searcher that cannot be built (e.g. ASHA without a time metric) up front."""
+    from dettui.master import searcher
+
+    seed = int((conf.get("reproducibility") or {}).get("experiment_seed") or 0)
+    try:
+        searcher.build(conf["searcher"], conf.get("hyperparameters") or {}, seed)
+    except (searcher.SearcherError, ValueError) as exc:
+        raise InvalidArgument(f"invalid experiment configuration: {exc}") from exc
+
+
+async def _pool(request: web.Request, conf: dict[str, Any]) -> str:
+    settings = request.app[keys.SETTINGS]
+    name = conf["resources"].get("resource_pool") or settings.default_pool
+    known = set(settings.pools) | {link.agent.pool for link in request.app[keys.CLUSTER]
+                                   .links.values()}
+    if name not in known:
+        raise InvalidArgument(
+            f"resources.resource_pool: resource pool '{name}' not found "
+            f"(known pools: {', '.join(sorted(known))})"
+        )
+    return str(name)
+
+
+def _preview(new: exp_store.NewExperiment, username: str) -> dict[str, Any]:
+    return {"id": 0, "name": new.name, "archived": False, "config": new.config,
+            "jobId": "", "numTrials": 0, "originalConfig": new.original_config,
+            "projectId": 1, "projectOwnerId": 1, "searcherType": new.searcher_type,
+            "startTime": None, "state": ExperimentState.ACTIVE.value, "username": username}
+
+
+async def experiment_objects(db: Database) -> list[dict[str, Any]]:
+    """Every experiment, archived ones too, as GET /api/v1/experiments shows them."""
+    return [serialize.experiment(e) for e in await db.run(exp_store.list_)]
+
+
+async def trial_objects(db: Database, exp_id: int) -> list[dict[str, Any]]:
+    """Every trial of an experiment as GET /api/v1/experiments/{id}/trials shows them."""
+    exp = await db.run(exp_store.get, exp_id)
+    rows = await db.run(trial_store.for_experiment, exp_id)
+    return list(await db.call(trial_views, db.conn, exp, rows))
+
+
+@routes.get("/api/v1/experiments")
+async def list_(request: web.Request) -> web.Response:
+    archived = query_bool(request, "archived")
+    users = request.query.getall("users", []) or None
+    states = request.query.getall("states", []) or None
+    exps = await request.app[keys.DB].run(exp_store.list_, archived=archived, users=users,
+                                          states=states)
+    if request.query.get("orderBy") == "ORDER_BY_DESC":
+        exps.reverse()
+    page, pagination = paginate(exps, request)
+    return web.json_response({"experiments": [serialize.experiment(e) for e in page],
+                              "pagination": pagination})
+
+
+@routes.get("/api/v1/experiments/{id}")
+async def get(request: web.Request) -> web.Response:
+    exp = await request.app[keys.DB].run(exp_store.get, path_int(request, "id"))
+    return web.json_response({"experiment": serialize.experiment(exp), "config": exp.config,
+                              "jobSummary": None})
+
+
+@routes.patch("/api/v1/experiments/{id}")
+async def patch(request: web.Request) -> web.Response:
+    exp_id = path_int(request, "id")
+    raw = await read_json(request)
+    body = PatchExperimentBody.model_validate(raw) if isinstance(raw, dict) else None
+    if body is None:
+        raise InvalidArgument("request body must be a JSON object")
+    db = request.app[keys.DB]
+    exp = await db.run(exp_store.get, exp_id)
+    fields: dict[str, Any] = {}
+    if body.name is not None:
+        if not body.name.strip():
+            raise InvalidArgument("name: must not be empty")
+        fields["name"] = body.name
+    if body.description is not None:
+        fields["description"] = body.description
+    if body.labels is not None:
+        fields["labels"] = body.labels
+    resources = raw.get("resources") if isinstance(raw, dict) else None
+    if isinstance(resources, dict):
+        fields.update(_resource_changes(exp.config, resources))
+    storage = raw.get("checkpointStorage") if isinstance(raw, dict) else None
+    gc_policy = None
+    if isinstance(storage, dict):
+        gc_policy = _gc_policy(storage, checkpoint_gc.policy_of(exp.config))
+        conf = dict(fields.get("config") or exp.config)
+        conf["checkpoint_storage"] = {**(conf.get("checkpoint_storage") or {}),
+                                      "save_experiment_best": gc_policy.save_experiment_best,
+                                      "save_trial_best": gc_policy.save_trial_best,
+                                      "save_trial_latest": gc_policy.save_trial_latest}
+        fields["config"] = conf
+    if fields:
+        exp = await db.run(exp_store.update_fields, exp_id, **fields)
+        request.app[keys.NOTIFIER].notify(f"experiment:{exp_id}", "experiments", "jobs")
+        request.app[keys.CLUSTER].kick()
+    if gc_policy is not None:  # the new policy applies at once (0.38.1 used the old one)
+        await checkpoint_gc.collect(db, exp_id, gc_policy)
+    return web.json_response({"experiment": serialize.experiment(exp)})
+
+
+def _gc_policy(raw: dict[str, Any], old: GcPolicy) -> GcPolicy:
+    values = {}
+    for camel, snake in (("saveExperimentBest", "save_experiment_best"),
+                         ("saveTrialBest", "save_trial_best"),
+                         ("saveTrialLatest", "save_trial_latest")):
+        v = raw.get(camel, raw.get(snake))
+        if v is None:
+            values[snake] = getattr(old, snake)
+        elif isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise InvalidArgument(f"checkpointStorage.{camel}: must be an integer >= 0")
+        else:
+            values[snake] = v
+    return GcPolicy(**values)
+
+
+async def preview_gc(request: web.Request) -> web.Response:
+    """What a policy would delete (`det e set gc-policy` without --yes)."""
+    exp_id = path_int(request, "id")
+    db = request.app[keys.DB]
+    exp = await db.run(exp_store.get, exp_id)
+    old = checkpoint_gc.policy_of(exp.config)
+    policy = GcPolicy(*(query_int(request, k, getattr(old, k)) for k in (
+        "save_experiment_best", "save_trial_best", "save_trial_latest")))
+    doomed = await db.run(checkpoint_gc.plan, exp, policy)
+    return web.json_response({
+        "checkpoints": [_go_checkpoint(c) for c in doomed],
+        "metric_name": (exp.config.get("searcher") or {}).get("metric", "")})
+
+
+def _go_checkpoint(c: Any) -> dict[str, Any]:
+    size = sum(int(v) for v in c.resources.values() if str(v).isdigit())
+    return {"UUID": c.uuid, "TaskID": c.task_id, "AllocationID": c.allocation_id,
+            "ReportTime": ts(c.report_time), "State": c.state.value.removeprefix("STATE_"),
+            "Resources": c.resources, "Metadata": c.metadata, "Size": size,
+            "TrialID": c.trial_id, "ExperimentID": c.experiment_id,
+            "StepsCompleted": c.steps_completed, "ValidationMetrics": None,
+            "SearcherMetric": None}
+
+
+routes.get("/experiments/{id}/preview_gc")(preview_gc)
+
+
+def _resource_changes(config: dict[str, Any], resources: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    conf = dict(config)
+    res = dict(conf.get("resources") or {})
+    if resources.get("priority") is not None:
+        p = resources["priority"]
+        if not isinstance(p, int) or not 1 <= p <= 99:
+            raise InvalidArgument("resources.priority: must be an integer from 1 to 99")
+        out["priority"] = res["priority"] = p
+    if resources.get("weight") is not None:
+        w = resources["weight"]
+        if not isinstance(w, int | float) or w <= 0:
+            raise InvalidArgument("resources.weight: must be a positive number")
+        out["weight"] = res["weight"] = float(w)
+    if resources.get("maxSlots") is not None:
+        out["max_slots"] = res["max_slots"] = int(resources["maxSlots"])
+    if out:
+        conf["resources"] = res
+        out["config"] = conf
+    return out
+
+
+async def _action(request: web.Request, action: str) -> web.Response:
+    exp_id = path_int(request, "id")
+    db = request.app[keys.DB]
+    cluster = request.app[keys.CLUSTER]
+    exp = await db.run(exp_store.get, exp_id)
+    if action in ("pause", "activate") and exp.state.is_terminal():
+        raise FailedPrecondition("experiment in terminal state")
+    if exp.unmanaged and action in ("pause", "activate", "cancel", "kill"):
+        return await _unmanaged_action(request, exp, action)
+    if action == "pause":
+        await cluster.stop_experiment(exp_id, ExperimentState.PAUSED)
+    elif action == "activate":
+        await cluster.activate(exp_id)
+    elif action == "cancel":
+        await cluster.stop_experiment(exp_id, ExperimentState.STOPPING_CANCELED)
+    elif action == "kill":
+        await cluster.stop_experiment(exp_id, ExperimentState.STOPPING_KILLED)
+    elif action == "archive":
+        if not exp.state.is_terminal():
+            raise FailedPrecondition("Experiment is not in terminal state.")
+        if exp.archived:
+            raise FailedPrecondition("Experiment is already archived.")
+        await db.run(exp_store.update_fields, exp_id, archived=1)
+    elif action == "unarchive":
+        if not exp.archived:
+            raise FailedPrecondition("Experiment is not archived.")
+        await db.run(exp_store.update_fields, exp_id, archived=0)
+    request.app[keys.NOTIFIER].notify(f"experiment:{exp_id}", "experiments", "jobs")
+    return web.json_response({})
+
+
+async def _unmanaged_action(request: web.Request, exp: Any, action: str) -> web.Response:
+    """A detached script cannot be reached: pause/activate are refused; cancel and kill end
+    every trial that has not ended as CANCELED."""
+    exp_id = exp.id
+    if action in ("pause", "activate"):
+        raise FailedPrecondition(f"experiment {exp_id} is unmanaged: its script runs outside "
+                                 f"the cluster, so it cannot be {action}d from here")
+    if exp.state.is_terminal():
+        return web.json_response({})
+    changed = await request.app[keys.DB].run(unmanaged_store.cancel, exp_id)
+    if changed is not None:
+        await request.app[keys.CLUSTER].settle_unmanaged([(exp_id, changed)])
+    request.app[keys.NOTIFIER].notify(f"experiment:{exp_id}", "experiments")
+    return web.json_response({})
+
+
+@routes.delete("/api/v1/experiments/{id}")
+async def delete(request: web.Request) -> web.Response:
+    """Delete an ended experiment for good: its checkpoint files, then (in one transaction)
+    its trials, metrics, logs and records. Interrupted, it leaves the experiment listed with
+    fewer files, and deleting again finishes the job."""
+    exp_id = path_int(request, "id")
+    db = request.app[keys.DB]
+    exp = await db.run(exp_store.get, exp_id)
+    if not exp.state.is_terminal():
+        raise FailedPrecondition(
+            f"experiment {exp_id} is {exp.state.short}: only an ended experiment (completed, "
+            f"canceled or errored) can be deleted; cancel or kill it first")
+    removed = await checkpoint_gc.remove_all(db, exp)
+    await db.run(exp_store.delete, exp_id)
+    log.info("experiment %d deleted with %d checkpoint(s)", exp_id, removed)
+    request.app[keys.NOTIFIER].notify(f"experiment:{exp_id}", "experiments", "jobs")
+    return web.json_response({})
+
+
+for _name in ("pause", "activate", "cancel", "kill", "archive", "unarchive"):
+
+    async def _handler(request: web.Request, _a: str = _name) -> web.Response:
+        return await _action(request, _a)
+
+    routes.post(f"/api/v1/experiments/{{id}}/{_name}")(_handler)
+
+
+@routes.get("/api/v1/experiments/{id}/trials")
+async def trials(request: web.Request) -> web.Response:
+    exp_id = path_int(request, "id")
+    db = request.app[keys.DB]
+    exp = await db.run(exp_store.get, exp_id)
+    rows = await db.run(trial_store.for_experiment, exp_id)
+    states = request.query.getall("states", [])
+    if states:
+        rows = [t for t in rows if t.state.value in states]
+    if request.query.get("orderBy") == "ORDER_BY_DESC":
+        rows.reverse()
+    page, pagination = paginate(rows, request)
+    views = await db.call(trial_views, db.conn, exp, page)
+    return web.json_response({"trials": views, "pagination": pagination})
+
+
+@routes.get("/api/v1/experiments/{id}/checkpoints")
+async def checkpoints(request: web.Request) -> web.Response:
+    exp_id = path_int(request, "id")
+    db = request.app[keys.DB]
+    exp = await db.run(exp_store.get, exp_id)
+    rows = await db.run(ckpt_store.for_experiment, exp_id)
+    page, pagination = paginate(rows, request)
+    metric = (exp.config.get("searcher") or {}).get("metric")
+    out = []
+    for c in page:
+        val = await db.run(_validation_at, c.trial_id, c.steps_completed)
+        out.append(serialize.checkpoint(c, validation=val, searcher_metric=metric))
+    return web.json_response({"checkpoints": out, "pagination": pagination})
+
+
+def _validation_at(conn: Any, trial_id: int | None, steps: int | None) -> Any:
+    if trial_id is None or steps is None:
+        return None
+    for m in metric_store.for_trial(conn, trial_id, "validation", after_steps=steps - 1):
+        if m.steps_completed == steps:
+            return m
+    return None
+
+
+@routes.get("/api/v1/experiments/{id}/model_def")
+async def model_def(request: web.Request) -> web.Response:
+    data = await request.app[keys.DB].run(exp_store.context, path_int(request, "id"))
+    return web.json_response({"b64Tgz": base64.b64encode(data or b"").decode()})
+
+
+@task_route
+async def best_validation(request: web.Request) -> web.Response:
+    exp_id = path_int(request, "id")
+    db = request.app[keys.DB]
+    p = principal(request)
+    exp = await db.run(exp_store.get, exp_id)
+    if p.allocation is not None:
+        trial = await db.run(trial_store.get, p.allocation.trial_id)
+        if trial.experiment_id != exp_id:
+            from dettui.errors import PermissionDenied
+
+            raise PermissionDenied("this allocation's token is not valid for that experiment")
+    best = await db.call(best_metric, db.conn, exp)
+    if best is None:
+        from dettui.errors import NotFound
+
+        raise NotFound(f"no validation metrics for experiment {exp_id} yet")
+    return web.json_response({"metric": best})
+
+
+def best_metric(conn: Any, exp: Any) -> float | None:
+    searcher = exp.config.get("searcher") or {}
+    metric = searcher.get("metric")
+    trial_ids = [t.id for t in trial_store.for_experiment(conn, exp.id)]
+    values = [m.metrics[metric] for m in metric_store.validations_with(conn, trial_ids, metric)
+              if isinstance(m.metrics.get(metric), int | float)]
+    if not values:
+        return None
+    return min(values) if searcher.get("smaller_is_better", True) else max(values)
+
+
+routes.get("/api/v1/experiments/{id}/searcher/best_searcher_validation_metric")(best_validation)

@@ -1,0 +1,217 @@
+"""Resource pools and the job queue (Determined's job-queues-v2 shape)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+from dettui.errors import FailedPrecondition, InvalidArgument, NotFound
+from dettui.master import keys
+from dettui.master.cluster import Cluster
+from dettui.master.middleware import read_json
+from dettui.master.queue import QueuedJob, move
+from dettui.master.scheduler import FAIR_SHARE, PoolPolicy, order
+from dettui.master.scheduler import Request as SchedRequest
+from dettui.master.store import experiments as exp_store
+from dettui.master.store import trials as trial_store
+from dettui.master.store.records import Experiment, Trial
+from dettui.master.wire import paginate, ts
+from dettui.models import JobState, TrialState
+
+routes = web.RouteTableDef()
+
+
+def pool_json(name: str, cluster: Cluster, default: bool, used: int,
+              policy: PoolPolicy) -> dict[str, Any]:
+    links = [lk for lk in cluster.links.values() if lk.agent.pool == name]
+    slots = sum(len(lk.agent.slots) for lk in links)
+    slot_type = "TYPE_CUDA" if any(
+        s.get("type") == "cuda" for lk in links for s in lk.agent.slots) else "TYPE_CPU"
+    fair = policy.scheduler == FAIR_SHARE
+    return {
+        "name": name, "description": "", "type": "RESOURCE_POOL_TYPE_STATIC",
+        "numAgents": len(links), "slotsAvailable": slots, "slotsUsed": used,
+        "slotType": slot_type, "auxContainerCapacity": 0, "auxContainersRunning": 0,
+        "defaultComputePool": default, "defaultAuxPool": default,
+        "preemptible": fair or policy.preemption,
+        "minAgents": 0, "maxAgents": 0, "slotsPerAgent": 0, "auxContainerCapacityPerAgent": 0,
+        "schedulerType": "SCHEDULER_TYPE_FAIR_SHARE" if fair else "SCHEDULER_TYPE_PRIORITY",
+        "schedulerFittingPolicy": "FITTING_POLICY_BEST",
+        "location": "local", "imageId": "", "instanceType": "", "masterUrl": "",
+        "masterCertName": "", "startupScript": "", "containerStartupScript": "",
+        "agentDockerNetwork": "", "agentDockerRuntime": "", "agentDockerImage": "",
+        "agentFluentImage": "", "maxIdleAgentPeriod": 0, "maxAgentStartingPeriod": 0,
+        "details": {}, "accelerator": "", "clusterName": "", "resourceManagerMetadata": {},
+    }
+
+
+@routes.get("/api/v1/resource-pools")
+async def resource_pools(request: web.Request) -> web.Response:
+    settings = request.app[keys.SETTINGS]
+    cluster = request.app[keys.CLUSTER]
+    names = list(dict.fromkeys([*settings.pools,
+                                *(lk.agent.pool for lk in cluster.links.values())]))
+    used: dict[str, int] = {}
+    for alloc in await request.app[keys.DB].run(trial_store.live_allocations):
+        link = cluster.links.get(alloc.agent_id)
+        if link is not None:
+            used[link.agent.pool] = used.get(link.agent.pool, 0) + len(alloc.slots)
+    pools = [pool_json(n, cluster, n == settings.default_pool, used.get(n, 0), settings.policy(n))
+             for n in names]
+    page, pagination = paginate(pools, request)
+    return web.json_response({"resourcePools": page, "pagination": pagination})
+
+
+def job_rows(
+    exps: list[Experiment], trials: list[Trial], unschedulable: dict[int, str],
+    fair_pools: set[str] = frozenset(),  # type: ignore[assignment]
+) -> list[dict[str, Any]]:
+    """Live experiments as jobs, in scheduling order, with their slots and state.
+
+    A running job is SCHEDULED_BACKFILLED when a job ahead of it in its pool still waits.
+    """
+    by_exp: dict[int, list[Trial]] = {}
+    for t in trials:
+        by_exp.setdefault(t.experiment_id, []).append(t)
+    reqs = [SchedRequest(e.id, e.job_id, e.slots_per_trial, e.priority, e.queue_position,
+                         e.resource_pool) for e in exps]
+    by_id = {e.id: e for e in exps}
+    rows = []
+    waiting_pools: set[str] = set()
+    for ahead, req in enumerate(order(reqs)):
+        e = by_id[req.key]
+        mine = by_exp.get(e.id, [])
+        running = [t for t in mine if t.state is TrialState.RUNNING]
+        waiting = [t for t in mine if t.state is TrialState.QUEUED]
+        requested = e.slots_per_trial * max(1, len(running) + len(waiting))
+        state = JobState.QUEUED
+        if running:
+            state = (JobState.SCHEDULED_BACKFILLED if e.resource_pool in waiting_pools
+                     else JobState.SCHEDULED)
+        if waiting:
+            waiting_pools.add(e.resource_pool)
+        reasons = [unschedulable[t.id] for t in waiting if t.id in unschedulable]
+        rows.append({
+            "summary": {"state": state.value,
+                        "jobsAhead": -1 if e.resource_pool in fair_pools else ahead},
+            "type": "TYPE_EXPERIMENT", "submissionTime": ts(e.start_time),
+            "username": e.username, "userId": e.owner_id, "resourcePool": e.resource_pool,
+            "isPreemptible": True, "priority": e.priority, "weight": e.weight,
+            "entityId": str(e.id), "jobId": e.job_id, "requestedSlots": requested,
+            "allocatedSlots": e.slots_per_trial * len(running), "name": e.name,
+            "progress": e.progress or 0, "workspaceId": 1,
+            "unschedulableReason": reasons[0] if reasons else None,
+            "experimentState": e.state.value,
+        })
+    return rows
+
+
+async def queue_jobs(app: web.Application, pool: str | None = None) -> list[dict[str, Any]]:
+    """The job objects of the queue (of one pool, else of all), in queue order."""
+    db = app[keys.DB]
+    exps = await db.run(exp_store.live)
+    if pool:
+        exps = [e for e in exps if e.resource_pool == pool]
+    trials = await db.run(trial_store.for_experiments, [e.id for e in exps])
+    fair = {p for p, pol in app[keys.SETTINGS].policies.items() if pol.scheduler == FAIR_SHARE}
+    return job_rows(exps, trials, app[keys.CLUSTER].unschedulable, fair)
+
+
+@routes.get("/api/v1/job-queues-v2")
+async def job_queue(request: web.Request) -> web.Response:
+    rows = await queue_jobs(request.app, request.query.get("resourcePool"))
+    states = request.query.getall("states", [])
+    if states:
+        rows = [r for r in rows if r["summary"]["state"] in states]
+    if request.query.get("orderBy") == "ORDER_BY_DESC":
+        rows.reverse()
+    page, pagination = paginate(rows, request)
+    return web.json_response({"jobs": [{"full": r} for r in page], "pagination": pagination})
+
+
+@routes.post("/api/v1/job-queues")
+async def update_jobs(request: web.Request) -> web.Response:
+    """Determined's UpdateJobQueue, plus aheadOf/behindOf (removed from det in 0.35)."""
+    raw = await read_json(request)
+    updates = raw.get("updates") if isinstance(raw, dict) else None
+    if not isinstance(updates, list):
+        raise InvalidArgument("updates: must be a list")
+    db = request.app[keys.DB]
+    errors = []
+    for i, upd in enumerate(updates):
+        if not isinstance(upd, dict) or not isinstance(upd.get("jobId"), str):
+            raise InvalidArgument(f"updates[{i}].jobId: must be a string")
+        try:
+            exp = await db.run(exp_store.by_job_id, upd["jobId"])
+            fields = await _job_update(request, exp, upd, i)
+            await db.run(exp_store.update_fields, exp.id, **fields)
+        except NotFound as exc:
+            errors.append(str(exc))
+    if errors:
+        msg = errors[0] if len(errors) == 1 else "encountered the following errors: " + ", ".join(
+            errors)
+        raise NotFound(msg)
+    request.app[keys.NOTIFIER].notify("jobs", "experiments")
+    request.app[keys.CLUSTER].kick()
+    return web.json_response({})
+
+
+async def _job_update(request: web.Request, exp: Experiment, upd: dict[str, Any],
+                      i: int) -> dict[str, Any]:
+    settings = request.app[keys.SETTINGS]
+    policy = settings.policy(exp.resource_pool)
+    fair = policy.scheduler == FAIR_SHARE
+    if upd.get("priority") is not None:
+        p = upd["priority"]
+        if isinstance(p, bool) or not isinstance(p, int) or not 1 <= p <= 99:
+            raise InvalidArgument(f"updates[{i}].priority: must be an integer from 1 to 99")
+        if fair:
+            raise FailedPrecondition(f"pool '{exp.resource_pool}' uses the fair share scheduler: "
+                                     "set a weight instead of a priority")
+        return {"priority": p, "config": _with_resource(exp.config, "priority", p)}
+    if upd.get("weight") is not None:
+        w = upd["weight"]
+        if isinstance(w, bool) or not isinstance(w, int | float) or w <= 0:
+            raise InvalidArgument(f"updates[{i}].weight: must be a positive number")
+        if not fair:
+            raise FailedPrecondition(f"pool '{exp.resource_pool}' uses the priority scheduler: "
+                                     "set a priority instead of a weight")
+        return {"weight": float(w), "config": _with_resource(exp.config, "weight", float(w))}
+    if upd.get("resourcePool") is not None:
+        pool = str(upd["resourcePool"])
+        if pool not in settings.policies:
+            raise InvalidArgument(f"updates[{i}].resourcePool: resource pool '{pool}' not found "
+                                  f"(known pools: {', '.join(settings.policies)})")
+        return {"resource_pool": pool,
+                "config": _with_resource(exp.config, "resource_pool", pool)}
+    for key, ahead in (("aheadOf", True), ("behindOf", False)):
+        anchor = upd.get(key)
+        if anchor is not None:
+            if fair:
+                raise FailedPrecondition("ahead-of and behind-of need the priority scheduler; "
+                                         f"pool '{exp.resource_pool}' uses fair share")
+            return await _moved(request, exp, str(anchor), ahead)
+    raise InvalidArgument("unexpected action: <nil>")
+
+
+async def _moved(request: web.Request, exp: Experiment, anchor_id: str,
+                 ahead: bool) -> dict[str, Any]:
+    exps = await request.app[keys.DB].run(exp_store.live)
+    anchor = next((e for e in exps if e.job_id == anchor_id), None)
+    if anchor is None:
+        raise NotFound(f"job {anchor_id} not found")
+    if anchor.resource_pool != exp.resource_pool:
+        raise FailedPrecondition(f"job {anchor_id} is in pool '{anchor.resource_pool}', not "
+                                 f"'{exp.resource_pool}'")
+    jobs = [QueuedJob(e.job_id, e.priority, e.queue_position) for e in exps
+            if e.resource_pool == exp.resource_pool]
+    priority, position = move(jobs, exp.job_id, anchor_id, ahead)
+    return {"priority": priority, "queue_position": position,
+            "config": _with_resource(exp.config, "priority", priority)}
+
+
+def _with_resource(config: dict[str, Any], key: str, value: Any) -> dict[str, Any]:
+    conf = dict(config)
+    conf["resources"] = {**(conf.get("resources") or {}), key: value}
+    return conf

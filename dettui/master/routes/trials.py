@@ -1,0 +1,527 @@
+"""Trials: get, metrics (report and read), progress, early exit, logs (write and follow), and
+the unmanaged (detached) trials that scripts outside the cluster create, start and end."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import logging
+import time
+from typing import Any
+
+from aiohttp import web
+
+from dettui.errors import InvalidArgument, PermissionDenied
+from dettui.master import keys, serialize
+from dettui.master.bodies import (
+    CreateTrialBody,
+    EarlyExitBody,
+    PatchTrialBody,
+    ProgressBody,
+    PutTrialBody,
+    ReportMetricsBody,
+    RunnerMetadataBody,
+    StartRunBody,
+    StartTrialBody,
+    TaskLogsBody,
+    parse,
+)
+from dettui.master.middleware import check_trial, principal, read_json, task_route
+from dettui.master.routes.views import trial_views
+from dettui.master.store import checkpoints as ckpt_store
+from dettui.master.store import experiments as exp_store
+from dettui.master.store import logs as log_store
+from dettui.master.store import metrics as metric_store
+from dettui.master.store import search as search_store
+from dettui.master.store import trials as trial_store
+from dettui.master.store import unmanaged as unmanaged_store
+from dettui.master.store.records import Checkpoint, Metric
+from dettui.master.wire import (
+    decode_number,
+    encode_metrics,
+    paginate,
+    parse_ts,
+    path_int,
+    query_bool,
+    query_int,
+    ts,
+)
+from dettui.models import CheckpointState, TrialState
+
+log = logging.getLogger("dettui.master.trials")
+
+routes = web.RouteTableDef()
+LOG_BATCH = 1000
+FOLLOW_GRACE = 0.3  # seconds to wait for last lines after a trial ends
+
+
+@task_route
+async def get_trial(request: web.Request) -> web.Response:
+    trial_id = path_int(request, "id")
+    check_trial(request, trial_id)
+    db = request.app[keys.DB]
+    trial = await db.run(trial_store.get, trial_id)
+    exp = await db.run(exp_store.get, trial.experiment_id)
+    views = await db.call(trial_views, db.conn, exp, [trial])
+    return web.json_response({"trial": views[0]})
+
+
+routes.get("/api/v1/trials/{id}")(get_trial)
+
+
+@task_route
+async def report_metrics(request: web.Request) -> web.Response:
+    trial_id = path_int(request, "id")
+    check_trial(request, trial_id)
+    body = await parse(request, ReportMetricsBody)
+    group = body.group
+    if not group or "." in group:
+        raise InvalidArgument(f"invalid metric group {group!r}: must be non-empty, without '.'")
+    m = body.metrics
+    if m.trial_id != trial_id:
+        raise InvalidArgument(f"metrics.trialId {m.trial_id} does not match trial {trial_id}")
+    db = request.app[keys.DB]
+    trial = await db.run(trial_store.get, trial_id)
+    if m.trial_run_id != trial.run_id:
+        raise InvalidArgument(
+            f"invalid run id, {m.trial_run_id} (reported) != {trial.run_id} (expected)"
+        )
+    avg, batch = _metric_values(m.metrics)
+    await db.run(metric_store.report, trial_id=trial_id, run_id=m.trial_run_id, group=group,
+                 steps=m.steps_completed, report_time=parse_ts(m.report_time) or time.time(),
+                 metrics=avg, batch_metrics=batch)
+    request.app[keys.NOTIFIER].notify(f"metrics:{trial_id}", f"trial:{trial_id}",
+                                      f"experiment:{trial.experiment_id}")
+    if group == "validation":
+        problem = await request.app[keys.CLUSTER].validation_reported(
+            trial_id, m.steps_completed, avg)
+        if problem:
+            log.warning("trial %d: %s", trial_id, problem)
+    return web.json_response({})
+
+
+def _metric_values(raw: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]] | None]:
+    avg = raw.get("avgMetrics", raw.get("avg_metrics"))
+    if not isinstance(avg, dict):
+        raise InvalidArgument("metrics.metrics.avgMetrics: must be an object")
+    avg = {k: decode_number(v) for k, v in avg.items()}
+    for key in ("epoch", "epochs"):
+        if key in avg and not isinstance(avg[key], int | float):
+            raise InvalidArgument(f"metrics.metrics.avgMetrics.{key}: must be a number")
+    batch = raw.get("batchMetrics", raw.get("batch_metrics"))
+    if batch is not None and not isinstance(batch, list):
+        raise InvalidArgument("metrics.metrics.batchMetrics: must be a list")
+    return avg, batch
+
+
+routes.post("/api/v1/trials/{id}/metrics")(report_metrics)
+
+
+def metric_json(m: Metric) -> dict[str, Any]:
+    return {"trialId": m.trial_id, "trialRunId": m.run_id, "stepsCompleted": m.steps_completed,
+            "group": m.group, "reportTime": ts(m.report_time),
+            "metrics": {"avgMetrics": encode_metrics(m.metrics), "batchMetrics": m.batch_metrics}}
+
+
+@task_route
+async def read_metrics(request: web.Request) -> web.Response:
+    trial_id = path_int(request, "id")
+    check_trial(request, trial_id)
+    db = request.app[keys.DB]
+    await db.run(trial_store.get, trial_id)
+    group = request.query.get("group") or None
+    rows = await db.run(metric_store.for_trial, trial_id, group)
+    return web.json_response({"metrics": [metric_json(m) for m in rows]})
+
+
+routes.get("/api/v1/trials/{id}/metrics")(read_metrics)
+
+WORKLOAD_FILTERS = {
+    "": {"training", "validation", "checkpoint"},
+    "FILTER_OPTION_UNSPECIFIED": {"training", "validation", "checkpoint"},
+    "FILTER_OPTION_CHECKPOINT": {"checkpoint"},
+    "FILTER_OPTION_VALIDATION": {"validation"},
+    "FILTER_OPTION_CHECKPOINT_OR_VALIDATION": {"validation", "checkpoint"},
+}
+METRIC_TYPES = {"METRIC_TYPE_TRAINING": "training", "METRIC_TYPE_VALIDATION": "validation"}
+
+
+@routes.get("/api/v1/trials/{id}/workloads")
+async def workloads(request: web.Request) -> web.Response:
+    """Determined's GetTrialWorkloads (what `det e describe` and `det trial describe` show):
+    each training and validation report and each checkpoint of the trial, by batches unless
+    `sortKey` names a metric (`metricType` says of which group; reports without it go last)."""
+    trial_id = path_int(request, "id")
+    db = request.app[keys.DB]
+    await db.run(trial_store.get, trial_id)
+    kinds = WORKLOAD_FILTERS.get(request.query.get("filter", ""))
+    if kinds is None:
+        raise InvalidArgument(f"query parameter filter: unknown option "
+                              f"{request.query['filter']!r}; one of "
+                              f"{', '.join(k for k in WORKLOAD_FILTERS if k)}")
+    group = request.query.get("group")
+    if group:  # only training and validation reports are workloads
+        kinds = kinds & {group, "checkpoint"}
+    items: list[Metric | Checkpoint] = []
+    if kinds & {"training", "validation"}:
+        items += [m for m in await db.run(metric_store.for_trial, trial_id) if m.group in kinds]
+    if "checkpoint" in kinds:
+        drop_deleted = query_bool(request, "removeDeletedCheckpoints") or False
+        items += [c for c in await db.run(ckpt_store.for_trial, trial_id)
+                  if not (drop_deleted and c.state is CheckpointState.DELETED)]
+    key = request.query.get("sortKey") or "batches"
+    metric_group = METRIC_TYPES.get(request.query.get("metricType", ""), "validation")
+    sign = -1 if request.query.get("orderBy") == "ORDER_BY_DESC" else 1
+
+    def order(item: Metric | Checkpoint) -> tuple[int, float, int, float]:
+        steps, when = sign * (item.steps_completed or 0), sign * item.report_time
+        if key == "batches":
+            return (0, 0.0, steps, when)
+        value = item.metrics.get(key) if isinstance(item, Metric) and \
+            item.group == metric_group else None
+        if not isinstance(value, int | float):
+            return (1, 0.0, steps, when)  # without the metric: last, either way
+        return (0, sign * float(value), steps, when)
+
+    items.sort(key=order)
+    page, pagination = paginate(items, request)
+    batch_metrics = query_bool(request, "includeBatchMetrics") or False
+    out: list[dict[str, Any]] = []
+    for item in page:
+        if isinstance(item, Checkpoint):
+            out.append({"checkpoint": {**serialize.checkpoint_workload(item),
+                                       "metadata": item.metadata}})
+            continue
+        body: dict[str, Any] = {"avgMetrics": encode_metrics(item.metrics)}
+        if batch_metrics:
+            body["batchMetrics"] = item.batch_metrics
+        out.append({item.group: {"totalBatches": item.steps_completed,
+                                 "endTime": ts(item.report_time), "numInputs": 0,
+                                 "metrics": body}})
+    return web.json_response({"workloads": out, "pagination": pagination})
+
+
+@routes.get("/api/v1/trials/metrics/trial_metrics")
+async def trial_metrics_stream(request: web.Request) -> web.StreamResponse:
+    """Determined's GetMetrics: NDJSON, one result with every report of the trials."""
+    try:
+        ids = [int(x) for x in request.query.getall("trialIds", [])]
+    except ValueError as exc:
+        raise InvalidArgument("trialIds: expected integers") from exc
+    group = request.query.get("group") or None
+    db = request.app[keys.DB]
+    out: list[dict[str, Any]] = []
+    for trial_id in ids:
+        await db.run(trial_store.get, trial_id)
+        out.extend(metric_json(m) for m in await db.run(metric_store.for_trial, trial_id, group))
+    resp = web.StreamResponse(headers={"Content-Type": "application/json"})
+    await resp.prepare(request)
+    await resp.write((json.dumps({"result": {"metrics": out}}) + "\n").encode())
+    await resp.write_eof()
+    return resp
+
+
+@task_route
+async def progress(request: web.Request) -> web.Response:
+    trial_id = path_int(request, "id")
+    check_trial(request, trial_id)
+    body = await parse(request, ProgressBody)
+    if not 0 <= body.progress <= 1:
+        raise InvalidArgument("progress: must be between 0 and 1")
+    db = request.app[keys.DB]
+    await db.run(trial_store.set_fields, trial_id, progress=body.progress)
+    trial = await db.run(trial_store.get, trial_id)
+    await db.run(search_store.refresh_progress, await db.run(exp_store.get, trial.experiment_id))
+    request.app[keys.NOTIFIER].notify(f"trial:{trial_id}", f"experiment:{trial.experiment_id}",
+                                      "experiments", "jobs")
+    return web.json_response({})
+
+
+routes.post("/api/v1/trials/{id}/progress")(progress)
+
+
+@task_route
+async def early_exit(request: web.Request) -> web.Response:
+    trial_id = path_int(request, "id")
+    check_trial(request, trial_id)
+    body = await parse(request, EarlyExitBody)
+    allowed = {"EXITED_REASON_INVALID_HP", "EXITED_REASON_INIT_INVALID_HP",
+               "EXITED_REASON_UNSPECIFIED"}
+    if body.reason not in allowed:
+        raise InvalidArgument("should not report special exit reason")
+    await request.app[keys.DB].run(trial_store.set_fields, trial_id, searcher_stopped=1,
+                                   early_exit=body.reason)
+    return web.json_response({})
+
+
+routes.post("/api/v1/trials/{id}/early_exit")(early_exit)
+
+
+@task_route
+async def runner_metadata(request: web.Request) -> web.Response:
+    trial_id = path_int(request, "id")
+    check_trial(request, trial_id)
+    body = await parse(request, RunnerMetadataBody)
+    db = request.app[keys.DB]
+    await db.run(trial_store.set_fields, trial_id, runner_state=body.state)
+    trial = await db.run(trial_store.get, trial_id)
+    request.app[keys.NOTIFIER].notify(f"trial:{trial_id}", f"experiment:{trial.experiment_id}")
+    return web.json_response({})
+
+
+routes.post("/api/v1/trials/{id}/runner/metadata")(runner_metadata)
+
+
+# --- logs -----------------------------------------------------------------------------------
+
+
+def _filter(request: web.Request) -> log_store.LogFilter:
+    try:
+        ranks = tuple(int(r) for r in request.query.getall("rankIds", []))
+    except ValueError as exc:
+        raise InvalidArgument("rankIds: expected integers") from exc
+    levels = tuple(lv.removeprefix("LOG_LEVEL_") for lv in request.query.getall("levels", []))
+    return log_store.LogFilter(
+        rank_ids=ranks, stdtypes=tuple(request.query.getall("stdtypes", [])), levels=levels,
+        search_text=request.query.get("searchText") or None,
+        timestamp_before=parse_ts(request.query.get("timestampBefore")),
+        timestamp_after=parse_ts(request.query.get("timestampAfter")),
+    )
+
+
+@routes.get("/api/v1/trials/{id}/logs")
+async def trial_logs(request: web.Request) -> web.StreamResponse:
+    trial_id = path_int(request, "id")
+    db = request.app[keys.DB]
+    await db.run(trial_store.get, trial_id)
+    flt = _filter(request)
+    limit = query_int(request, "limit", 0)
+    follow = request.query.get("follow", "false").lower() == "true"
+    descending = request.query.get("orderBy") == "ORDER_BY_DESC"
+    resp = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
+    await resp.prepare(request)
+    if descending:
+        lines = await db.run(log_store.fetch, trial_id, flt, limit=limit, descending=True)
+        await _write(resp, lines)
+        last = max((ln.id for ln in lines), default=0)
+    else:
+        last = await _drain(request, resp, trial_id, flt, 0, limit)
+    if follow:
+        await _follow(request, resp, trial_id, flt, last)
+    await resp.write_eof()
+    return resp
+
+
+async def _write(resp: web.StreamResponse, lines: list[Any]) -> None:
+    if lines:
+        payload = "".join(json.dumps({"result": serialize.log_line(ln)}) + "\n" for ln in lines)
+        await resp.write(payload.encode())
+
+
+async def _drain(request: web.Request, resp: web.StreamResponse, trial_id: int,
+                 flt: log_store.LogFilter, after: int, limit: int = 0) -> int:
+    db = request.app[keys.DB]
+    sent = 0
+    while True:
+        batch = LOG_BATCH if limit <= 0 else min(LOG_BATCH, limit - sent)
+        if batch <= 0:
+            return after
+        lines = await db.run(log_store.fetch, trial_id, flt, after_id=after, limit=batch)
+        await _write(resp, lines)
+        if not lines:
+            return after
+        after = lines[-1].id
+        sent += len(lines)
+
+
+async def _follow(request: web.Request, resp: web.StreamResponse, trial_id: int,
+                  flt: log_store.LogFilter, last: int) -> None:
+    db = request.app[keys.DB]
+    notifier = request.app[keys.NOTIFIER]
+    while True:
+        last = await _drain(request, resp, trial_id, flt, last)
+        trial = await db.run(trial_store.get, trial_id)
+        if trial.state.is_terminal():
+            await asyncio.sleep(FOLLOW_GRACE)
+            await _drain(request, resp, trial_id, flt, last)
+            return
+        await notifier.wait(f"logs:{trial_id}", 1.0)
+
+
+@task_route
+async def post_task_logs(request: web.Request) -> web.Response:
+    """Determined's ship_logs.py endpoint (task token)."""
+    body = await parse(request, TaskLogsBody)
+    db = request.app[keys.DB]
+    p = principal(request)
+    rows, trial_ids = [], set()
+    for line in body.logs:
+        trial = await db.run(trial_store.by_task_id, line.task_id)
+        if p.allocation is not None and p.allocation.trial_id != trial.id:
+            raise PermissionDenied("an allocation token may only write its own task's logs")
+        trial_ids.add(trial.id)
+        rows.append({"trial_id": trial.id, "task_id": line.task_id,
+                     "allocation_id": line.allocation_id, "agent_id": line.agent_id,
+                     "container_id": line.container_id, "rank_id": line.rank_id,
+                     "stdtype": line.stdtype, "source": line.source or "task",
+                     "level": (line.level or "").removeprefix("LOG_LEVEL_") or None,
+                     "timestamp": parse_ts(line.timestamp) or time.time(), "log": line.log})
+    await db.run(log_store.insert, rows)
+    request.app[keys.NOTIFIER].notify(*(f"logs:{t}" for t in trial_ids))
+    return web.json_response({})
+
+
+routes.post("/api/v1/task/logs")(post_task_logs)
+
+
+@task_route
+async def context_directory(request: web.Request) -> web.Response:
+    db = request.app[keys.DB]
+    trial = await db.run(trial_store.by_task_id, request.match_info["taskId"])
+    check_trial(request, trial.id)
+    data = await db.run(exp_store.context, trial.experiment_id)
+    return web.json_response({"b64Tgz": base64.b64encode(data).decode() if data else ""})
+
+
+routes.get("/api/v1/tasks/{taskId}/context_directory")(context_directory)
+
+
+# --- unmanaged (detached) trials, WIRE §8 ---------------------------------------------------
+
+SETTABLE = (TrialState.RUNNING, TrialState.PAUSED, TrialState.COMPLETED, TrialState.CANCELED,
+            TrialState.ERROR)
+
+
+@routes.post("/api/v1/trials")
+async def create_trial(request: web.Request) -> web.Response:
+    body = await parse(request, CreateTrialBody)
+    return web.json_response({"trial": await _new_trial(request, body, None)})
+
+
+@routes.put("/api/v1/trials")
+async def put_trial(request: web.Request) -> web.Response:
+    """Create a trial, or return the one the experiment already has with that external id."""
+    body = await parse(request, PutTrialBody)
+    external_id = body.external_trial_id.strip()
+    if not external_id:
+        raise InvalidArgument("externalTrialId: must not be empty")
+    return web.json_response(
+        {"trial": await _new_trial(request, body.create_trial_request, external_id)})
+
+
+async def _new_trial(request: web.Request, body: CreateTrialBody,
+                     external_id: str | None) -> dict[str, Any]:
+    if not body.unmanaged:
+        raise InvalidArgument("only unmanaged trials are supported")
+    db = request.app[keys.DB]
+    exp = await db.run(exp_store.get, body.experiment_id)
+    if not exp.unmanaged:
+        raise InvalidArgument(f"only unmanaged trials are supported: experiment {exp.id} is "
+                              "managed, its searcher creates its trials")
+    trial = await db.run(unmanaged_store.create_trial, exp.id, body.hparams or {}, external_id)
+    request.app[keys.NOTIFIER].notify(f"experiment:{exp.id}", "experiments")
+    exp = await db.run(exp_store.get, exp.id)
+    return dict((await db.call(trial_views, db.conn, exp, [trial]))[0])
+
+
+async def _unmanaged_trial(request: web.Request, body_trial_id: int | None) -> int:
+    trial_id = path_int(request, "id")
+    if body_trial_id is not None and body_trial_id != trial_id:
+        raise InvalidArgument(f"trialId: {body_trial_id} does not match the trial {trial_id} "
+                              "in the path")
+    db = request.app[keys.DB]
+    trial = await db.run(trial_store.get, trial_id)
+    exp = await db.run(exp_store.get, trial.experiment_id)
+    if not exp.unmanaged:
+        raise InvalidArgument("only unmanaged trials are supported")
+    return trial_id
+
+
+@routes.post("/api/v1/trials/{id}/start")
+async def start_trial(request: web.Request) -> web.Response:
+    """A detached script (re)starts its trial: a new run id; from the second run on, the
+    checkpoint to resume from."""
+    body = await parse(request, StartTrialBody)
+    trial_id = await _unmanaged_trial(request, body.trial_id)
+    db = request.app[keys.DB]
+    trial, latest = await db.run(unmanaged_store.start_trial, trial_id, bool(body.resume))
+    request.app[keys.NOTIFIER].notify(f"trial:{trial_id}", f"experiment:{trial.experiment_id}",
+                                      "experiments")
+    return web.json_response({
+        "trialRunId": trial.run_id,
+        "stepsCompleted": (latest.steps_completed or 0) if latest else 0,
+        "latestCheckpoint": latest.uuid if latest else None,
+    })
+
+
+def _settable_state(raw: str | None) -> TrialState | None:
+    if raw in (None, "", "STATE_UNSPECIFIED"):
+        return None
+    assert raw is not None
+    name = raw if raw.startswith("STATE_") else f"STATE_{raw}"
+    choices = ", ".join(s.value for s in SETTABLE)
+    try:
+        state = TrialState(name)
+    except ValueError:
+        raise InvalidArgument(f"state: unknown trial state {raw!r} (one of {choices})") from None
+    if state not in SETTABLE:
+        raise InvalidArgument(f"state: {state.value} cannot be set on an unmanaged trial "
+                              f"(one of {choices})")
+    return state
+
+
+@routes.patch("/api/v1/trials/{id}")
+async def patch_trial(request: web.Request) -> web.Response:
+    """A detached trial's heartbeat (no state) or state change; its experiment follows."""
+    body = await parse(request, PatchTrialBody)
+    state = _settable_state(body.state)
+    trial_id = await _unmanaged_trial(request, body.trial_id)
+    db = request.app[keys.DB]
+    trial, changed = await db.run(unmanaged_store.patch_trial, trial_id, state)
+    if state is not None:
+        request.app[keys.NOTIFIER].notify(f"trial:{trial_id}", f"logs:{trial_id}",
+                                          f"experiment:{trial.experiment_id}")
+    if changed is not None:
+        await request.app[keys.CLUSTER].settle_unmanaged([(trial.experiment_id, changed)])
+    exp = await db.run(exp_store.get, trial.experiment_id)
+    views = await db.call(trial_views, db.conn, exp, [trial])
+    return web.json_response({"trial": views[0]})
+
+
+@task_route
+async def start_run(request: web.Request) -> web.Response:
+    """Determined 0.38's `POST /runs/start` (the run id is the trial id): nothing to record."""
+    body = await parse(request, StartRunBody)
+    check_trial(request, body.run_id)
+    await request.app[keys.DB].run(trial_store.get, body.run_id)
+    return web.json_response({})
+
+
+routes.post("/api/v1/runs/start")(start_run)
+
+
+@routes.post("/task-logs")
+async def post_core_v2_logs(request: web.Request) -> web.Response:
+    """Determined's detached log shipper: a JSON array of {task_id, timestamp, rank?, log}."""
+    raw = await read_json(request)
+    if not isinstance(raw, list):
+        raise InvalidArgument("request body must be a JSON array of log entries")
+    db = request.app[keys.DB]
+    rows, trial_ids = [], set()
+    for i, item in enumerate(raw):
+        if not isinstance(item, dict) or not isinstance(item.get("task_id"), str) or \
+                not isinstance(item.get("log"), str):
+            raise InvalidArgument(f"[{i}]: expected an object with string task_id and log")
+        trial = await db.run(trial_store.by_task_id, item["task_id"])
+        rank = str(item.get("rank") or "")
+        trial_ids.add(trial.id)
+        rows.append({"trial_id": trial.id, "task_id": trial.task_id, "allocation_id": None,
+                     "agent_id": None, "container_id": None,
+                     "rank_id": int(rank) if rank.isdigit() else None,
+                     "stdtype": None, "source": "task", "level": None,
+                     "timestamp": parse_ts(item.get("timestamp")) or time.time(),
+                     "log": item["log"]})
+    await db.run(log_store.insert, rows)
+    request.app[keys.NOTIFIER].notify(*(f"logs:{t}" for t in trial_ids))
+    return web.json_response({})

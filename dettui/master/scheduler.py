@@ -1,0 +1,404 @@
+"""The scheduling pass: a pure function of the queue, the running allocations and the agents.
+
+No I/O and no clocks: inputs in, decisions out (which trials start where, which running
+allocations must be preempted, which requests can never fit). Two schedulers, per pool:
+
+- priority (Determined's, SEMANTICS §5.1): lower number first, then queue position. Gang
+  allocation: all slots of a trial or none. With preemption off nothing below the first blocked
+  priority starts; with it on, smaller lower-priority jobs backfill, and a blocked job preempts
+  running lower-priority trials (newest first) until it fits.
+- fair_share (§5.2): slots shared by weight with max-min progressive filling, capped by
+  max_slots; always preemptive.
+
+A trial that needs more slots than the largest agent spans whole agents: its slot count must be
+a multiple of the agents' slot count (seed 002).
+"""
+
+from __future__ import annotations
+
+import heapq
+import operator
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+PRIORITY = "priority"
+FAIR_SHARE = "fair_share"
+
+
+@dataclass(frozen=True)
+class PoolPolicy:
+    scheduler: str = PRIORITY
+    preemption: bool = False
+
+
+@dataclass(frozen=True)
+class Request:
+    key: int  # trial id
+    job_id: str
+    slots: int
+    priority: int
+    queue_position: float
+    pool: str
+    weight: float = 1.0
+    max_slots: int | None = None
+
+
+@dataclass(frozen=True)
+class Running:
+    key: str  # allocation id
+    job_id: str
+    slots: int
+    priority: int
+    queue_position: float
+    pool: str
+    started: float  # start order; larger = newer
+    weight: float = 1.0
+    preemptible: bool = True
+    max_slots: int | None = None
+    placement: tuple[tuple[str, tuple[int, ...]], ...] = ()  # (agent, slots) it holds
+    preempting: bool = False  # already told to stop; its slots are promised to someone
+
+
+@dataclass(frozen=True)
+class AgentView:
+    id: str
+    pool: str
+    slot_ids: tuple[int, ...]  # all slots of the agent
+    used: frozenset[int] = frozenset()
+    enabled: bool = True
+
+    @property
+    def free(self) -> tuple[int, ...]:
+        return tuple(s for s in self.slot_ids if s not in self.used)
+
+
+@dataclass(frozen=True)
+class Assignment:
+    key: int
+    agent_id: str
+    slots: tuple[int, ...]
+    # For a trial spanning agents: every (agent, slots) part, chief first.
+    parts: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    backfilled: bool = False
+
+
+@dataclass(frozen=True)
+class Decision:
+    start: tuple[Assignment, ...] = ()
+    preempt: tuple[str, ...] = ()
+    # Requests that can never fit their pool as it is, with the reason to show on the job.
+    unschedulable: dict[int, str] = field(default_factory=dict)
+
+
+_ORDER = operator.attrgetter("priority", "queue_position", "key")
+
+
+def order(requests: Iterable[Request]) -> list[Request]:
+    return sorted(requests, key=_ORDER)
+
+
+def schedule(
+    requests: Sequence[Request], agents: Sequence[AgentView],
+    running: Sequence[Running] = (), policies: dict[str, PoolPolicy] | None = None,
+) -> Decision:
+    policies = policies or {}
+    by_pool_agents: dict[str, list[AgentView]] = {}
+    for agent in agents:
+        if agent.enabled:
+            by_pool_agents.setdefault(agent.pool, []).append(agent)
+    start: list[Assignment] = []
+    preempt: list[str] = []
+    unschedulable: dict[int, str] = {}
+    reqs_by_pool: dict[str, list[Request]] = {}
+    for r in requests:
+        reqs_by_pool.setdefault(r.pool, []).append(r)
+    runs_by_pool: dict[str, list[Running]] = {}
+    for run in running:
+        runs_by_pool.setdefault(run.pool, []).append(run)
+    for pool in sorted(reqs_by_pool.keys() | runs_by_pool.keys()):
+        members = by_pool_agents.get(pool, [])
+        reqs = reqs_by_pool.get(pool, [])
+        runs = runs_by_pool.get(pool, [])
+        policy = policies.get(pool, PoolPolicy())
+        shape = PoolShape.of(members)
+        largest = shape.largest
+        fitting = [r for r in reqs if r.slots <= largest] if members else []
+        if len(fitting) < len(reqs):
+            for req in reqs:
+                why = shape.never_fits(req)
+                if why:
+                    unschedulable[req.key] = why
+                elif req.slots > largest:
+                    fitting.append(req)
+        planner = _priority if policy.scheduler != FAIR_SHARE else _fair_share
+        s, p = planner(fitting, members, runs, policy)
+        start += s
+        preempt += p
+    return Decision(tuple(start), tuple(preempt), unschedulable)
+
+
+@dataclass(frozen=True)
+class PoolShape:
+    """What a pool could ever hold: its agents' sizes and how many of each."""
+
+    counts: dict[int, int]
+
+    @property
+    def largest(self) -> int:
+        return max(self.counts, default=0)
+
+    @classmethod
+    def of(cls, members: Sequence[AgentView]) -> PoolShape:
+        counts: dict[int, int] = {}
+        for a in members:
+            counts[len(a.slot_ids)] = counts.get(len(a.slot_ids), 0) + 1
+        return cls(counts)
+
+    def never_fits(self, req: Request) -> str | None:
+        if not self.counts:
+            return f"no agent has joined resource pool '{req.pool}' yet"
+        if req.slots <= max(self.counts):
+            return None
+        sizes = sorted(n for n in self.counts if n > 0)
+        whole = [n for n in sizes if req.slots % n == 0]
+        if not whole:
+            return (f"needs {req.slots} slots, which is not a multiple of the slots per agent "
+                    f"in pool '{req.pool}' ({', '.join(map(str, sizes))}): a trial spanning "
+                    "agents must use whole agents")
+        n = whole[-1]
+        if self.counts[n] * n < req.slots:
+            return (f"needs {req.slots} slots, but pool '{req.pool}' has only "
+                    f"{self.counts[n]} agent(s) with {n} slots ({self.counts[n] * n} slots)")
+        return None
+
+
+# --- fitting --------------------------------------------------------------------------------
+
+
+class FreeIndex:
+    """Free slots per agent, bucketed by how many are free, so best fit costs O(slots per agent)
+    instead of O(agents). Buckets are heaps with lazy deletion (stale entries are skipped)."""
+
+    def __init__(self, members: Sequence[AgentView]) -> None:
+        self.free: dict[str, list[int]] = {a.id: [s for s in a.slot_ids if s not in a.used]
+                                           for a in members}
+        self.size: dict[str, int] = {a.id: len(a.slot_ids) for a in members}
+        self.largest = max(self.size.values(), default=0)
+        self.buckets: dict[int, list[str]] = {}
+        for agent_id in sorted(self.free):
+            self.buckets.setdefault(len(self.free[agent_id]), []).append(agent_id)
+
+    def _peek(self, count: int) -> str | None:
+        heap = self.buckets.get(count)
+        while heap:
+            if len(self.free[heap[0]]) == count:
+                return heap[0]
+            heapq.heappop(heap)
+        return None
+
+    def best(self, n: int) -> str | None:
+        """The agent with the fewest free slots that still has `n` free."""
+        for count in range(n, self.largest + 1):
+            found = self._peek(count)
+            if found is not None:
+                return found
+        return None
+
+    def most_free(self) -> str | None:
+        for count in range(self.largest, -1, -1):
+            found = self._peek(count)
+            if found is not None:
+                return found
+        return None
+
+    def whole(self, n: int, count: int) -> list[str]:
+        """`count` agents of size n with every slot free (fewest ids first), or []."""
+        heap = self.buckets.get(n, [])
+        valid = sorted({a for a in heap if len(self.free[a]) == n and self.size[a] == n})
+        return valid[:count] if len(valid) >= count else []
+
+    def take(self, agent_id: str, slots: tuple[int, ...]) -> None:
+        self.free[agent_id] = [s for s in self.free[agent_id] if s not in slots]
+        heapq.heappush(self.buckets.setdefault(len(self.free[agent_id]), []), agent_id)
+
+    def give(self, agent_id: str, slots: Iterable[int]) -> None:
+        self.free[agent_id] = sorted(set(self.free.get(agent_id, [])) | set(slots))
+        heapq.heappush(self.buckets.setdefault(len(self.free[agent_id]), []), agent_id)
+
+    def copy(self) -> FreeIndex:
+        other = FreeIndex.__new__(FreeIndex)
+        other.free = {k: list(v) for k, v in self.free.items()}
+        other.size = dict(self.size)
+        other.largest = self.largest
+        other.buckets = {k: list(v) for k, v in self.buckets.items()}
+        return other
+
+
+Parts = tuple[tuple[str, tuple[int, ...]], ...]
+
+
+def fit(req: Request, index: FreeIndex) -> Parts | None:
+    """Where the request goes: one agent (best fit), or whole free agents; None if not now."""
+    if req.slots == 0:
+        agent_id = index.most_free()
+        return ((agent_id, ()),) if agent_id is not None else None
+    if req.slots <= index.largest:
+        agent_id = index.best(req.slots)
+        if agent_id is None:
+            return None
+        return ((agent_id, tuple(index.free[agent_id][: req.slots])),)
+    sizes = sorted({n for n in index.size.values() if n and req.slots % n == 0})
+    if not sizes:
+        return None
+    n = sizes[-1]
+    whole = index.whole(n, req.slots // n)
+    return tuple((a, tuple(index.free[a])) for a in whole) or None
+
+
+def _take(index: FreeIndex, parts: Parts) -> None:
+    for agent_id, slots in parts:
+        index.take(agent_id, slots)
+
+
+def _assignment(req: Request, parts: Parts, backfilled: bool = False) -> Assignment:
+    agent_id, slots = parts[0]
+    return Assignment(req.key, agent_id, slots, parts if len(parts) > 1 else (), backfilled)
+
+
+# --- priority -------------------------------------------------------------------------------
+
+
+def _priority(reqs: list[Request], members: list[AgentView], runs: list[Running],
+              policy: PoolPolicy) -> tuple[list[Assignment], list[str]]:
+    free = FreeIndex(members)
+    start: list[Assignment] = []
+    preempt: list[str] = []
+    victims: list[Running] | None = None  # sorted on first need: lowest priority, newest first
+    blocked: int | None = None
+    hopeless: list[tuple[int, int]] = []
+    # A preemption already under way: wait for it to free its slots before choosing more.
+    in_flight = any(r.preempting for r in runs)
+    for req in order(reqs):
+        if blocked is not None and req.priority != blocked and not policy.preemption:
+            break  # nothing below the first blocked priority starts
+        parts = fit(req, free)
+        if parts is not None:
+            if blocked is None or req.priority == blocked:
+                start.append(_assignment(req, parts))
+                _take(free, parts)
+            else:
+                start.append(_assignment(req, parts, backfilled=True))
+                _take(free, parts)
+            continue
+        if blocked is None:
+            blocked = req.priority
+        if policy.preemption and not in_flight:
+            if victims is None:
+                victims = sorted((r for r in runs if r.preemptible and not r.preempting),
+                                 key=lambda r: (-r.priority, -r.started))
+            if not victims or victims[0].priority < req.priority:
+                continue
+            if any(n <= req.slots and p <= req.priority for n, p in hopeless):
+                continue  # a smaller, more urgent request already found no victims
+            chosen = _victims(req, free, victims)
+            if not chosen:
+                hopeless.append((req.slots, req.priority))
+                continue
+            preempt += [v.key for v in chosen]
+            # One preemption per pool and pass: the freed slots are this request's, and the
+            # next pass (when the victims have exited) goes on down the queue.
+            break
+    return start, preempt
+
+
+def _victims(req: Request, free: FreeIndex, candidates: list[Running]) -> list[Running]:
+    """Lower-priority (or same priority, queued later) running trials whose slots let `req` fit,
+    lowest priority and newest first; [] if even all of them would not be enough. Only the
+    victims on the agent(s) that end up holding the request are preempted."""
+    single = req.slots <= free.largest
+    gained: dict[str, set[int]] = {}
+    on_agent: dict[str, list[Running]] = {}
+    taken: list[Running] = []
+    for victim in candidates:
+        if victim.priority < req.priority or (
+                victim.priority == req.priority and victim.queue_position <= req.queue_position):
+            continue
+        taken.append(victim)
+        for agent_id, slots in victim.placement:
+            if agent_id in free.size:
+                gained.setdefault(agent_id, set()).update(slots)
+                on_agent.setdefault(agent_id, []).append(victim)
+                if single and len(free.free[agent_id]) + len(gained[agent_id]) >= req.slots:
+                    return on_agent[agent_id]
+        if not single and _fits_whole(req, free, gained):
+            return taken
+    return []
+
+
+def _fits_whole(req: Request, free: FreeIndex, gained: dict[str, set[int]]) -> bool:
+    trial = free.copy()
+    for agent_id, slots in gained.items():
+        trial.give(agent_id, slots)
+    return fit(req, trial) is not None
+
+
+# --- fair share -----------------------------------------------------------------------------
+
+
+def shares(demand: dict[str, int], weight: dict[str, float], capacity: int) -> dict[str, int]:
+    """Max-min progressive filling by weight: each round gives every unsatisfied job
+    max(1, floor(remaining * w / sum(w))) slots, never beyond its demand."""
+    given = {j: 0 for j in demand}
+    remaining = capacity
+    active = sorted(j for j, d in demand.items() if d > 0)
+    while remaining > 0 and active:
+        total_w = sum(weight[j] for j in active) or 1.0
+        round_cap = remaining
+        progressed = False
+        for j in active:
+            if remaining <= 0:
+                break
+            want = demand[j] - given[j]
+            give = min(want, max(1, int(round_cap * weight[j] / total_w)), remaining)
+            if give > 0:
+                given[j] += give
+                remaining -= give
+                progressed = True
+        active = [j for j in active if given[j] < demand[j]]
+        if not progressed:
+            break
+    return given
+
+
+def _fair_share(reqs: list[Request], members: list[AgentView], runs: list[Running],
+                policy: PoolPolicy) -> tuple[list[Assignment], list[str]]:
+    capacity = sum(len(a.slot_ids) for a in members)
+    demand: dict[str, int] = {}
+    weight: dict[str, float] = {}
+    for r in [*reqs, *runs]:
+        demand[r.job_id] = demand.get(r.job_id, 0) + r.slots
+        weight[r.job_id] = max(r.weight, 1e-9)
+    caps = {r.job_id: r.max_slots for r in [*reqs, *runs] if r.max_slots is not None}
+    for job, cap in caps.items():
+        demand[job] = min(demand[job], cap)
+    allotted = shares(demand, weight, capacity)
+    used = {j: 0 for j in demand}
+    for r in runs:
+        used[r.job_id] += r.slots
+    preempt = []
+    for r in sorted(runs, key=lambda r: -r.started):
+        if used[r.job_id] > allotted[r.job_id] and r.preemptible and not r.preempting:
+            preempt.append(r.key)
+            used[r.job_id] -= r.slots
+    free = FreeIndex(members)
+    start = []
+    for req in sorted(reqs, key=lambda r: (r.queue_position, r.key)):
+        if used[req.job_id] + req.slots > allotted[req.job_id] or preempt:
+            continue
+        parts = fit(req, free)
+        if parts is None:
+            continue
+        start.append(_assignment(req, parts))
+        _take(free, parts)
+        used[req.job_id] += req.slots
+    return start, preempt

@@ -1,0 +1,181 @@
+"""Records -> Determined's wire shapes (camelCase, every field emitted)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from dettui import DETERMINED_VERSION
+from dettui.master.store.records import Checkpoint, Experiment, LogLine, Metric, Trial
+from dettui.master.wire import encode_metrics, ts
+
+LEVELS = ("TRACE", "DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+def experiment(e: Experiment) -> dict[str, Any]:
+    return {
+        "id": e.id,
+        "name": e.name,
+        "description": e.description or "",
+        "labels": e.labels,
+        "state": e.state.value,
+        "archived": e.archived,
+        "config": e.config,
+        "originalConfig": e.original_config,
+        "searcherType": e.searcher_type,
+        "jobId": e.job_id,
+        "numTrials": e.num_trials,
+        "startTime": ts(e.start_time),
+        "endTime": ts(e.end_time),
+        "progress": e.progress,
+        "username": e.username,
+        "userId": e.owner_id,
+        "displayName": e.username,
+        "resourcePool": e.resource_pool,
+        "projectId": 1,
+        "projectOwnerId": 1,
+        "projectName": "Uncategorized",
+        "workspaceId": 1,
+        "workspaceName": "Uncategorized",
+        "parentArchived": False,
+        "forkedFrom": None,
+        "notes": "",
+        "unmanaged": e.unmanaged,
+        "externalExperimentId": e.external_id,
+        "hyperparameters": e.config.get("hyperparameters", {}),
+        "checkpointSize": "0",
+        "checkpointCount": 0,
+        "searcherMetric": (e.config.get("searcher") or {}).get("metric"),
+    }
+
+
+def workload(m: Metric | None) -> dict[str, Any] | None:
+    if m is None:
+        return None
+    return {
+        "endTime": ts(m.report_time),
+        "totalBatches": m.steps_completed,
+        "numInputs": 0,
+        "state": "STATE_COMPLETED",
+        "metrics": {"avgMetrics": encode_metrics(m.metrics), "batchMetrics": m.batch_metrics},
+    }
+
+
+def trial(
+    t: Trial, *, latest_validation: Metric | None = None, best_validation: Metric | None = None,
+    latest_training: Metric | None = None, best_checkpoint: Checkpoint | None = None,
+    searcher_metric: str | None = None, allocation_ids: list[str] | None = None,
+) -> dict[str, Any]:
+    smv = None
+    if latest_validation is not None and searcher_metric:
+        smv = latest_validation.metrics.get(searcher_metric)
+    return {
+        "id": t.id,
+        "experimentId": t.experiment_id,
+        "hparams": t.hparams,
+        "state": t.state.value,
+        "restarts": t.restarts,
+        "startTime": ts(t.start_time),
+        "endTime": ts(t.end_time),
+        "totalBatchesProcessed": t.total_batches,
+        "taskId": t.task_id,
+        "taskIds": [t.task_id],
+        "runnerState": t.runner_state,
+        "latestValidation": workload(latest_validation),
+        "bestValidation": workload(best_validation),
+        "latestTraining": workload(latest_training),
+        "bestCheckpoint": checkpoint_workload(best_checkpoint),
+        "searcherMetricValue": smv,
+        "summaryMetrics": None,
+        "warmStartCheckpointUuid": None,
+        "wallClockTime": ((t.end_time or 0) - t.start_time) if t.end_time else None,
+        "progress": t.progress,
+        "seed": t.seed,
+        "runId": t.run_id,
+        "allocationIds": allocation_ids or [],
+    }
+
+
+def checkpoint_workload(c: Checkpoint | None) -> dict[str, Any] | None:
+    if c is None:
+        return None
+    return {"uuid": c.uuid, "endTime": ts(c.report_time), "state": c.state.value,
+            "totalBatches": c.steps_completed or 0, "resources": c.resources}
+
+
+def checkpoint(
+    c: Checkpoint, *, hparams: dict[str, Any] | None = None,
+    validation: Metric | None = None, searcher_metric: str | None = None,
+) -> dict[str, Any]:
+    val = encode_metrics(validation.metrics) if validation else None
+    return {
+        "uuid": c.uuid,
+        "taskId": c.task_id,
+        "allocationId": c.allocation_id,
+        "reportTime": ts(c.report_time),
+        "resources": c.resources,
+        "metadata": c.metadata,
+        "state": c.state.value,
+        "storageId": c.storage_id,
+        "training": {
+            "trialId": c.trial_id,
+            "experimentId": c.experiment_id,
+            "hparams": hparams,
+            "validationMetrics": {"avgMetrics": val} if val is not None else None,
+            "searcherMetric": (validation.metrics.get(searcher_metric)
+                               if validation and searcher_metric else None),
+            "trainingMetrics": None,
+        },
+    }
+
+
+def log_line(line: LogLine) -> dict[str, Any]:
+    return {
+        "id": str(line.id),
+        "trialId": line.trial_id,
+        "taskId": line.task_id,
+        "allocationId": line.allocation_id,
+        "timestamp": ts(line.timestamp),
+        "level": f"LOG_LEVEL_{line.level}" if line.level else "LOG_LEVEL_INFO",
+        "message": message(line),
+        "log": line.log,
+        "rankId": line.rank_id,
+        "agentId": line.agent_id,
+        "containerId": line.container_id,
+        "source": line.source,
+        "stdtype": line.stdtype,
+    }
+
+
+def message(line: LogLine) -> str:
+    """Determined's TaskLog.Message: `[ts] cid8 [rank=N] || LEVEL: text`."""
+    parts = [f"[{ts(line.timestamp)}]", (line.container_id or "")[:8].ljust(8)]
+    if line.rank_id is not None:
+        parts.append(f"[rank={line.rank_id}]")
+    parts.append("||")
+    if line.level:
+        parts.append(f"{line.level}:")
+    text = line.log if line.log.endswith("\n") else line.log + "\n"
+    return " ".join(parts) + " " + text
+
+
+def master_info(cluster_id: str, cluster_name: str) -> dict[str, Any]:
+    return {
+        "version": DETERMINED_VERSION,
+        "masterId": cluster_id,
+        "clusterId": cluster_id,
+        "clusterName": cluster_name,
+        "telemetryEnabled": False,
+        "hasCustomLogo": False,
+        "strictJobQueueControl": False,
+        "product": "PRODUCT_UNSPECIFIED",  # an enum in the real client (not Cloud)
+        "branding": "determined",
+        "rbacEnabled": False,
+        "userManagementEnabled": True,
+        "featureSwitches": [],
+    }
+
+
+def config_yaml(config: dict[str, Any]) -> str:
+    return str(yaml.safe_dump(config, sort_keys=False))

@@ -1,0 +1,146 @@
+"""Master settings: where it listens, where it keeps state, and its timing knobs."""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from dettui.errors import ConfigError, InvalidArgument
+from dettui.master.scheduler import FAIR_SHARE, PRIORITY, PoolPolicy
+
+
+@dataclass(frozen=True)
+class MasterSettings:
+    state_dir: Path
+    host: str = "127.0.0.1"
+    port: int = 8080
+    admin_password: str | None = None
+    cluster_name: str = "dettui"
+    default_pool: str = "default"
+    agent_timeout: float = 20.0  # seconds without a heartbeat before an agent is gone
+    heartbeat_interval: float = 2.0
+    checkpoint_dir: Path | None = None  # default shared_fs host_path; state_dir/checkpoints
+    policies: dict[str, PoolPolicy] = field(default_factory=lambda: {"default": PoolPolicy()})
+    preemption_timeout: float = 3600.0  # seconds a preempted trial has to checkpoint and exit
+
+    @property
+    def pools(self) -> tuple[str, ...]:
+        return tuple(self.policies)
+
+    def policy(self, pool: str) -> PoolPolicy:
+        return self.policies.get(pool, PoolPolicy())
+
+    @property
+    def db_path(self) -> Path:
+        return self.state_dir / "master.db"
+
+    @property
+    def checkpoint_root(self) -> Path:
+        return self.checkpoint_dir or self.state_dir / "checkpoints"
+
+
+def is_loopback(host: str) -> bool:
+    if host in ("localhost", ""):
+        return host == "localhost"
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        try:
+            return all(ipaddress.ip_address(info[4][0]).is_loopback
+                       for info in socket.getaddrinfo(host, None))
+        except OSError:
+            return False
+
+
+def check_exposure(host: str, admin_has_password: bool) -> None:
+    """Refuse to listen beyond loopback while `admin` can log in with an empty password."""
+    if is_loopback(host) or admin_has_password:
+        return
+    raise InvalidArgument(
+        f"refusing to listen on {host}: the 'admin' and 'determined' users have empty "
+        "passwords, so anyone who can reach this address could run code on your agents. "
+        "Set a password first (dettui serve --admin-password ... or DETTUI_ADMIN_PASSWORD), "
+        "or listen on 127.0.0.1 and reach the master through an SSH tunnel."
+    )
+
+
+# --- the master config file (`dettui serve --config master.yaml`) ----------------------------
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class SchedulerConfig(_Strict):
+    type: Literal["priority", "fair_share"] = "priority"
+    preemption: bool = False
+    fitting_policy: Literal["best", "worst"] = "best"
+
+
+class PoolConfig(_Strict):
+    pool_name: str = Field(min_length=1)
+    description: str = ""
+    scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
+
+
+class MasterConfig(_Strict):
+    host: str | None = None
+    port: int | None = Field(default=None, ge=0, le=65535)
+    state_dir: str | None = None
+    cluster_name: str | None = None
+    default_compute_pool: str | None = None
+    preemption_timeout: float | None = Field(default=None, ge=0)
+    resource_pools: list[PoolConfig] = Field(default_factory=list)
+
+
+def load_master_config(path: Path) -> MasterConfig:
+    """Read and validate a master config file; every problem named with its path."""
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except OSError as exc:
+        raise ConfigError([f"cannot read {path}: {exc.strerror}"], str(path)) from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError([f"malformed YAML: {exc}"], str(path)) from exc
+    if not isinstance(data, dict):
+        raise ConfigError(["the master config must be a mapping"], str(path))
+    try:
+        cfg = MasterConfig.model_validate(data)
+    except ValidationError as exc:
+        problems = [f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()]
+        raise ConfigError(problems, str(path)) from exc
+    names = [p.pool_name for p in cfg.resource_pools]
+    if len(set(names)) != len(names):
+        raise ConfigError(["resource_pools: pool names must be unique"], str(path))
+    if cfg.default_compute_pool and names and cfg.default_compute_pool not in names:
+        raise ConfigError([f"default_compute_pool: '{cfg.default_compute_pool}' is not one of "
+                           f"the resource_pools ({', '.join(names)})"], str(path))
+    return cfg
+
+
+def policies_of(cfg: MasterConfig, preemption: bool = False) -> dict[str, PoolPolicy]:
+    if not cfg.resource_pools:
+        return {"default": PoolPolicy(PRIORITY, preemption)}
+    return {p.pool_name: PoolPolicy(FAIR_SHARE if p.scheduler.type == "fair_share" else PRIORITY,
+                                    p.scheduler.preemption or preemption)
+            for p in cfg.resource_pools}
+
+
+def settings_from(cfg: MasterConfig, **overrides: Any) -> dict[str, Any]:
+    """MasterSettings keyword arguments from a config file; explicit flags win."""
+    out: dict[str, Any] = {}
+    for key in ("host", "port", "cluster_name", "preemption_timeout"):
+        value = getattr(cfg, key)
+        if value is not None:
+            out[key] = value
+    if cfg.state_dir:
+        out["state_dir"] = Path(cfg.state_dir)
+    out["policies"] = policies_of(cfg, bool(overrides.pop("preemption", False)))
+    out["default_pool"] = cfg.default_compute_pool or next(iter(out["policies"]))
+    out.update({k: v for k, v in overrides.items() if v is not None})
+    return out

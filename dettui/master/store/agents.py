@@ -1,0 +1,48 @@
+"""Registered agents (kept so a restarted master knows its cluster)."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from typing import Any
+
+from dettui.master.store.records import Agent
+from dettui.master.store.tx import transaction
+
+
+def upsert(
+    conn: sqlite3.Connection, agent_id: str, pool: str, slots: list[dict[str, Any]],
+    hostname: str, addresses: list[str],
+) -> Agent:
+    with transaction(conn):
+        conn.execute(
+            "INSERT INTO agents (id, pool, slots, hostname, addresses, registered_time) "
+            "VALUES (?,?,?,?,?,?) ON CONFLICT(id) DO UPDATE SET pool=excluded.pool, "
+            "slots=excluded.slots, hostname=excluded.hostname, addresses=excluded.addresses, "
+            "registered_time=excluded.registered_time",
+            (agent_id, pool, json.dumps(slots), hostname, json.dumps(addresses), time.time()),
+        )
+    return get(conn, agent_id)
+
+
+def get(conn: sqlite3.Connection, agent_id: str) -> Agent:
+    row = conn.execute("SELECT * FROM agents WHERE id=?", (agent_id,)).fetchone()
+    return Agent.from_row(row)
+
+
+def list_(conn: sqlite3.Connection) -> list[Agent]:
+    return [Agent.from_row(r) for r in conn.execute("SELECT * FROM agents ORDER BY id")]
+
+
+def cluster_value(conn: sqlite3.Connection, key: str, default: str) -> str:
+    """A persistent cluster-wide value (cluster id), created with `default` the first time."""
+    with transaction(conn):
+        conn.execute("INSERT OR IGNORE INTO cluster (key, value) VALUES (?, ?)", (key, default))
+    return str(conn.execute("SELECT value FROM cluster WHERE key=?", (key,)).fetchone()[0])
+
+
+def set_enabled(conn: sqlite3.Connection, agent_id: str, enabled: bool) -> Agent:
+    with transaction(conn):
+        conn.execute("UPDATE agents SET enabled=? WHERE id=?", (int(enabled), agent_id))
+    return get(conn, agent_id)

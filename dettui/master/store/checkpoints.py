@@ -1,0 +1,70 @@
+"""Checkpoint records."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from typing import Any
+
+from dettui.errors import NotFound
+from dettui.master.store.records import Checkpoint
+from dettui.master.store.tx import transaction
+from dettui.models import CheckpointState
+
+
+def report(
+    conn: sqlite3.Connection, *, uuid: str, trial_id: int | None, experiment_id: int | None,
+    task_id: str, allocation_id: str | None, report_time: float, resources: dict[str, str],
+    metadata: dict[str, Any], storage_id: int | None,
+) -> Checkpoint:
+    """Store a completed checkpoint; an identical re-report (client retry) is accepted."""
+    steps = metadata.get("steps_completed")
+    with transaction(conn):
+        conn.execute(
+            "INSERT INTO checkpoints (uuid, trial_id, experiment_id, task_id, allocation_id, "
+            "report_time, state, resources, metadata, steps_completed, storage_id) "
+            "VALUES (?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT(uuid) DO UPDATE SET "
+            "resources=excluded.resources, metadata=excluded.metadata, "
+            "steps_completed=excluded.steps_completed",
+            (uuid, trial_id, experiment_id, task_id, allocation_id, report_time,
+             CheckpointState.COMPLETED.value, json.dumps(resources), json.dumps(metadata),
+             int(steps) if isinstance(steps, int | float) else None, storage_id),
+        )
+    return get(conn, uuid)
+
+
+def get(conn: sqlite3.Connection, uuid: str) -> Checkpoint:
+    row = conn.execute("SELECT * FROM checkpoints WHERE uuid=?", (uuid,)).fetchone()
+    if row is None:
+        raise NotFound(f"checkpoint {uuid} not found")
+    return Checkpoint.from_row(row)
+
+
+def for_experiment(conn: sqlite3.Connection, exp_id: int) -> list[Checkpoint]:
+    rows = conn.execute(
+        "SELECT * FROM checkpoints WHERE experiment_id=? ORDER BY report_time", (exp_id,)
+    )
+    return [Checkpoint.from_row(r) for r in rows]
+
+
+def for_trial(conn: sqlite3.Connection, trial_id: int) -> list[Checkpoint]:
+    rows = conn.execute("SELECT * FROM checkpoints WHERE trial_id=? ORDER BY report_time",
+                        (trial_id,))
+    return [Checkpoint.from_row(r) for r in rows]
+
+
+def latest_for_trial(conn: sqlite3.Connection, trial_id: int) -> Checkpoint | None:
+    """The COMPLETED checkpoint with the most steps (SEMANTICS §3.4)."""
+    row = conn.execute(
+        "SELECT * FROM checkpoints WHERE trial_id=? AND state=? "
+        "ORDER BY steps_completed DESC, report_time DESC LIMIT 1",
+        (trial_id, CheckpointState.COMPLETED.value),
+    ).fetchone()
+    return Checkpoint.from_row(row) if row else None
+
+
+def set_resources(conn: sqlite3.Connection, uuid: str, resources: dict[str, str]) -> None:
+    state = CheckpointState.DELETED if not resources else CheckpointState.PARTIALLY_DELETED
+    with transaction(conn):
+        conn.execute("UPDATE checkpoints SET resources=?, state=? WHERE uuid=?",
+                     (json.dumps(resources), state.value, uuid))

@@ -1,0 +1,190 @@
+"""Experiments (each one is also a job in the queue) and their model contexts."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from dettui.errors import NotFound
+from dettui.master.store.records import Experiment, Trial
+from dettui.master.store.tx import transaction
+from dettui.models import ExperimentState, TrialState
+
+SELECT = (
+    "SELECT e.*, u.username, "
+    "(SELECT COUNT(*) FROM trials t WHERE t.experiment_id = e.id) AS num_trials "
+    "FROM experiments e JOIN users u ON u.id = e.owner_id"
+)
+
+
+@dataclass(frozen=True)
+class NewExperiment:
+    name: str
+    description: str | None
+    labels: list[str]
+    owner_id: int
+    config: dict[str, Any]
+    original_config: str
+    searcher_type: str
+    resource_pool: str
+    priority: int
+    weight: float
+    max_slots: int | None
+    context: bytes | None
+    activate: bool = True
+    unmanaged: bool = False
+
+
+def not_found(exp_id: int) -> NotFound:
+    return NotFound(f"experiment '{exp_id}' not found")
+
+
+def create(
+    conn: sqlite3.Connection, new: NewExperiment,
+    trials: list[tuple[dict[str, Any], int]] | None = None, *, searcher: bool = False,
+) -> tuple[Experiment, list[Trial]]:
+    """Store the experiment, its first trials and its job, in one commit: the given
+    (hparams, seed) pairs, or with `searcher` the searcher's initial trials."""
+    trials = trials or []
+    now = time.time()
+    state = ExperimentState.ACTIVE if new.activate else ExperimentState.PAUSED
+    trial_state = TrialState.QUEUED if new.activate else TrialState.PAUSED
+    with transaction(conn):
+        cur = conn.execute(
+            "INSERT INTO experiments (name, description, labels, state, owner_id, config, "
+            "original_config, searcher_type, job_id, resource_pool, priority, weight, max_slots, "
+            "queue_position, start_time, unmanaged, context) "
+            "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            (new.name, new.description, json.dumps(new.labels), state.value, new.owner_id,
+             json.dumps(new.config), new.original_config, new.searcher_type, str(uuid.uuid4()),
+             new.resource_pool, new.priority, new.weight, new.max_slots, now * 1e6, now,
+             int(new.unmanaged), new.context),
+        )
+        exp_id = int(cur.lastrowid or 0)
+        trial_ids = [_insert_trial(conn, exp_id, hp, seed, trial_state, now) for hp, seed in trials]
+        if searcher:
+            from dettui.master.store import search
+
+            trial_ids += search.initial(conn, get(conn, exp_id))
+    exp = get(conn, exp_id)
+    return exp, [_trial(conn, tid) for tid in trial_ids]
+
+
+def _insert_trial(
+    conn: sqlite3.Connection, exp_id: int, hparams: dict[str, Any], seed: int,
+    state: TrialState, now: float,
+) -> int:
+    request_id = str(uuid.uuid4())
+    cur = conn.execute(
+        "INSERT INTO trials (experiment_id, request_id, task_id, hparams, seed, state, start_time)"
+        " VALUES (?,?,?,?,?,?,?)",
+        (exp_id, request_id, f"{exp_id}.{request_id}", json.dumps(hparams), seed, state.value, now),
+    )
+    return int(cur.lastrowid or 0)
+
+
+def add_trial(
+    conn: sqlite3.Connection, exp_id: int, hparams: dict[str, Any], seed: int,
+    state: TrialState = TrialState.QUEUED,
+) -> Trial:
+    with transaction(conn):
+        tid = _insert_trial(conn, exp_id, hparams, seed, state, time.time())
+    return _trial(conn, tid)
+
+
+def _trial(conn: sqlite3.Connection, trial_id: int) -> Trial:
+    return Trial.from_row(conn.execute("SELECT * FROM trials WHERE id=?", (trial_id,)).fetchone())
+
+
+def get(conn: sqlite3.Connection, exp_id: int) -> Experiment:
+    row = conn.execute(f"{SELECT} WHERE e.id=?", (exp_id,)).fetchone()
+    if row is None:
+        raise not_found(exp_id)
+    return Experiment.from_row(row)
+
+
+def by_job_id(conn: sqlite3.Connection, job_id: str) -> Experiment:
+    row = conn.execute(f"{SELECT} WHERE e.job_id=?", (job_id,)).fetchone()
+    if row is None:
+        raise NotFound(f"job {job_id} not found")
+    return Experiment.from_row(row)
+
+
+def list_(
+    conn: sqlite3.Connection, *, archived: bool | None = None, users: list[str] | None = None,
+    states: list[str] | None = None,
+) -> list[Experiment]:
+    where, args = [], []  # type: ignore[var-annotated]
+    if archived is not None:
+        where.append("e.archived=?")
+        args.append(int(archived))
+    if users:
+        where.append(f"u.username IN ({','.join('?' * len(users))})")
+        args.extend(users)
+    if states:
+        where.append(f"e.state IN ({','.join('?' * len(states))})")
+        args.extend(states)
+    sql = SELECT + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY e.id"
+    return [Experiment.from_row(r) for r in conn.execute(sql, args)]
+
+
+def live(conn: sqlite3.Connection) -> list[Experiment]:
+    """Experiments that are jobs in the queue (not terminal). Unmanaged (detached) experiments
+    are never jobs: their scripts run outside the cluster."""
+    terminal = [s.value for s in ExperimentState if s.is_terminal()]
+    marks = ",".join("?" * len(terminal))
+    rows = conn.execute(f"{SELECT} WHERE e.state NOT IN ({marks}) AND e.unmanaged=0 "
+                        "ORDER BY e.id", terminal)
+    return [Experiment.from_row(r) for r in rows]
+
+
+def context(conn: sqlite3.Connection, exp_id: int) -> bytes | None:
+    row = conn.execute("SELECT context FROM experiments WHERE id=?", (exp_id,)).fetchone()
+    if row is None:
+        raise not_found(exp_id)
+    return bytes(row["context"]) if row["context"] is not None else None
+
+
+def set_state(
+    conn: sqlite3.Connection, exp_id: int, state: ExperimentState, *, ended: bool = False
+) -> None:
+    with transaction(conn):
+        conn.execute(
+            "UPDATE experiments SET state=?, end_time=COALESCE(?, end_time) WHERE id=?",
+            (state.value, time.time() if ended else None, exp_id),
+        )
+
+
+def update_fields(conn: sqlite3.Connection, exp_id: int, **fields: Any) -> Experiment:
+    """Set plain columns (name, description, labels, archived, priority, weight, ...)."""
+    allowed = {"name", "description", "labels", "archived", "priority", "weight", "max_slots",
+               "resource_pool", "queue_position", "progress", "config"}
+    cols = {k: v for k, v in fields.items() if k in allowed}
+    if cols:
+        sets = ", ".join(f"{k}=?" for k in cols)
+        values = [json.dumps(v) if k in ("labels", "config") else v for k, v in cols.items()]
+        with transaction(conn):
+            cur = conn.execute(f"UPDATE experiments SET {sets} WHERE id=?", (*values, exp_id))
+            if cur.rowcount == 0:
+                raise not_found(exp_id)
+    return get(conn, exp_id)
+
+
+def delete(conn: sqlite3.Connection, exp_id: int) -> None:
+    """Remove the experiment and everything of it (trials, allocations, metrics, logs,
+    checkpoint records) in one transaction. The checkpoint files go first (the caller)."""
+    trials = "SELECT id FROM trials WHERE experiment_id=?"
+    with transaction(conn):
+        conn.execute(f"DELETE FROM logs WHERE trial_id IN ({trials}) OR task_id IN "
+                     "(SELECT task_id FROM trials WHERE experiment_id=?)", (exp_id, exp_id))
+        conn.execute(f"DELETE FROM metrics WHERE trial_id IN ({trials})", (exp_id,))
+        conn.execute(f"DELETE FROM allocations WHERE trial_id IN ({trials})", (exp_id,))
+        conn.execute(f"DELETE FROM checkpoints WHERE experiment_id=? OR trial_id IN ({trials})",
+                     (exp_id, exp_id))
+        conn.execute("DELETE FROM trials WHERE experiment_id=?", (exp_id,))
+        if conn.execute("DELETE FROM experiments WHERE id=?", (exp_id,)).rowcount == 0:
+            raise not_found(exp_id)

@@ -1,0 +1,67 @@
+"""Task log lines."""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass
+from typing import Any
+
+from dettui.master.store.records import LogLine
+from dettui.master.store.tx import transaction
+
+
+@dataclass(frozen=True)
+class LogFilter:
+    rank_ids: tuple[int, ...] = ()
+    stdtypes: tuple[str, ...] = ()
+    levels: tuple[str, ...] = ()
+    search_text: str | None = None
+    timestamp_before: float | None = None
+    timestamp_after: float | None = None
+
+
+def insert(conn: sqlite3.Connection, lines: list[dict[str, Any]]) -> int:
+    """Insert log lines (dicts with the column names); return how many were stored."""
+    if not lines:
+        return 0
+    cols = ("trial_id", "task_id", "allocation_id", "agent_id", "container_id", "rank_id",
+            "stdtype", "source", "level", "timestamp", "log")
+    with transaction(conn):
+        conn.executemany(
+            f"INSERT INTO logs ({', '.join(cols)}) VALUES ({','.join('?' * len(cols))})",
+            [tuple(line.get(c) for c in cols) for line in lines],
+        )
+    return len(lines)
+
+
+def _where(trial_id: int, flt: LogFilter) -> tuple[str, list[Any]]:
+    where, args = ["trial_id=?"], [trial_id]  # type: ignore[list-item]
+    for col, values in (("rank_id", flt.rank_ids), ("stdtype", flt.stdtypes),
+                        ("level", flt.levels)):
+        if values:
+            where.append(f"{col} IN ({','.join('?' * len(values))})")
+            args.extend(values)
+    if flt.search_text:
+        where.append("instr(log, ?) > 0")
+        args.append(flt.search_text)
+    if flt.timestamp_before is not None:
+        where.append("timestamp < ?")
+        args.append(flt.timestamp_before)
+    if flt.timestamp_after is not None:
+        where.append("timestamp > ?")
+        args.append(flt.timestamp_after)
+    return " AND ".join(where), args
+
+
+def fetch(
+    conn: sqlite3.Connection, trial_id: int, flt: LogFilter, *, after_id: int = 0,
+    limit: int = 0, descending: bool = False,
+) -> list[LogLine]:
+    where, args = _where(trial_id, flt)
+    if after_id:
+        where += " AND id > ?"
+        args.append(after_id)
+    sql = f"SELECT * FROM logs WHERE {where} ORDER BY id {'DESC' if descending else 'ASC'}"
+    if limit > 0:
+        sql += f" LIMIT {int(limit)}"
+    return [LogLine.from_row(r) for r in conn.execute(sql, args)]

@@ -1,0 +1,95 @@
+"""Metric reports, with Determined's merge and restart-rollback rules (SEMANTICS §3.2)."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from typing import Any
+
+from dettui.errors import InvalidArgument
+from dettui.master.store.records import Metric
+from dettui.master.store.tx import transaction
+
+
+def report(
+    conn: sqlite3.Connection, *, trial_id: int, run_id: int, group: str, steps: int,
+    report_time: float, metrics: dict[str, Any], batch_metrics: list[dict[str, Any]] | None,
+) -> None:
+    with transaction(conn):
+        _rollback_older_runs(conn, trial_id, run_id, group, steps)
+        row = conn.execute(
+            "SELECT id, metrics, batch_metrics FROM metrics WHERE trial_id=? AND run_id=? "
+            "AND grp=? AND steps_completed=? AND archived=0",
+            (trial_id, run_id, group, steps),
+        ).fetchone()
+        if row is None:
+            conn.execute(
+                "INSERT INTO metrics (trial_id, run_id, grp, steps_completed, report_time, "
+                "metrics, batch_metrics) VALUES (?,?,?,?,?,?,?)",
+                (trial_id, run_id, group, steps, report_time, json.dumps(metrics),
+                 json.dumps(batch_metrics) if batch_metrics is not None else None),
+            )
+        else:
+            merged = _merge(json.loads(row["metrics"]), metrics)
+            if batch_metrics is not None and row["batch_metrics"] is not None:
+                raise InvalidArgument("overwriting batch metrics is not supported")
+            bm = row["batch_metrics"] if batch_metrics is None else json.dumps(batch_metrics)
+            conn.execute("UPDATE metrics SET metrics=?, batch_metrics=? WHERE id=?",
+                         (json.dumps(merged), bm, row["id"]))
+        conn.execute("UPDATE trials SET total_batches=MAX(total_batches, ?) WHERE id=?",
+                     (steps, trial_id))
+
+
+def _merge(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    out = dict(old)
+    for key, value in new.items():
+        if key in out and out[key] != value:
+            raise InvalidArgument(
+                f"overwriting existing metric keys is not supported, conflicting key: {key}"
+            )
+        out[key] = value
+    return out
+
+
+def _rollback_older_runs(
+    conn: sqlite3.Connection, trial_id: int, run_id: int, group: str, steps: int
+) -> None:
+    """A report from a newer run archives what older runs reported past its step."""
+    conn.execute(
+        "UPDATE metrics SET archived=1 WHERE trial_id=? AND run_id<? AND archived=0 AND "
+        "((grp=? AND steps_completed>=?) OR (grp!=? AND steps_completed>?))",
+        (trial_id, run_id, group, steps, group, steps),
+    )
+
+
+def for_trial(
+    conn: sqlite3.Connection, trial_id: int, group: str | None = None, *, after_steps: int = -1
+) -> list[Metric]:
+    sql = "SELECT * FROM metrics WHERE trial_id=? AND archived=0 AND steps_completed>?"
+    args: list[Any] = [trial_id, after_steps]
+    if group:
+        sql += " AND grp=?"
+        args.append(group)
+    return [Metric.from_row(r) for r in conn.execute(sql + " ORDER BY steps_completed, id", args)]
+
+
+def latest(conn: sqlite3.Connection, trial_id: int, group: str) -> Metric | None:
+    row = conn.execute(
+        "SELECT * FROM metrics WHERE trial_id=? AND grp=? AND archived=0 "
+        "ORDER BY steps_completed DESC, id DESC LIMIT 1",
+        (trial_id, group),
+    ).fetchone()
+    return Metric.from_row(row) if row else None
+
+
+def validations_with(conn: sqlite3.Connection, trial_ids: list[int], metric: str) -> list[Metric]:
+    """Validation reports of these trials that carry `metric` (the searcher metric)."""
+    if not trial_ids:
+        return []
+    marks = ",".join("?" * len(trial_ids))
+    rows = conn.execute(
+        f"SELECT * FROM metrics WHERE trial_id IN ({marks}) AND grp='validation' AND archived=0 "
+        "AND json_extract(metrics, ?) IS NOT NULL ORDER BY steps_completed, id",
+        (*trial_ids, f'$."{metric}"'),
+    )
+    return [Metric.from_row(r) for r in rows]

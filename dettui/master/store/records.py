@@ -1,0 +1,234 @@
+"""Frozen records the store returns, one per table, built from sqlite3.Row."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from dataclasses import dataclass
+from typing import Any
+
+from dettui.models import AllocationState, CheckpointState, ExperimentState, TrialState
+
+
+@dataclass(frozen=True)
+class User:
+    id: int
+    username: str
+    password_hash: str
+    admin: bool
+    active: bool
+    display_name: str | None
+
+    @classmethod
+    def from_row(cls, r: sqlite3.Row) -> User:
+        return cls(r["id"], r["username"], r["password_hash"], bool(r["admin"]),
+                   bool(r["active"]), r["display_name"])
+
+
+@dataclass(frozen=True)
+class Experiment:
+    id: int
+    name: str
+    description: str | None
+    labels: list[str]
+    state: ExperimentState
+    archived: bool
+    owner_id: int
+    username: str
+    config: dict[str, Any]
+    original_config: str
+    searcher_type: str
+    job_id: str
+    resource_pool: str
+    priority: int
+    weight: float
+    max_slots: int | None
+    queue_position: float
+    start_time: float
+    end_time: float | None
+    progress: float | None
+    unmanaged: bool
+    num_trials: int
+    external_id: str | None = None  # set for detached experiments created by external id
+
+    @classmethod
+    def from_row(cls, r: sqlite3.Row) -> Experiment:
+        return cls(
+            id=r["id"], name=r["name"], description=r["description"],
+            labels=json.loads(r["labels"]), state=ExperimentState(r["state"]),
+            archived=bool(r["archived"]), owner_id=r["owner_id"], username=r["username"],
+            config=json.loads(r["config"]), original_config=r["original_config"],
+            searcher_type=r["searcher_type"], job_id=r["job_id"],
+            resource_pool=r["resource_pool"], priority=r["priority"], weight=r["weight"],
+            max_slots=r["max_slots"], queue_position=r["queue_position"],
+            start_time=r["start_time"], end_time=r["end_time"], progress=r["progress"],
+            unmanaged=bool(r["unmanaged"]), num_trials=r["num_trials"],
+            external_id=r["external_id"],
+        )
+
+    @property
+    def slots_per_trial(self) -> int:
+        return int(self.config.get("resources", {}).get("slots_per_trial", 1))
+
+    @property
+    def max_restarts(self) -> int:
+        return int(self.config.get("max_restarts", 5))
+
+
+@dataclass(frozen=True)
+class Trial:
+    id: int
+    experiment_id: int
+    request_id: str
+    task_id: str
+    hparams: dict[str, Any]
+    seed: int
+    state: TrialState
+    restarts: int
+    run_id: int
+    total_batches: int
+    start_time: float
+    end_time: float | None
+    progress: float | None
+    runner_state: str
+    searcher_stopped: bool
+    external_id: str | None = None  # detached trials: the script's own id for it
+    last_activity: float | None = None  # detached trials: the last heartbeat
+    search_id: int | None = None  # the trial's id within its experiment's searcher
+    early_exit: str | None = None  # the reason a trial reported through early_exit
+
+    @classmethod
+    def from_row(cls, r: sqlite3.Row) -> Trial:
+        return cls(
+            id=r["id"], experiment_id=r["experiment_id"], request_id=r["request_id"],
+            task_id=r["task_id"], hparams=json.loads(r["hparams"]), seed=r["seed"],
+            state=TrialState(r["state"]), restarts=r["restarts"], run_id=r["run_id"],
+            total_batches=r["total_batches"], start_time=r["start_time"],
+            end_time=r["end_time"], progress=r["progress"], runner_state=r["runner_state"],
+            searcher_stopped=bool(r["searcher_stopped"]), external_id=r["external_id"],
+            last_activity=r["last_activity"], search_id=r["search_id"],
+            early_exit=r["early_exit"],
+        )
+
+
+@dataclass(frozen=True)
+class Allocation:
+    id: str
+    trial_id: int
+    run_id: int
+    state: AllocationState
+    token: str
+    agent_id: str
+    slots: list[int]
+    start_time: float
+    end_time: float | None
+    exit_code: int | None
+    exit_reason: str | None
+    preempt_requested: bool
+    preempt_acked: bool
+    kill_requested: bool
+    parts: list[tuple[str, list[int]]]  # (agent, slots) in node-rank order, chief first
+    part_exits: dict[str, list[Any]]  # agent -> [exit code, reason]
+    port: int | None
+
+    @property
+    def agents(self) -> list[str]:
+        return [agent for agent, _ in self.parts]
+
+    def slots_on(self, agent_id: str) -> list[int]:
+        return next((slots for agent, slots in self.parts if agent == agent_id), [])
+
+    @property
+    def total_slots(self) -> int:
+        return sum(len(slots) for _, slots in self.parts)
+
+    @classmethod
+    def from_row(cls, r: sqlite3.Row) -> Allocation:
+        return cls(
+            id=r["id"], trial_id=r["trial_id"], run_id=r["run_id"],
+            state=AllocationState(r["state"]), token=r["token"], agent_id=r["agent_id"],
+            slots=json.loads(r["slots"]), start_time=r["start_time"], end_time=r["end_time"],
+            exit_code=r["exit_code"], exit_reason=r["exit_reason"],
+            preempt_requested=bool(r["preempt_requested"]),
+            preempt_acked=bool(r["preempt_acked"]), kill_requested=bool(r["kill_requested"]),
+            parts=[(p[0], list(p[1])) for p in json.loads(r["parts"])]
+            or [(r["agent_id"], json.loads(r["slots"]))],
+            part_exits=json.loads(r["part_exits"]), port=r["port"],
+        )
+
+
+@dataclass(frozen=True)
+class Metric:
+    trial_id: int
+    run_id: int
+    group: str
+    steps_completed: int
+    report_time: float
+    metrics: dict[str, Any]
+    batch_metrics: list[dict[str, Any]] | None
+
+    @classmethod
+    def from_row(cls, r: sqlite3.Row) -> Metric:
+        bm = r["batch_metrics"]
+        return cls(r["trial_id"], r["run_id"], r["grp"], r["steps_completed"],
+                   r["report_time"], json.loads(r["metrics"]), json.loads(bm) if bm else None)
+
+
+@dataclass(frozen=True)
+class LogLine:
+    id: int
+    trial_id: int | None
+    task_id: str
+    allocation_id: str | None
+    agent_id: str | None
+    container_id: str | None
+    rank_id: int | None
+    stdtype: str | None
+    source: str
+    level: str | None
+    timestamp: float
+    log: str
+
+    @classmethod
+    def from_row(cls, r: sqlite3.Row) -> LogLine:
+        return cls(r["id"], r["trial_id"], r["task_id"], r["allocation_id"], r["agent_id"],
+                   r["container_id"], r["rank_id"], r["stdtype"], r["source"], r["level"],
+                   r["timestamp"], r["log"])
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    uuid: str
+    trial_id: int | None
+    experiment_id: int | None
+    task_id: str
+    allocation_id: str | None
+    report_time: float
+    state: CheckpointState
+    resources: dict[str, str]
+    metadata: dict[str, Any]
+    steps_completed: int | None
+    storage_id: int | None
+
+    @classmethod
+    def from_row(cls, r: sqlite3.Row) -> Checkpoint:
+        return cls(r["uuid"], r["trial_id"], r["experiment_id"], r["task_id"],
+                   r["allocation_id"], r["report_time"], CheckpointState(r["state"]),
+                   json.loads(r["resources"]), json.loads(r["metadata"]),
+                   r["steps_completed"], r["storage_id"])
+
+
+@dataclass(frozen=True)
+class Agent:
+    id: str
+    pool: str
+    slots: list[dict[str, Any]]
+    hostname: str
+    addresses: list[str]
+    registered_time: float
+    enabled: bool
+
+    @classmethod
+    def from_row(cls, r: sqlite3.Row) -> Agent:
+        return cls(r["id"], r["pool"], json.loads(r["slots"]), r["hostname"],
+                   json.loads(r["addresses"]), r["registered_time"], bool(r["enabled"]))

@@ -1,0 +1,188 @@
+"""The searcher's side of the store: its state saved with the trials it creates and stops.
+
+Every event (a validation, a trial's end) is applied in one transaction: load the state, run
+the pure searcher, insert the trials it creates, mark the ones it stops, save the state. Each
+trial's last validation seen is part of the state, so a master killed between a metric's commit
+and the searcher's can replay what it missed (`catch_up`) without applying anything twice.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from dettui.master import searcher as search
+from dettui.master.store.records import Experiment, Trial
+from dettui.master.store.tx import transaction
+from dettui.models import ExperimentState, TrialState
+
+SEEN = "_seen_steps"  # per search id: the last validation step applied
+ENDED = "_ended"  # search ids whose end was applied
+
+
+@dataclass
+class Outcome:
+    created: list[int] = field(default_factory=list)  # trial ids
+    stopped: list[int] = field(default_factory=list)  # trial ids to tell to stop
+    error: str | None = None
+
+
+def _seed(config: dict[str, Any]) -> int:
+    return int((config.get("reproducibility") or {}).get("experiment_seed") or 0)
+
+
+def _searcher(conn: sqlite3.Connection, exp: Experiment) -> tuple[search.Searcher,
+                                                                    dict[str, Any]]:
+    row = conn.execute("SELECT searcher_state FROM experiments WHERE id=?", (exp.id,)).fetchone()
+    state = json.loads(row[0]) if row and row[0] else None
+    extra = {SEEN: dict((state or {}).get(SEEN, {})), ENDED: list((state or {}).get(ENDED, []))}
+    hparams = exp.config.get("hyperparameters") or {}
+    return search.build(exp.config["searcher"], hparams, _seed(exp.config), state), extra
+
+
+def _save(conn: sqlite3.Connection, exp_id: int, s: search.Searcher,
+          extra: dict[str, Any]) -> None:
+    progress = s.progress(_trial_progress(conn, exp_id))
+    conn.execute("UPDATE experiments SET searcher_state=?, progress=? WHERE id=?",
+                 (json.dumps({**s.snapshot(), **extra}), progress, exp_id))
+
+
+def _trial_progress(conn: sqlite3.Connection, exp_id: int) -> dict[int, float]:
+    rows = conn.execute("SELECT search_id, progress FROM trials WHERE experiment_id=? AND "
+                        "search_id IS NOT NULL", (exp_id,))
+    return {int(r[0]): float(r[1] or 0.0) for r in rows}
+
+
+def insert_trial(conn: sqlite3.Connection, exp_id: int, create: search.Create,
+                 state: TrialState, now: float) -> int:
+    request_id = str(uuid.uuid4())
+    cur = conn.execute(
+        "INSERT INTO trials (experiment_id, request_id, task_id, hparams, seed, state, "
+        "start_time, search_id) VALUES (?,?,?,?,?,?,?,?)",
+        (exp_id, request_id, f"{exp_id}.{request_id}", json.dumps(create.hparams), create.seed,
+         state.value, now, create.request_id))
+    return int(cur.lastrowid or 0)
+
+
+def initial(conn: sqlite3.Connection, exp: Experiment) -> list[int]:
+    """The first trials of a new experiment (call inside the creating transaction)."""
+    s, extra = _searcher(conn, exp)
+    actions = s.initial()
+    out = _apply(conn, exp, actions)
+    _save(conn, exp.id, s, extra)
+    return out.created
+
+
+def _apply(conn: sqlite3.Connection, exp: Experiment, actions: list[search.Action]) -> Outcome:
+    out = Outcome()
+    state = TrialState.QUEUED if exp.state is ExperimentState.ACTIVE else TrialState.PAUSED
+    now = time.time()
+    for action in actions:
+        if isinstance(action, search.Create):
+            out.created.append(insert_trial(conn, exp.id, action, state, now))
+            continue
+        row = conn.execute("SELECT id, state FROM trials WHERE experiment_id=? AND search_id=?",
+                           (exp.id, action.request_id)).fetchone()
+        if row is None:
+            continue
+        conn.execute("UPDATE trials SET searcher_stopped=1 WHERE id=?", (row[0],))
+        if TrialState(row[1]) in (TrialState.QUEUED, TrialState.PAUSED):
+            # Not running: nothing to checkpoint, it is simply done.
+            conn.execute("UPDATE trials SET state=?, end_time=? WHERE id=?",
+                         (TrialState.COMPLETED.value, now, row[0]))
+        out.stopped.append(int(row[0]))
+    return out
+
+
+def _accepts_events(exp: Experiment) -> bool:
+    return not exp.unmanaged and exp.state in (ExperimentState.ACTIVE, ExperimentState.PAUSED)
+
+
+def on_validation(conn: sqlite3.Connection, exp: Experiment, trial: Trial, steps: int,
+                  metrics: dict[str, Any]) -> Outcome:
+    if trial.search_id is None or not _accepts_events(exp):
+        return Outcome()
+    with transaction(conn):
+        return _validation(conn, exp, trial, steps, metrics)
+
+
+def _validation(conn: sqlite3.Connection, exp: Experiment, trial: Trial, steps: int,
+                metrics: dict[str, Any]) -> Outcome:
+    s, extra = _searcher(conn, exp)
+    key = str(trial.search_id)
+    if steps <= int(extra[SEEN].get(key, -1)):
+        return Outcome()
+    extra[SEEN][key] = steps
+    try:
+        actions = s.validation(int(trial.search_id), metrics)
+    except search.SearcherError as exc:
+        _save(conn, exp.id, s, extra)
+        return Outcome(error=str(exc))
+    out = _apply(conn, exp, actions)
+    _save(conn, exp.id, s, extra)
+    return out
+
+
+def on_trial_end(conn: sqlite3.Connection, exp: Experiment, trial: Trial) -> Outcome:
+    """A trial reached COMPLETED, ERROR or CANCELED."""
+    if trial.search_id is None or not _accepts_events(exp):
+        return Outcome()
+    with transaction(conn):
+        return _end(conn, exp, trial)
+
+
+def _end(conn: sqlite3.Connection, exp: Experiment, trial: Trial) -> Outcome:
+    s, extra = _searcher(conn, exp)
+    rid = int(trial.search_id or 0)
+    if rid in extra[ENDED]:
+        return Outcome()
+    extra[ENDED].append(rid)
+    if trial.early_exit in ("EXITED_REASON_INVALID_HP", "EXITED_REASON_INIT_INVALID_HP"):
+        actions = s.exited_early(rid, search.ExitReason.INVALID_HP)
+    elif trial.state is TrialState.COMPLETED:
+        actions = s.exited(rid)
+    elif trial.state is TrialState.CANCELED:
+        actions = s.exited_early(rid, search.ExitReason.CANCELED)
+    else:
+        actions = s.exited_early(rid, search.ExitReason.ERRORED)
+    out = _apply(conn, exp, actions)
+    _save(conn, exp.id, s, extra)
+    return out
+
+
+def catch_up(conn: sqlite3.Connection, exp: Experiment) -> Outcome:
+    """Replay validations and trial ends the searcher has not seen (after a crash)."""
+    total = Outcome()
+    if not _accepts_events(exp) or exp.config.get("searcher") is None:
+        return total
+    from dettui.master.store import trials as trial_store
+
+    with transaction(conn):
+        for trial in trial_store.for_experiment(conn, exp.id):
+            if trial.search_id is None:
+                continue
+            rows = conn.execute(
+                "SELECT steps_completed, metrics FROM metrics WHERE trial_id=? AND "
+                "grp='validation' AND archived=0 ORDER BY steps_completed", (trial.id,))
+            for steps, metrics in rows.fetchall():
+                out = _validation(conn, exp, trial, int(steps), json.loads(metrics))
+                total.created += out.created
+                total.stopped += out.stopped
+            fresh = trial_store.get(conn, trial.id)
+            if fresh.state.is_terminal():
+                out = _end(conn, exp, fresh)
+                total.created += out.created
+                total.stopped += out.stopped
+    return total
+
+
+def refresh_progress(conn: sqlite3.Connection, exp: Experiment) -> None:
+    if exp.config.get("searcher") is None or exp.unmanaged:
+        return
+    with transaction(conn):
+        s, extra = _searcher(conn, exp)
+        _save(conn, exp.id, s, extra)

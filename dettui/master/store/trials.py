@@ -1,0 +1,169 @@
+"""Trials and the allocations (attempts) that run them."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import sqlite3
+import time
+from typing import Any
+
+from dettui.errors import NotFound
+from dettui.master.store.records import Allocation, Trial
+from dettui.master.store.tx import transaction
+from dettui.models import AllocationState, ExperimentState, TrialState
+
+
+def get(conn: sqlite3.Connection, trial_id: int) -> Trial:
+    row = conn.execute("SELECT * FROM trials WHERE id=?", (trial_id,)).fetchone()
+    if row is None:
+        raise NotFound(f"trial {trial_id} not found")
+    return Trial.from_row(row)
+
+
+def by_task_id(conn: sqlite3.Connection, task_id: str) -> Trial:
+    row = conn.execute("SELECT * FROM trials WHERE task_id=?", (task_id,)).fetchone()
+    if row is None:
+        raise NotFound(f"task {task_id} not found")
+    return Trial.from_row(row)
+
+
+def for_experiment(conn: sqlite3.Connection, exp_id: int) -> list[Trial]:
+    rows = conn.execute("SELECT * FROM trials WHERE experiment_id=? ORDER BY id", (exp_id,))
+    return [Trial.from_row(r) for r in rows]
+
+
+def for_experiments(conn: sqlite3.Connection, exp_ids: list[int]) -> list[Trial]:
+    if not exp_ids:
+        return []
+    marks = ",".join("?" * len(exp_ids))
+    rows = conn.execute(f"SELECT * FROM trials WHERE experiment_id IN ({marks}) ORDER BY id",
+                        exp_ids)
+    return [Trial.from_row(r) for r in rows]
+
+
+def pending(conn: sqlite3.Connection) -> list[Trial]:
+    """Trials waiting for slots: QUEUED, of an ACTIVE managed experiment."""
+    rows = conn.execute(
+        "SELECT t.* FROM trials t JOIN experiments e ON e.id = t.experiment_id "
+        "WHERE t.state=? AND e.state=? AND e.unmanaged=0 ORDER BY t.id",
+        (TrialState.QUEUED.value, ExperimentState.ACTIVE.value),
+    )
+    return [Trial.from_row(r) for r in rows]
+
+
+def set_state(conn: sqlite3.Connection, trial_id: int, state: TrialState) -> None:
+    ended = time.time() if state.is_terminal() else None
+    with transaction(conn):
+        conn.execute(
+            "UPDATE trials SET state=?, end_time=COALESCE(?, end_time) WHERE id=?",
+            (state.value, ended, trial_id),
+        )
+
+
+def set_fields(conn: sqlite3.Connection, trial_id: int, **fields: Any) -> None:
+    allowed = {"progress", "runner_state", "searcher_stopped", "restarts", "early_exit"}
+    cols = {k: v for k, v in fields.items() if k in allowed}
+    if not cols:
+        return
+    with transaction(conn):
+        conn.execute(f"UPDATE trials SET {', '.join(f'{k}=?' for k in cols)} WHERE id=?",
+                     (*cols.values(), trial_id))
+
+
+# --- allocations ---------------------------------------------------------------------------
+
+
+def allocate(
+    conn: sqlite3.Connection, trial_id: int, agent_id: str, slots: list[int],
+    parts: list[tuple[str, list[int]]] | None = None, port: int | None = None,
+) -> Allocation:
+    """Start a new run of the trial on `slots` of `agent_id` (or on every (agent, slots) of
+    `parts`, chief first): run id + 1, a fresh token."""
+    parts = parts or [(agent_id, slots)]
+    with transaction(conn):
+        trial = get(conn, trial_id)
+        run_id = trial.run_id + 1
+        alloc_id = f"{trial.task_id}.{run_id}"
+        conn.execute("UPDATE trials SET run_id=?, state=? WHERE id=?",
+                     (run_id, TrialState.RUNNING.value, trial_id))
+        conn.execute(
+            "INSERT INTO allocations (id, trial_id, run_id, state, token, agent_id, slots, "
+            "start_time, parts, port) VALUES (?,?,?,?,?,?,?,?,?,?)",
+            (alloc_id, trial_id, run_id, AllocationState.ASSIGNED.value,
+             secrets.token_urlsafe(32), parts[0][0], json.dumps(parts[0][1]), time.time(),
+             json.dumps([[a, list(s)] for a, s in parts]), port),
+        )
+    return allocation(conn, alloc_id)
+
+
+def allocation(conn: sqlite3.Connection, alloc_id: str) -> Allocation:
+    row = conn.execute("SELECT * FROM allocations WHERE id=?", (alloc_id,)).fetchone()
+    if row is None:
+        raise NotFound(f"allocation {alloc_id} not found")
+    return Allocation.from_row(row)
+
+
+def allocation_by_token(conn: sqlite3.Connection, token: str) -> Allocation | None:
+    row = conn.execute("SELECT * FROM allocations WHERE token=?", (token,)).fetchone()
+    return Allocation.from_row(row) if row else None
+
+
+def live_allocations(conn: sqlite3.Connection) -> list[Allocation]:
+    rows = conn.execute("SELECT * FROM allocations WHERE state != ? ORDER BY start_time",
+                        (AllocationState.EXITED.value,))
+    return [Allocation.from_row(r) for r in rows]
+
+
+def allocations_for_trial(conn: sqlite3.Connection, trial_id: int) -> list[Allocation]:
+    rows = conn.execute("SELECT * FROM allocations WHERE trial_id=? ORDER BY run_id", (trial_id,))
+    return [Allocation.from_row(r) for r in rows]
+
+
+def set_allocation(conn: sqlite3.Connection, alloc_id: str, **fields: Any) -> Allocation:
+    allowed = {"state", "preempt_requested", "preempt_acked", "kill_requested"}
+    cols = {k: (v.value if isinstance(v, AllocationState) else v)
+            for k, v in fields.items() if k in allowed}
+    with transaction(conn):
+        conn.execute(f"UPDATE allocations SET {', '.join(f'{k}=?' for k in cols)} WHERE id=?",
+                     (*cols.values(), alloc_id))
+    return allocation(conn, alloc_id)
+
+
+def record_part_exit(
+    conn: sqlite3.Connection, alloc_id: str, agent_id: str, exit_code: int | None, reason: str
+) -> Allocation:
+    """Remember one part's exit (the first report per agent wins)."""
+    with transaction(conn):
+        alloc = allocation(conn, alloc_id)
+        exits = dict(alloc.part_exits)
+        exits.setdefault(agent_id, [exit_code, reason])
+        conn.execute("UPDATE allocations SET part_exits=? WHERE id=?",
+                     (json.dumps(exits), alloc_id))
+    return allocation(conn, alloc_id)
+
+
+def finish(
+    conn: sqlite3.Connection, alloc_id: str, *, exit_code: int | None, reason: str,
+    trial_state: TrialState, restarts: int,
+) -> bool:
+    """Record an allocation's exit and its trial's next state in one commit.
+
+    Returns False (and changes nothing) if the allocation had already exited, so a repeated
+    exit report is harmless.
+    """
+    with transaction(conn):
+        alloc = allocation(conn, alloc_id)
+        if alloc.state is AllocationState.EXITED:
+            return False
+        now = time.time()
+        conn.execute(
+            "UPDATE allocations SET state=?, end_time=?, exit_code=?, exit_reason=? WHERE id=?",
+            (AllocationState.EXITED.value, now, exit_code, reason, alloc_id),
+        )
+        conn.execute(
+            "UPDATE trials SET state=?, restarts=?, end_time=? WHERE id=?",
+            (trial_state.value, restarts, now if trial_state.is_terminal() else None,
+             alloc.trial_id),
+        )
+    return True

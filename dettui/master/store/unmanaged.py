@@ -1,0 +1,172 @@
+"""Unmanaged (detached) experiments and trials (WIRE §8).
+
+A script outside the cluster creates them, starts its trial, heartbeats and ends it. They have
+no job and no allocation, so nothing here is ever scheduled. An experiment's state is its most
+advanced trial's: RUNNING > COMPLETED > ERROR > CANCELED > PAUSED (Determined's order, with
+CANCELED added for `dettui e cancel|kill`).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+import uuid
+from typing import Any
+
+from dettui.errors import FailedPrecondition
+from dettui.master.store import checkpoints as ckpt_store
+from dettui.master.store import experiments as exp_store
+from dettui.master.store import trials as trial_store
+from dettui.master.store.experiments import NewExperiment
+from dettui.master.store.records import Checkpoint, Experiment, Trial
+from dettui.master.store.tx import transaction
+from dettui.models import ExperimentState, TrialState
+
+RANK = {TrialState.PAUSED: 10, TrialState.CANCELED: 15, TrialState.ERROR: 20,
+        TrialState.COMPLETED: 30, TrialState.RUNNING: 40}
+LOST_AFTER = 300.0  # seconds without a heartbeat before a running detached trial is ERROR
+_ENDED = tuple(s.value for s in TrialState if s.is_terminal())
+
+
+def create_experiment(
+    conn: sqlite3.Connection, new: NewExperiment, external_id: str | None = None
+) -> Experiment:
+    """Store a detached experiment, PAUSED until one of its trials starts. With an external
+    id that is already known, the existing experiment is returned unchanged."""
+    with transaction(conn):
+        if external_id is not None:
+            row = conn.execute("SELECT id FROM experiments WHERE external_id=?",
+                               (external_id,)).fetchone()
+            if row is not None:
+                return exp_store.get(conn, int(row["id"]))
+        now = time.time()
+        cur = conn.execute(
+            "INSERT INTO experiments (name, description, labels, state, owner_id, config, "
+            "original_config, searcher_type, job_id, resource_pool, priority, weight, max_slots, "
+            "queue_position, start_time, unmanaged, context, external_id) "
+            "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,1,NULL,?)",
+            (new.name, new.description, json.dumps(new.labels), ExperimentState.PAUSED.value,
+             new.owner_id, json.dumps(new.config), new.original_config, new.searcher_type,
+             str(uuid.uuid4()), new.resource_pool, new.priority, new.weight, new.max_slots,
+             now * 1e6, now, external_id),
+        )
+        exp_id = int(cur.lastrowid or 0)
+    return exp_store.get(conn, exp_id)
+
+
+def create_trial(
+    conn: sqlite3.Connection, exp_id: int, hparams: dict[str, Any],
+    external_id: str | None = None,
+) -> Trial:
+    """A PAUSED trial with task id `<expId>.<uuid or external id>`; an external id already
+    known in the experiment returns that trial instead."""
+    with transaction(conn):
+        if external_id is not None:
+            row = conn.execute("SELECT * FROM trials WHERE experiment_id=? AND external_id=?",
+                               (exp_id, external_id)).fetchone()
+            if row is not None:
+                return Trial.from_row(row)
+        request_id = str(uuid.uuid4())
+        cur = conn.execute(
+            "INSERT INTO trials (experiment_id, request_id, task_id, hparams, seed, state, "
+            "start_time, external_id) VALUES (?,?,?,?,0,?,?,?)",
+            (exp_id, request_id, f"{exp_id}.{external_id or request_id}", json.dumps(hparams),
+             TrialState.PAUSED.value, time.time(), external_id),
+        )
+        trial_id = int(cur.lastrowid or 0)
+    return trial_store.get(conn, trial_id)
+
+
+def start_trial(
+    conn: sqlite3.Connection, trial_id: int, resume: bool
+) -> tuple[Trial, Checkpoint | None]:
+    """A new run of the trial: run id + 1, RUNNING. From the second run on, also the COMPLETED
+    checkpoint with the most steps (SEMANTICS §3.4)."""
+    with transaction(conn):
+        trial = trial_store.get(conn, trial_id)
+        if not resume and trial.run_id != 0:
+            raise FailedPrecondition("trial has already been started")
+        now = time.time()
+        conn.execute("UPDATE trials SET run_id=run_id+1, state=?, last_activity=?, "
+                     "end_time=NULL WHERE id=?", (TrialState.RUNNING.value, now, trial_id))
+        settle(conn, trial.experiment_id, now)
+    trial = trial_store.get(conn, trial_id)
+    latest = ckpt_store.latest_for_trial(conn, trial_id) if trial.run_id > 1 else None
+    return trial, latest
+
+
+def patch_trial(
+    conn: sqlite3.Connection, trial_id: int, state: TrialState | None
+) -> tuple[Trial, ExperimentState | None]:
+    """A heartbeat (no state) or a state change; a terminal state sets the end time. Returns
+    the trial and its experiment's new state if that changed."""
+    with transaction(conn):
+        trial = trial_store.get(conn, trial_id)
+        now = time.time()
+        if state is None:
+            conn.execute("UPDATE trials SET last_activity=? WHERE id=?", (now, trial_id))
+        else:
+            conn.execute("UPDATE trials SET state=?, last_activity=?, end_time=? WHERE id=?",
+                         (state.value, now, now if state.is_terminal() else None, trial_id))
+        changed = settle(conn, trial.experiment_id, now)
+    return trial_store.get(conn, trial_id), changed
+
+
+def cancel(conn: sqlite3.Connection, exp_id: int) -> ExperimentState | None:
+    """`dettui e cancel|kill`: every trial that has not ended is CANCELED (the script itself
+    cannot be reached; a later report of its own may still end its trial)."""
+    with transaction(conn):
+        now = time.time()
+        marks = ",".join("?" * len(_ENDED))
+        conn.execute(f"UPDATE trials SET state=?, end_time=? WHERE experiment_id=? AND "
+                     f"state NOT IN ({marks})",
+                     (TrialState.CANCELED.value, now, exp_id, *_ENDED))
+        if conn.execute("SELECT 1 FROM trials WHERE experiment_id=?", (exp_id,)).fetchone():
+            return settle(conn, exp_id, now)
+        conn.execute("UPDATE experiments SET state=?, end_time=? WHERE id=?",
+                     (ExperimentState.CANCELED.value, now, exp_id))
+        return ExperimentState.CANCELED
+
+
+def mark_lost(conn: sqlite3.Connection, before: float) -> list[tuple[int, ExperimentState]]:
+    """RUNNING detached trials not heard of since `before` end in ERROR (their script died
+    without saying so). Returns the experiments whose state changed."""
+    with transaction(conn):
+        rows = conn.execute(
+            "SELECT t.id, t.experiment_id FROM trials t JOIN experiments e "
+            "ON e.id = t.experiment_id WHERE e.unmanaged=1 AND t.state=? "
+            "AND COALESCE(t.last_activity, t.start_time) < ?",
+            (TrialState.RUNNING.value, before)).fetchall()
+        for r in rows:
+            conn.execute("UPDATE trials SET state=?, end_time=COALESCE(last_activity, "
+                         "start_time) WHERE id=?", (TrialState.ERROR.value, r["id"]))
+        out = []
+        for exp_id in sorted({int(r["experiment_id"]) for r in rows}):
+            changed = settle(conn, exp_id, time.time())
+            if changed is not None:
+                out.append((exp_id, changed))
+    return out
+
+
+def settle(conn: sqlite3.Connection, exp_id: int, now: float) -> ExperimentState | None:
+    """Set the experiment's state from its trials' (inside the caller's transaction)."""
+    rows = conn.execute("SELECT state, end_time FROM trials WHERE experiment_id=?",
+                        (exp_id,)).fetchall()
+    if not rows:
+        return None
+    best = TrialState.PAUSED
+    for r in rows:
+        s = TrialState(r["state"])
+        if RANK.get(s, 0) > RANK[best]:
+            best = s
+    new = ExperimentState(best.value)
+    old = conn.execute("SELECT state FROM experiments WHERE id=?", (exp_id,)).fetchone()
+    if old is None or old["state"] == new.value:
+        return None
+    end = None
+    if new.is_terminal():
+        end = max((r["end_time"] for r in rows if r["end_time"] is not None), default=now)
+    conn.execute("UPDATE experiments SET state=?, end_time=? WHERE id=?",
+                 (new.value, end, exp_id))
+    return new

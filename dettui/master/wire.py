@@ -1,0 +1,101 @@
+"""Helpers for Determined's wire conventions: timestamps, pagination, enums, NaN strings."""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime
+from typing import Any
+
+from aiohttp import web
+
+from dettui.errors import InvalidArgument
+
+
+def ts(t: float | None) -> str | None:
+    """RFC 3339 UTC with a Z, as the real master emits."""
+    if t is None:
+        return None
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def parse_ts(value: Any) -> float | None:
+    if value in (None, ""):
+        return None
+    if not isinstance(value, str):
+        raise InvalidArgument(f"invalid timestamp {value!r}")
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    except ValueError as exc:
+        raise InvalidArgument(f"invalid timestamp {value!r}") from exc
+
+
+def paginate(items: list[Any], request: web.Request) -> tuple[list[Any], dict[str, int]]:
+    offset = query_int(request, "offset", 0)
+    limit = query_int(request, "limit", 0)
+    total = len(items)
+    start = total + offset if offset < 0 else offset
+    if start < 0 or start > total:
+        raise InvalidArgument("offset out of bounds")
+    end = total if limit <= 0 else min(start + limit, total)
+    page = {"offset": offset, "limit": limit, "startIndex": start, "endIndex": end,
+            "total": total}
+    return items[start:end], page
+
+
+def query_int(request: web.Request, name: str, default: int) -> int:
+    raw = request.query.get(name)
+    if raw in (None, ""):
+        return default
+    try:
+        return int(raw)
+    except ValueError as exc:
+        raise InvalidArgument(f"query parameter {name}: expected an integer, got {raw!r}") from exc
+
+
+def query_float(request: web.Request, name: str, default: float) -> float:
+    raw = request.query.get(name)
+    if raw in (None, ""):
+        return default
+    try:
+        return float(raw)
+    except ValueError as exc:
+        raise InvalidArgument(f"query parameter {name}: expected a number, got {raw!r}") from exc
+
+
+def query_bool(request: web.Request, name: str) -> bool | None:
+    raw = request.query.get(name)
+    if raw in (None, ""):
+        return None
+    if raw.lower() in ("true", "1"):
+        return True
+    if raw.lower() in ("false", "0"):
+        return False
+    raise InvalidArgument(f"query parameter {name}: expected true or false, got {raw!r}")
+
+
+def path_int(request: web.Request, name: str) -> int:
+    raw = request.match_info[name]
+    try:
+        return int(raw)
+    except ValueError as exc:
+        raise InvalidArgument(f"{name}: expected an integer id, got {raw!r}") from exc
+
+
+_SPECIAL = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+
+
+def decode_number(value: Any) -> Any:
+    """Determined sends NaN and infinities as strings; turn them back into floats."""
+    if isinstance(value, str) and value in _SPECIAL:
+        return _SPECIAL[value]
+    return value
+
+
+def encode_number(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    return value
+
+
+def encode_metrics(metrics: dict[str, Any]) -> dict[str, Any]:
+    return {k: encode_number(v) for k, v in metrics.items()}

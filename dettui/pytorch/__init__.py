@@ -1,0 +1,37 @@
+"""`dettui.pytorch`: Determined's PyTorchTrial API, run by `python -m dettui.launch.harness`.
+
+    from dettui import pytorch
+
+    class MyTrial(pytorch.PyTorchTrial):
+        def __init__(self, context: pytorch.PyTorchTrialContext) -> None:
+            self.context = context
+            self.model = context.wrap_model(build_model())
+            self.opt = context.wrap_optimizer(torch.optim.SGD(self.model.parameters(), lr=0.1))
+
+        def train_batch(self, batch, epoch_idx, batch_idx):
+            loss = ...
+            self.context.backward(loss)
+            self.context.step_optimizer(self.opt)
+            return {"loss": loss}
+
+        def evaluate_batch(self, batch, batch_idx):
+            return {"validation_loss": ...}
+
+        def build_training_data_loader(self):
+            return pytorch.DataLoader(dataset, batch_size=self.context.get_per_slot_batch_size())
+
+        def build_validation_data_loader(self): ...
+
+Entrypoint: `python3 -m dettui.launch.torch_distributed --trial model_def:MyTrial` (or the
+legacy `model_def:MyTrial`, or Determined's own `determined.launch.torch_distributed` line).
+"""
+
+from dettui.pytorch._trial import (
+    DataLoader,
+    LRScheduler,
+    PyTorchTrial,
+    PyTorchTrialContext,
+    TorchData,
+)
+
+__all__ = ["DataLoader", "LRScheduler", "PyTorchTrial", "PyTorchTrialContext", "TorchData"]

@@ -1,0 +1,191 @@
+"""The cluster: agents and pools, slots and their allocations, and each machine's telemetry —
+per GPU utilisation, memory, temperature and power with history sparklines (NVML), or CPU and
+memory per agent and per allocation (psutil) with a clear note when there is no NVIDIA GPU."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import VerticalScroll
+from textual.widgets import Footer, Header, Static
+
+from dettui.screens.base import ApiScreen, Row
+from dettui.widgets.rowtable import Column, RowTable
+
+COLUMNS = [
+    Column("id", "Agent", width=16),
+    Column("host", "Host", width=16),
+    Column("pool", "Pool", width=10),
+    Column("slots", "Slots", width=7, align="right"),
+    Column("used", "In use", width=6, align="right"),
+    Column("type", "Type", width=5),
+    Column("cpu", "CPU %", width=6, align="right"),
+    Column("mem", "Memory", width=15, align="right"),
+    Column("enabled", "Enabled", width=8),
+    Column("allocations", "Allocations"),
+]
+GIB = 1024**3
+
+
+def _gib(used: Any, total: Any) -> str:
+    if not isinstance(used, int | float) or not isinstance(total, int | float) or not total:
+        return ""
+    return f"{used / GIB:.1f}/{total / GIB:.1f} GiB"
+
+
+def _num(value: Any) -> str:
+    return f"{value:.0f}" if isinstance(value, int | float) else "?"
+
+
+BLOCKS = " ▁▂▃▄▅▆▇█"
+
+
+def spark(values: list[Any], top: float = 100.0) -> str:
+    """A history of percentages on a fixed 0-100 scale, one cell per sample (a relative
+    scale would draw an idle 2% machine as full); a missing sample is a blank cell."""
+    cells = []
+    for v in values:
+        if not isinstance(v, int | float):
+            cells.append(" ")
+            continue
+        level = round(max(0.0, min(float(v), top)) / top * (len(BLOCKS) - 1))
+        cells.append(BLOCKS[max(level, 1)])  # a floor so the line is visible at 0%
+    return "".join(cells) or "(no samples yet)"
+
+
+def _spark(values: list[Any]) -> Static:
+    return Static(spark(values), classes="spark")
+
+
+def agent_rows(agents: list[dict[str, Any]]) -> list[Row]:
+    rows = []
+    for a in agents:
+        slots = list((a.get("slots") or {}).values())
+        used = [s for s in slots if s.get("container")]
+        kinds = sorted({str(s.get("device", {}).get("type", "")).removeprefix("TYPE_")
+                        for s in slots})
+        tel = a.get("telemetry") or {}
+        allocs = sorted({str((s.get("container") or {}).get("id", ""))[:12] for s in used} - {""})
+        rows.append((str(a["id"]), {
+            "id": a["id"], "host": a.get("hostname", ""),
+            "pool": ",".join(a.get("resourcePools") or []), "slots": len(slots),
+            "used": len(used), "type": ",".join(k.lower() for k in kinds),
+            "cpu": f"{tel['cpuPercent']:.0f}" if isinstance(tel.get("cpuPercent"), int | float)
+            else "", "mem": _gib(tel.get("memUsed"), tel.get("memTotal")),
+            "enabled": "yes" if a.get("enabled", True) else "no (draining)",
+            "allocations": ", ".join(allocs), "_agent": a}))
+    return rows
+
+
+class ClusterScreen(ApiScreen):
+    TABLE = "#agents"
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("E", "enable(True)", "Enable agent"),
+        Binding("D", "enable(False)", "Disable agent"),
+        Binding("s", "sort_next", "Sort"),
+    ]
+    DEFAULT_CSS = """
+    ClusterScreen #title, ClusterScreen .section { background: $boost; padding: 0 1;
+                                                    text-style: bold; }
+    ClusterScreen #agents { height: 12; }
+    ClusterScreen #detail { height: 1fr; }
+    ClusterScreen .spark { color: $success; margin: 0 1 1 1; }
+    ClusterScreen .metric { padding: 0 1; }
+    """
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield Static("Cluster", id="title")
+        yield RowTable(COLUMNS, id="agents")
+        yield Static("", classes="section", id="detail-title")
+        yield VerticalScroll(id="detail")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.table.focus()
+        self.run_feed()
+        self.load_pools()
+
+    @work(exclusive=True, group="feed")
+    async def run_feed(self) -> None:
+        await self.feed("agents", self.table, agent_rows)
+
+    @work(exclusive=True, group="pools")
+    async def load_pools(self) -> None:
+        try:
+            pools = await self.client.pools()
+        except Exception:  # noqa: BLE001
+            return
+        if not self.live:
+            return
+        text = "; ".join(
+            f"{p['name']}: {p.get('slotsUsed', 0)}/{p.get('slotsAvailable', 0)} slots, "
+            + str(p.get("schedulerType", "")).removeprefix("SCHEDULER_TYPE_").lower()
+            for p in pools)
+        self.query_one("#title", Static).update(f"Cluster — pools: {text}")
+
+    def on_feed(self, topic: str) -> None:
+        self.show_detail()
+
+    @on(RowTable.CursorMoved, "#agents")
+    def _moved(self, _: RowTable.CursorMoved) -> None:
+        self.show_detail()
+
+    def show_detail(self) -> None:
+        key = self.table.cursor_key
+        row = self.table.row(key) if key else None
+        detail = self.query_one("#detail", VerticalScroll)
+        if row is None:
+            return
+        agent = row["_agent"]
+        tel = agent.get("telemetry") or {}
+        history = tel.get("history") or {}
+        widgets: list[Any] = []
+        gpus = tel.get("gpus") or []
+        if gpus:
+            for gpu in gpus:
+                widgets.append(Static(
+                    f"GPU {gpu.get('index')}{f' ({name})' if (name := gpu.get('name')) else ''}: "
+                    f"{_num(gpu.get('util'))}% util, "
+                    f"{_gib(gpu.get('memUsed'), gpu.get('memTotal'))}, "
+                    f"{_num(gpu.get('temperature'))}°C, {_num(gpu.get('power'))} W, "
+                    f"{len(gpu.get('processes') or [])} process(es)",
+                    classes="metric"))
+                series = (history.get("gpuUtil") or {}).get(str(gpu.get("index"))) or []
+                widgets.append(_spark(series))
+        else:
+            # The agent's note says "no NVIDIA GPU found (why)...": keep the why only.
+            why = str(agent.get("noGpuReason") or "").removeprefix("no NVIDIA GPU found")
+            why = why.strip(" :;") or "NVML found none"
+            why = why if why.startswith("(") else f"({why})"
+            widgets.append(Static(f"No NVIDIA GPU on {agent['id']} {why}. CPU and memory come "
+                                  "from psutil.", classes="metric"))
+        cpu = tel.get("cpuPercent")
+        widgets.append(Static(f"CPU {cpu:.0f}%" if isinstance(cpu, int | float) else "CPU ?",
+                              classes="metric"))
+        widgets.append(_spark(history.get("cpu") or []))
+        widgets.append(Static(f"Memory {_gib(tel.get('memUsed'), tel.get('memTotal'))}",
+                              classes="metric"))
+        widgets.append(_spark(history.get("mem") or []))
+        for alloc_id, usage in sorted((tel.get("allocations") or {}).items()):
+            widgets.append(Static(
+                f"allocation {alloc_id}: CPU {usage.get('cpuPercent', 0):.0f}%, "
+                f"RSS {usage.get('rss', 0) / 2**20:.0f} MiB", classes="metric"))
+        self.query_one("#detail-title", Static).update(
+            f"{agent['id']}: {row['used']}/{row['slots']} slots in use")
+        with self.app.batch_update():
+            detail.remove_children()
+            detail.mount_all(widgets)
+
+    async def action_enable(self, enabled: bool) -> None:
+        key = self.table.cursor_key
+        if key is None:
+            self.notify("no agent selected", severity="warning")
+            return
+        verb = "enable" if enabled else "disable"
+        await self.call(f"{verb} agent {key}", lambda: self.client.request(
+            "POST", f"/api/v1/agents/{key}/{verb}", body={"agentId": key, "drain": True}))
+

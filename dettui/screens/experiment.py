@@ -1,0 +1,217 @@
+"""One experiment: its trials live (hparams, state, steps, restarts, best and latest metric),
+a metric chart of the selected trial, and its checkpoints with the GC policy."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, Vertical
+from textual.widgets import Footer, Header, Static
+from textual_plotext import PlotextPlot
+
+from dettui.screens.base import ApiScreen, Row, state_text
+from dettui.widgets.rowtable import Column, RowTable
+
+TRIAL_COLUMNS = [
+    Column("id", "Trial", width=6, align="right"),
+    Column("state", "State", width=10),
+    Column("steps", "Steps", width=7, align="right"),
+    Column("restarts", "Restarts", width=8, align="right"),
+    Column("best", "Best", width=10, align="right"),
+    Column("latest", "Latest", width=10, align="right"),
+    Column("hparams", "Hyperparameters"),
+]
+CKPT_COLUMNS = [
+    Column("trial", "Trial", width=6, align="right"),
+    Column("uuid", "UUID", width=36),
+    Column("steps", "Steps", width=7, align="right"),
+    Column("state", "State", width=10),
+    Column("metric", "Metric", width=10, align="right"),
+]
+
+
+def _value(block: dict[str, Any] | None, metric: str) -> Any:
+    return (((block or {}).get("metrics") or {}).get("avgMetrics") or {}).get(metric)
+
+
+def _fmt(value: Any) -> str:
+    return f"{value:.5g}" if isinstance(value, int | float) else ""
+
+
+def trial_rows(trials: list[dict[str, Any]], metric: str) -> list[Row]:
+    return [(str(t["id"]), {
+        "id": int(t["id"]), "state": state_text(t.get("state")),
+        "steps": t.get("totalBatchesProcessed", 0), "restarts": t.get("restarts", 0),
+        "best": _fmt(_value(t.get("bestValidation"), metric)),
+        "latest": _fmt(_value(t.get("latestValidation"), metric)),
+        "hparams": ", ".join(f"{k}={_fmt(v) or v}" for k, v in (t.get("hparams") or {}).items()),
+    }) for t in trials]
+
+
+class ExperimentScreen(ApiScreen):
+    TABLE = "#trials"
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "app.pop_screen", "Back"),
+        Binding("l", "logs", "Logs"),
+        Binding("m", "next_metric", "Metric"),
+        Binding("g", "toggle_group", "Train/valid"),
+        Binding("p", "control('pause')", "Pause"),
+        Binding("a", "control('activate')", "Activate"),
+        Binding("c", "control('cancel')", "Cancel"),
+        Binding("x", "control('kill')", "Kill"),
+        Binding("s", "sort_next", "Sort"),
+    ]
+    DEFAULT_CSS = """
+    ExperimentScreen #title, ExperimentScreen .section { background: $boost; padding: 0 1;
+                                                          text-style: bold; }
+    ExperimentScreen #trials { height: 1fr; }
+    ExperimentScreen #lower { height: 1fr; }
+    ExperimentScreen #chart { width: 2fr; }
+    ExperimentScreen #ckpts { width: 1fr; }
+    ExperimentScreen #checkpoints { height: 1fr; }
+    """
+
+    def __init__(self, exp_id: int) -> None:
+        super().__init__()
+        self.exp_id = exp_id
+        self.experiment: dict[str, Any] = {}
+        self.metric = ""
+        self.group = "validation"
+        self.names: list[str] = []
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield Static(f"Experiment {self.exp_id}", id="title")
+        yield RowTable(TRIAL_COLUMNS, id="trials")
+        with Horizontal(id="lower"):
+            yield PlotextPlot(id="chart")
+            with Vertical(id="ckpts"):
+                yield Static("Checkpoints", classes="section", id="gc")
+                yield RowTable(CKPT_COLUMNS, id="checkpoints")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.table.focus()
+        self.load()
+
+    @work(exclusive=True, group="load")
+    async def load(self) -> None:
+        try:
+            self.experiment = await self.client.experiment(self.exp_id)
+        except Exception as exc:  # noqa: BLE001 - shown, not raised
+            self.notify(str(exc), title=f"experiment {self.exp_id}", severity="error")
+            return
+        if not self.live:
+            return
+        searcher = (self.experiment.get("config") or {}).get("searcher") or {}
+        self.metric = self.metric or str(searcher.get("metric") or "")
+        self._title()
+        self.refresh_checkpoints()
+        await self.feed(f"experiment:{self.exp_id}", self.table,
+                        lambda trials: trial_rows(trials, self.metric))
+
+    def _title(self) -> None:
+        e = self.experiment
+        progress = e.get("progress")
+        self.query_one("#title", Static).update(
+            f"Experiment {self.exp_id} {e.get('name', '')}: {state_text(e.get('state'))}"
+            f"{f', {progress * 100:.0f}% done' if isinstance(progress, int | float) else ''}"
+            f" — metric {self.metric or '?'} ({self.group})")
+
+    def on_feed(self, topic: str) -> None:
+        if self.table.cursor_key is not None:
+            self.refresh_chart()
+        self.refresh_checkpoints()
+
+    @on(RowTable.CursorMoved, "#trials")
+    def _moved(self, _: RowTable.CursorMoved) -> None:
+        self.refresh_chart()
+
+    @work(exclusive=True, group="chart")
+    async def refresh_chart(self) -> None:
+        if not self.live:
+            return  # a refresh queued just before the screen closed
+        key = self.table.cursor_key
+        if key is None:
+            return
+        try:
+            rows = await self.client.metrics(int(key), self.group)
+        except Exception:  # noqa: BLE001 - the chart just stays as it was
+            return
+        if not self.live:
+            return  # the screen was closed meanwhile
+        names = sorted({n for r in rows for n, v in
+                        (r.get("metrics", {}).get("avgMetrics") or {}).items()
+                        if isinstance(v, int | float)})
+        self.names = names
+        metric = self.metric if self.metric in names else (names[0] if names else "")
+        xs = [r["stepsCompleted"] for r in rows
+              if isinstance((r.get("metrics", {}).get("avgMetrics") or {}).get(metric),
+                            int | float)]
+        ys = [r["metrics"]["avgMetrics"][metric] for r in rows
+              if isinstance((r.get("metrics", {}).get("avgMetrics") or {}).get(metric),
+                            int | float)]
+        chart = self.query_one("#chart", PlotextPlot)
+        plt = chart.plt
+        plt.clear_data()
+        plt.clear_figure()
+        plt.title(f"trial {key}: {metric} ({self.group})")
+        plt.xlabel("batches")
+        if xs:
+            plt.plot(xs, ys, marker="braille")
+        chart.refresh()
+
+    @work(exclusive=True, group="checkpoints")
+    async def refresh_checkpoints(self) -> None:
+        try:
+            ckpts = await self.client.checkpoints(self.exp_id)
+        except Exception:  # noqa: BLE001
+            return
+        if not self.live:
+            return
+        storage = (self.experiment.get("config") or {}).get("checkpoint_storage") or {}
+        self.query_one("#gc", Static).update(
+            f"Checkpoints (GC keeps best {storage.get('save_experiment_best', 0)} of the "
+            f"experiment, best {storage.get('save_trial_best', 1)} and latest "
+            f"{storage.get('save_trial_latest', 1)} per trial)")
+        rows = [(c["uuid"], {
+            "trial": (c.get("training") or {}).get("trialId"), "uuid": c["uuid"],
+            "steps": (c.get("metadata") or {}).get("steps_completed"),
+            "state": state_text(c.get("state")),
+            "metric": _fmt((c.get("training") or {}).get("searcherMetric"))}) for c in ckpts]
+        self.query_one("#checkpoints", RowTable).set_rows(rows)
+
+    def action_next_metric(self) -> None:
+        if not self.names:
+            self.notify("no metrics reported yet", severity="warning")
+            return
+        i = self.names.index(self.metric) if self.metric in self.names else -1
+        self.metric = self.names[(i + 1) % len(self.names)]
+        self._title()
+        self.refresh_chart()
+
+    def action_toggle_group(self) -> None:
+        self.group = "training" if self.group == "validation" else "validation"
+        self._title()
+        self.refresh_chart()
+
+    def action_logs(self) -> None:
+        key = self.table.cursor_key
+        if key is None:
+            self.notify("no trial selected", severity="warning")
+            return
+        from dettui.screens.logs import LogsScreen
+
+        self.app.push_screen(LogsScreen(int(key)))
+
+    @on(RowTable.Selected, "#trials")
+    def _open_logs(self, _: RowTable.Selected) -> None:
+        self.action_logs()
+
+    async def action_control(self, verb: str) -> None:
+        await self.call(f"{verb} experiment {self.exp_id}",
+                        lambda: self.client.experiment_action(self.exp_id, verb))
+

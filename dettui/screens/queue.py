@@ -1,0 +1,202 @@
+"""The job queue (seed 003): `dettui job list`'s columns, live, sortable and filterable, with
+keys to reorder jobs, change priority, weight or pool, and control their experiments."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.widgets import Footer, Header, Static
+
+from dettui.screens.base import ApiScreen, Row, counted, state_text
+from dettui.widgets.rowtable import Column, RowTable
+
+COLUMNS = [
+    Column("pos", "#", width=4, align="right"),
+    Column("id", "ID", width=8),
+    Column("type", "Type", width=10),
+    Column("name", "Job Name"),
+    Column("priority", "Priority/Weight", width=15, align="right"),
+    Column("submitted", "Submitted", width=19),
+    Column("slots", "Slots", width=7, align="right"),
+    Column("state", "State"),
+    Column("user", "User", width=12),
+    Column("pool", "Pool", width=10),
+]
+
+
+def job_rows(jobs: list[dict[str, Any]]) -> list[Row]:
+    rows = []
+    for entry in jobs:
+        j = entry.get("full", entry)  # job-queues-v2 wraps each job
+        ahead = j.get("summary", {}).get("jobsAhead", -1)
+        kind = str(j.get("type", "")).removeprefix("TYPE_").lower()
+        name = f"{j['name']} ({j['entityId']})" if kind == "experiment" else j["name"]
+        state = state_text(j.get("summary", {}).get("state"))
+        if j.get("unschedulableReason"):
+            state += f" ({j['unschedulableReason']})"
+        rows.append((str(j["jobId"]), {
+            "pos": ahead if ahead >= 0 else "", "id": j["jobId"][:8], "type": kind,
+            "name": name, "priority": j.get("priority") if j.get("priority") is not None
+            else j.get("weight"), "submitted": str(j.get("submissionTime", ""))[:19].replace(
+                "T", " "), "slots": f"{j.get('allocatedSlots', 0)}/{j.get('requestedSlots', 0)}",
+            "state": state, "user": j.get("username", ""), "pool": j.get("resourcePool", ""),
+            "experiment": int(j["entityId"]) if kind == "experiment" else None,
+            "weight": j.get("weight")}))
+    return rows
+
+
+class QueueScreen(ApiScreen):
+    TABLE = "#jobs"
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("K", "move_up", "Move up"),
+        Binding("J", "move_down", "Move down"),
+        Binding("P", "set_priority", "Priority"),
+        Binding("W", "set_weight", "Weight"),
+        Binding("o", "set_pool", "Pool"),
+        Binding("p", "control('pause')", "Pause"),
+        Binding("a", "control('activate')", "Activate"),
+        Binding("c", "control('cancel')", "Cancel"),
+        Binding("x", "control('kill')", "Kill"),
+        Binding("s", "sort_next", "Sort"),
+        Binding("r", "sort_reverse", "Reverse"),
+        Binding("slash", "filter", "Filter"),
+        Binding("escape", "clear_filter", "Clear filter", show=False),
+    ]
+    DEFAULT_CSS = """
+    QueueScreen RowTable { height: 1fr; }
+    QueueScreen #title { background: $boost; padding: 0 1; text-style: bold; }
+    """
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield Static("Job queue", id="title")
+        yield self.filter_box()
+        yield RowTable(COLUMNS, id="jobs")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one(RowTable).focus()
+        self.run_feed()
+
+    @work(exclusive=True, group="feed")
+    async def run_feed(self) -> None:
+        await self.feed("jobs", self.table, job_rows)
+
+    def on_feed(self, topic: str) -> None:
+        self.view_changed()
+
+    def view_changed(self) -> None:
+        t = self.table
+        sort = f", sorted by {t.sort_column}{' ↓' if t.sort_reverse else ''}" \
+            if t.sort_column else ""
+        where = f", filter {t.filter_text!r}" if t.filter_text else ""
+        self.query_one("#title", Static).update(f"Job queue: {counted(t)} jobs{sort}{where}")
+
+    # -- selection --------------------------------------------------------------------------
+
+    def _selected(self) -> tuple[str, dict[str, Any]] | None:
+        key = self.table.cursor_key
+        row = self.table.row(key) if key else None
+        if key is None or row is None:
+            self.notify("no job selected", severity="warning")
+            return None
+        return key, row
+
+    async def _update(self, what: str, body: dict[str, Any]) -> None:
+        update = {"priority": None, "weight": None, "resourcePool": None, **body}
+        await self.call(what, lambda: self.client.request(
+            "POST", "/api/v1/job-queues", body={"updates": [update]}))
+
+    # -- actions ----------------------------------------------------------------------------
+
+    async def _move(self, up: bool) -> None:
+        selected = self._selected()
+        if selected is None:
+            return
+        key, _ = selected
+        order = self.table.keys_in_view_order
+        i = order.index(key)
+        j = i - 1 if up else i + 1
+        if not 0 <= j < len(order):
+            self.notify("already at the " + ("top" if up else "bottom"), severity="warning")
+            return
+        anchor = "aheadOf" if up else "behindOf"
+        await self._update(f"move job {key[:8]} {'up' if up else 'down'}",
+                           {"jobId": key, anchor: order[j]})
+
+    async def action_move_up(self) -> None:
+        await self._move(True)
+
+    async def action_move_down(self) -> None:
+        await self._move(False)
+
+    @work(group="dialog")
+    async def action_set_priority(self) -> None:
+        selected = self._selected()
+        if selected is None:
+            return
+        key, row = selected
+        answer = await self.ask(f"Priority for job {key[:8]} (1-99, lower runs first)",
+                                str(row.get("priority") or ""))
+        if answer:
+            try:
+                value = int(answer)
+            except ValueError:
+                self.notify(f"priority: expected a whole number, got {answer!r}",
+                            severity="error")
+                return
+            await self._update(f"priority {value} for job {key[:8]}",
+                               {"jobId": key, "priority": value})
+
+    @work(group="dialog")
+    async def action_set_weight(self) -> None:
+        selected = self._selected()
+        if selected is None:
+            return
+        key, row = selected
+        answer = await self.ask(f"Weight for job {key[:8]} (fair share)",
+                                str(row.get("weight") or ""))
+        if answer:
+            try:
+                value = float(answer)
+            except ValueError:
+                self.notify(f"weight: expected a number, got {answer!r}", severity="error")
+                return
+            await self._update(f"weight {value} for job {key[:8]}",
+                               {"jobId": key, "weight": value})
+
+    @work(group="dialog")
+    async def action_set_pool(self) -> None:
+        selected = self._selected()
+        if selected is None:
+            return
+        key, row = selected
+        answer = await self.ask(f"Resource pool for job {key[:8]}", str(row.get("pool") or ""))
+        if answer:
+            await self._update(f"pool {answer} for job {key[:8]}",
+                               {"jobId": key, "resourcePool": answer})
+
+    async def action_control(self, verb: str) -> None:
+        selected = self._selected()
+        if selected is None:
+            return
+        exp_id = selected[1].get("experiment")
+        if exp_id is None:
+            self.notify("only experiments can be controlled", severity="warning")
+            return
+        await self.call(f"{verb} experiment {exp_id}",
+                        lambda: self.client.experiment_action(exp_id, verb))
+
+    def action_open(self) -> None:
+        selected = self._selected()
+        if selected is not None and selected[1].get("experiment") is not None:
+            from dettui.screens.experiment import ExperimentScreen
+
+            self.app.push_screen(ExperimentScreen(int(selected[1]["experiment"])))
+
+    @on(RowTable.Selected)
+    def _selected_row(self, _: RowTable.Selected) -> None:
+        self.action_open()

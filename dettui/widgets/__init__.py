@@ -1,0 +1,5 @@
+"""Reusable dashboard widgets (never import the master or the agent)."""
+
+from dettui.widgets.rowtable import Column, RowTable
+
+__all__ = ["Column", "RowTable"]

@@ -1,0 +1,140 @@
+"""Shared fixtures: a real `dettui serve` on 127.0.0.1 with a port picked by the OS."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SAMPLE = REPO / "sample_ctx"
+
+
+@dataclass
+class Served:
+    """A `dettui serve` subprocess and how to talk to it."""
+
+    state_dir: Path
+    config_dir: Path
+    extra: list[str] = field(default_factory=list)
+    proc: subprocess.Popen[str] | None = None
+    url: str = ""
+    log_path: Path | None = None
+
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env["DETTUI_CONFIG_DIR"] = str(self.config_dir)
+        env["DET_MASTER"] = self.url
+        env.pop("DET_USER", None)
+        env.pop("DET_PASS", None)
+        env["DETTUI_LOG_LEVEL"] = "INFO"
+        return env
+
+    def start(self, port: int = 0) -> None:
+        self.log_path = self.state_dir.parent / f"serve-{int(time.time() * 1000)}.log"
+        log = open(self.log_path, "w")  # noqa: SIM115 - closed with the process
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "dettui.cli", "serve", "--port", str(port),
+             "--state-dir", str(self.state_dir), *self.extra],
+            stdout=subprocess.PIPE, stderr=log, text=True, env=self.env(),
+            start_new_session=True,
+        )
+        assert self.proc.stdout is not None
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            line = self.proc.stdout.readline()
+            m = re.search(r"listening on (http://\S+)", line)
+            if m:
+                self.url = m.group(1)
+                break
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"dettui serve exited: {self.log_path.read_text()[-3000:]}")
+        else:
+            raise RuntimeError("dettui serve did not start in 30 s")
+        self.wait_for_agents(1 if "--no-agent" not in self.extra else 0)
+
+    def wait_for_agents(self, n: int, timeout: float = 30) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if n == 0 or len(self.api("GET", "/api/v1/agents")["agents"]) >= n:
+                return
+            time.sleep(0.1)
+        raise AssertionError(f"fewer than {n} agents registered")
+
+    def token(self) -> str:
+        body = json.dumps({"username": "determined", "password": ""}).encode()
+        req = urllib.request.Request(self.url + "/api/v1/auth/login", data=body, method="POST")
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return str(json.loads(resp.read())["token"])
+
+    def api(self, method: str, path: str, body: object = None) -> dict:
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(self.url + path, data=data, method=method,
+                                     headers={"Authorization": f"Bearer {self.token()}"})
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return json.loads(resp.read())
+
+    def cli(
+        self, *args: str, timeout: float = 120, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
+        res = subprocess.run([sys.executable, "-m", "dettui.cli", "-m", self.url, *args],
+                             capture_output=True, text=True, timeout=timeout, env=self.env())
+        if check and res.returncode != 0:
+            raise AssertionError(f"dettui {' '.join(args)} failed ({res.returncode}):\n"
+                                 f"{res.stdout}\n{res.stderr}")
+        return res
+
+    def kill9(self) -> None:
+        assert self.proc is not None
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(10)
+
+    def wait_experiment(self, exp_id: int, timeout: float = 120) -> dict:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            exp = self.api("GET", f"/api/v1/experiments/{exp_id}")["experiment"]
+            if exp["state"] in ("STATE_COMPLETED", "STATE_CANCELED", "STATE_ERROR"):
+                return exp
+            time.sleep(0.2)
+        raise AssertionError(f"experiment {exp_id} did not end in {timeout} s:\n"
+                             f"{self.log_path.read_text()[-3000:] if self.log_path else ''}")
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[Served]:
+    s = Served(tmp_path / "state", tmp_path / "config", extra=["--agent-slots", "2"])
+    s.start()
+    try:
+        yield s
+    finally:
+        s.stop()
+
+
+@pytest.fixture
+def headless(tmp_path: Path) -> Iterator[Served]:
+    """`dettui serve --no-agent`: agents are started by the test."""
+    s = Served(tmp_path / "state", tmp_path / "config", extra=["--no-agent"])
+    s.start()
+    try:
+        yield s
+    finally:
+        s.stop()

@@ -1,0 +1,147 @@
+"""The torch_distributed launcher with real torchrun and 2 gloo processes."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from dettui.launch import spec
+
+pytestmark = pytest.mark.slow
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def launch(tmp_path: Path, script: str, *extra: str,
+           timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    (tmp_path / "w.py").write_text(textwrap.dedent(script))
+    env = {**os.environ, "DET_SLOT_IDS": "[0,1]", "DETTUI_C10D_PORT": str(free_port()),
+           "DETTUI_ALLOCATION_ID": f"test-{tmp_path.name}"}
+    return subprocess.run([sys.executable, "-m", "dettui.launch.torch_distributed", *extra,
+                           sys.executable, "w.py"], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def leftovers(tag: str) -> list[int]:
+    out = []
+    for p in psutil.process_iter():
+        try:
+            if p.environ().get("DETTUI_ALLOCATION_ID") == tag and p.status() != "zombie":
+                out.append(p.pid)
+        except psutil.Error:
+            continue
+    return out
+
+
+def test_two_gloo_workers_allreduce(tmp_path: Path) -> None:
+    res = launch(tmp_path, """
+        import torch, torch.distributed as dist
+        dist.init_process_group("gloo")
+        t = torch.tensor([dist.get_rank() + 1.0])
+        dist.all_reduce(t)
+        print("sum", int(t.item()), "world", dist.get_world_size())
+        dist.destroy_process_group()
+    """)
+    assert res.returncode == 0, res.stderr
+    assert "[rank=0] sum 3 world 2" in res.stdout
+    assert "[rank=1] sum 3 world 2" in res.stdout
+
+
+def test_one_failing_worker_ends_the_rest_with_its_code(tmp_path: Path) -> None:
+    t0 = time.monotonic()
+    res = launch(tmp_path, """
+        import os, sys, time
+        if os.environ["RANK"] == "1":
+            sys.exit(3)
+        print("rank 0 waits", flush=True)
+        time.sleep(600)
+    """)
+    assert res.returncode == 3, res.stderr
+    assert time.monotonic() - t0 < 60
+    assert "rank 1 exited with 3" in res.stderr
+    assert leftovers(f"test-{tmp_path.name}") == []
+
+
+def test_bad_arguments_match_determined(tmp_path: Path) -> None:
+    with pytest.raises(spec.LaunchArgsError, match="empty script"):
+        spec.script_of([])
+    with pytest.raises(spec.LaunchArgsError, match="extra arguments to --trial"):
+        spec.script_of(["--trial", "m:T", "x"])
+    with pytest.raises(spec.LaunchArgsError) as exc:
+        spec.script_of(["-u", "t.py"])
+    assert exc.value.code == 2
+
+
+def test_overrides_win_and_dry_run_prints_the_command(tmp_path: Path) -> None:
+    res = subprocess.run(
+        [sys.executable, "-m", "dettui.launch.torch_distributed", "--dry-run",
+         "--master_port=1234", "--", "python3", "t.py", "--", "--x"],
+        env={**os.environ, "DET_SLOT_IDS": "[0,1,2]"}, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    out = res.stdout
+    assert "--nproc_per_node 3" in out and "--nnodes 1" in out
+    assert out.index("--master_port 29400") < out.index("--master_port=1234")
+    assert out.rstrip().endswith("python3 t.py -- --x")
+    assert "USE_TORCH_DISTRIBUTED=True" in out
+
+
+def test_split_overrides_table() -> None:
+    assert spec.split_overrides(["python3", "train.py", "--lr", "1"]) == (
+        [], ["python3", "train.py", "--lr", "1"])
+    assert spec.split_overrides(["--nproc_per_node=2", "--", "python3", "t.py", "--", "--x"]) == (
+        ["--nproc_per_node=2"], ["python3", "t.py", "--", "--x"])
+    assert spec.script_of(["--trial", "m:T"], python="py") == [
+        "py", "-m", "dettui.launch.harness", "m:T"]
+
+
+@pytest.mark.parametrize(("entrypoint", "argv"), [
+    ("python3 train.py", ["sh", "-c", "python3 train.py"]),
+    ("model_def:MyTrial", ["py", "-m", "dettui.launch.torch_distributed", "--trial",
+                           "model_def:MyTrial"]),
+    ("python3 -m determined.launch.torch_distributed python3 t.py",
+     ["sh", "-c", "python3 -m dettui.launch.torch_distributed python3 t.py"]),
+    ("numactl --interleave=all python3 -m determined.launch.torch_distributed --trial m:T",
+     ["sh", "-c", "numactl --interleave=all python3 -m dettui.launch.torch_distributed "
+                  "--trial m:T"]),
+    (["python3", "-m", "determined.launch.deepspeed", "x.py"],
+     ["python3", "-m", "dettui.launch.deepspeed", "x.py"]),
+    (["python3", "my.determined.launch.py"], ["python3", "my.determined.launch.py"]),
+])
+def test_entrypoints_written_for_determined_run_through_ours(
+    entrypoint: str | list[str], argv: list[str]
+) -> None:
+    assert spec.entrypoint_argv(entrypoint, python="py") == argv
+
+
+def test_sigkill_of_the_launcher_leaves_no_worker(tmp_path: Path) -> None:
+    """torchrun starts workers in sessions of their own; each worker watches the launcher."""
+    (tmp_path / "w.py").write_text("import time\nprint('ready', flush=True)\ntime.sleep(600)\n")
+    tag = f"test-{tmp_path.name}"
+    env = {**os.environ, "DET_SLOT_IDS": "[0,1]", "DETTUI_C10D_PORT": str(free_port()),
+           "DETTUI_ALLOCATION_ID": tag}
+    proc = subprocess.Popen([sys.executable, "-m", "dettui.launch.torch_distributed",
+                             sys.executable, "w.py"], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    assert proc.stdout is not None
+    ready = [proc.stdout.readline() for _ in range(2)]
+    assert all("ready" in line for line in ready), ready
+    workers = [p for p in leftovers(tag) if p != proc.pid]
+    assert len(workers) >= 3, "torchrun and two workers"
+    proc.kill()
+    proc.wait(5)
+    deadline = time.monotonic() + 10
+    while leftovers(tag):
+        assert time.monotonic() < deadline, f"left behind: {leftovers(tag)}"
+        time.sleep(0.1)

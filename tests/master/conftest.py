@@ -1,0 +1,50 @@
+"""The real master app in-process (pytest-aiohttp), SQLite under tmp_path."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient
+
+from dettui.master.app import create_app
+from dettui.master.settings import MasterSettings
+
+
+class Api:
+    def __init__(self, client: TestClient, token: str) -> None:
+        self.client = client
+        self.token = token
+
+    def headers(self, token: str | None = None) -> dict[str, str]:
+        return {"Authorization": f"Bearer {token or self.token}"}
+
+    async def call(self, method: str, path: str, body: Any = None, *, raw: bytes | None = None,
+                   status: int = 200, headers: dict[str, str] | None = None) -> Any:
+        import json
+
+        data = raw if raw is not None else (json.dumps(body) if body is not None else None)
+        resp = await self.client.request(method, path, data=data,
+                                         headers=self.headers() if headers is None else headers)
+        text = await resp.text()
+        assert resp.status == status, f"{method} {path}: {resp.status} {text}"
+        return json.loads(text) if text and text.lstrip().startswith(("{", "[")) else text
+
+
+@pytest.fixture
+async def api(aiohttp_client: Any, tmp_path: Path) -> Api:
+    settings = MasterSettings(state_dir=tmp_path / "state", port=0)
+    client = await aiohttp_client(create_app(settings))
+    resp = await client.post("/api/v1/auth/login",
+                             data='{"username":"determined","password":""}')
+    token = (await resp.json())["token"]
+    return Api(client, token)
+
+
+SIMPLE_CONFIG = """
+name: t
+entrypoint: python3 train.py
+searcher: {name: single, metric: loss, max_length: {batches: 10}}
+hyperparameters: {lr: 0.1}
+"""

@@ -1,0 +1,287 @@
+"""The REST API: auth, Determined shapes, and bad input that must get 4xx, never a crash."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from pathlib import Path
+
+import pytest
+
+from tests.master.conftest import SIMPLE_CONFIG, Api
+
+
+async def create(api: Api, config: str = SIMPLE_CONFIG) -> dict:
+    content = base64.b64encode(b"print('hi')\n").decode()
+    files = [{"path": "train.py", "type": 48, "content": content, "mtime": "1700000000",
+              "mode": 33188, "uid": 0, "gid": 0}]
+    return await api.call("POST", "/api/v1/experiments",
+                          {"config": config, "modelDefinition": files, "activate": True})
+
+
+async def test_only_info_and_login_need_no_token(api: Api) -> None:
+    info = await api.call("GET", "/info", headers={})
+    assert info["version"] == "0.38.1"
+    await api.call("GET", "/api/v1/master", headers={}, status=401)
+    master = await api.call("GET", "/api/v1/master")
+    for key in ("clusterId", "clusterName", "masterId", "version", "hasCustomLogo",
+                "strictJobQueueControl"):
+        assert key in master
+
+
+@pytest.mark.parametrize("path", ["/api/v1/experiments", "/api/v1/me", "/api/v1/agents",
+                                  "/api/v1/job-queues-v2", "/api/v1/resource-pools"])
+async def test_every_other_endpoint_needs_a_token(api: Api, path: str) -> None:
+    body = await api.call("GET", path, headers={}, status=401)
+    assert body["error"]["reason"] == "Unauthenticated"
+    await api.call("GET", path, headers={"Authorization": "Bearer nope"}, status=401)
+
+
+async def test_login_rules(api: Api) -> None:
+    bad = await api.call("POST", "/api/v1/auth/login", {"username": "admin", "password": "x"},
+                         headers={}, status=401)
+    assert bad["error"]["error"] == "invalid credentials"
+    await api.call("POST", "/api/v1/auth/login", {"username": "ghost", "password": ""},
+                   headers={}, status=401)
+    ok = await api.call("POST", "/api/v1/auth/login",
+                        {"username": "admin", "password": "", "isHashed": True}, headers={})
+    assert ok["user"] == {**ok["user"], "username": "admin", "admin": True, "active": True}
+    me = await api.call("GET", "/api/v1/me", headers=api.headers(ok["token"]))
+    assert me["user"]["username"] == "admin"
+
+
+async def test_create_list_get_experiment(api: Api) -> None:
+    created = await create(api)
+    exp = created["experiment"]
+    assert exp["id"] == 1 and exp["state"] == "STATE_ACTIVE" and exp["numTrials"] == 1
+    assert created["config"]["max_restarts"] == 5
+    listed = await api.call("GET", "/api/v1/experiments?archived=false&limit=200&offset=0"
+                                   "&users=determined")
+    assert [e["id"] for e in listed["experiments"]] == [1]
+    assert listed["pagination"] == {"offset": 0, "limit": 200, "startIndex": 0, "endIndex": 1,
+                                    "total": 1}
+    trials = await api.call("GET", "/api/v1/experiments/1/trials")
+    assert trials["trials"][0]["hparams"] == {"lr": 0.1}
+    assert trials["trials"][0]["state"] == "STATE_QUEUED"
+    jobs = await api.call("GET", "/api/v1/job-queues-v2?limit=100&offset=0&orderBy=ORDER_BY_ASC")
+    job = jobs["jobs"][0]["full"]
+    assert (job["summary"], job["priority"], job["requestedSlots"], job["allocatedSlots"]) == (
+        {"state": "STATE_QUEUED", "jobsAhead": 0}, 42, 1, 0)
+
+
+async def test_bad_config_is_a_400_naming_the_field(api: Api) -> None:
+    body = await api.call("POST", "/api/v1/experiments",
+                          {"config": SIMPLE_CONFIG + "resources: {slots_per_trial: -1}\n",
+                           "modelDefinition": []}, status=400)
+    assert "resources.slots_per_trial" in body["message"]
+
+
+async def test_unknown_ids_are_404(api: Api) -> None:
+    for path in ("/api/v1/experiments/99", "/api/v1/trials/99", "/api/v1/checkpoints/nope",
+                 "/api/v1/experiments/99/trials"):
+        body = await api.call("GET", path, status=404)
+        assert body["message"]
+
+
+BAD_BODIES = [
+    ("POST", "/api/v1/experiments", b"{not json"),
+    ("POST", "/api/v1/experiments", b"[1, 2]"),
+    ("POST", "/api/v1/experiments", b'{"config": 5}'),
+    ("POST", "/api/v1/experiments", b'{"config": "name: x", "modelDefinition": "nope"}'),
+    ("POST", "/api/v1/experiments",
+     b'{"config": "name: x", "modelDefinition": [{"path": "../x", "type": 48, "content": "",'
+     b' "mtime": "1", "mode": 1, "uid": 0, "gid": 0}]}'),
+    ("POST", "/api/v1/auth/login", b'{"username": 5}'),
+    ("POST", "/api/v1/auth/login", b"\xff\xfe"),
+    ("POST", "/api/v1/trials/1/metrics", b'{"group": "training", "metrics": "x"}'),
+    ("POST", "/api/v1/trials/1/metrics",
+     b'{"group": "a.b", "metrics": {"trialId": 1, "trialRunId": 0, "stepsCompleted": 1,'
+     b' "metrics": {"avgMetrics": {}}}}'),
+    ("POST", "/api/v1/trials/1/progress", b'{"progress": "half"}'),
+    ("POST", "/api/v1/trials/1/progress", b'{"progress": 2}'),
+    ("POST", "/api/v1/checkpoints", b'{"uuid": 1}'),
+    ("PATCH", "/api/v1/checkpoints", b'{"checkpoints": 3}'),
+    ("POST", "/api/v1/job-queues", b'{"updates": [{"jobId": 1}]}'),
+    ("POST", "/api/v1/job-queues", b'{"updates": "x"}'),
+    ("PATCH", "/api/v1/experiments/1", b'{"resources": {"priority": 500}}'),
+    ("POST", "/api/v1/agents/register", b'{"id": "a", "slots": "many"}'),
+    ("POST", "/api/v1/agents/a/heartbeat", b'{"runningAllocations": 7}'),
+    ("GET", "/api/v1/trials/abc", b""),
+    ("GET", "/api/v1/experiments?offset=x", b""),
+    ("GET", "/api/v1/experiments?offset=999", b""),
+    ("GET", "/api/v1/allocations/x/signals/preemption?timeout_seconds=soon", b""),
+]
+
+
+@pytest.mark.parametrize(("method", "path", "raw"), BAD_BODIES,
+                         ids=[f"{m} {p} {r[:20]!r}" for m, p, r in BAD_BODIES])
+async def test_malformed_input_gets_4xx_and_the_master_stays_up(
+    api: Api, method: str, path: str, raw: bytes
+) -> None:
+    await create(api)
+    resp = await api.client.request(method, path, data=raw, headers=api.headers())
+    assert 400 <= resp.status < 500, await resp.text()
+    body = await resp.json()
+    assert isinstance(body["message"], str) and body["message"]
+    assert (await api.call("GET", "/info", headers={}))["version"] == "0.38.1"
+
+
+async def test_metrics_merge_and_run_id_rules(api: Api) -> None:
+    await create(api)
+    body = {"group": "training", "metrics": {"trialId": 1, "trialRunId": 5, "stepsCompleted": 1,
+                                             "metrics": {"avgMetrics": {"loss": 1.0}}}}
+    bad = await api.call("POST", "/api/v1/trials/1/metrics", body, status=400)
+    assert bad["message"] == "invalid run id, 5 (reported) != 0 (expected)"
+
+
+async def test_pagination_offset_bounds(api: Api) -> None:
+    await create(api)
+    await create(api)
+    page = await api.call("GET", "/api/v1/experiments?limit=1&offset=1")
+    assert [e["id"] for e in page["experiments"]] == [2]
+    assert page["pagination"]["endIndex"] == 2 and page["pagination"]["total"] == 2
+
+
+async def test_allocation_tokens_reach_only_their_own_trial(api: Api) -> None:
+    from dettui.master import keys
+    from dettui.master.store import trials as trial_store
+
+    await create(api)
+    await create(api)
+    db = api.client.server.app[keys.DB]
+    alloc = await db.run(trial_store.allocate, 1, "agent-x", [0])
+    task = {"Grpc-Metadata-x-allocation-token": f"Bearer {alloc.token}"}
+    mine = await api.call("GET", "/api/v1/trials/1", headers=task)
+    assert mine["trial"]["id"] == 1
+    denied = await api.call("GET", "/api/v1/trials/2", headers=task, status=403)
+    assert "not valid for trial 2" in denied["message"]
+    body = {"group": "training", "metrics": {"trialId": 2, "trialRunId": 0, "stepsCompleted": 1,
+                                             "metrics": {"avgMetrics": {"loss": 1.0}}}}
+    await api.call("POST", "/api/v1/trials/2/metrics", body, headers=task, status=403)
+    await api.call("GET", "/api/v1/experiments", headers=task, status=403)
+    await api.call("POST", "/api/v1/experiments/2/kill", headers=task, status=403)
+    ok = {"group": "training", "metrics": {"trialId": 1, "trialRunId": 1, "stepsCompleted": 1,
+                                           "metrics": {"avgMetrics": {"loss": 1.0}}}}
+    await api.call("POST", "/api/v1/trials/1/metrics", ok, headers=task)
+    await api.call("POST", "/api/v1/trials/1/metrics", ok, headers=task)  # a retry is accepted
+    clash = {**ok, "metrics": {**ok["metrics"], "metrics": {"avgMetrics": {"loss": 2.0}}}}
+    bad = await api.call("POST", "/api/v1/trials/1/metrics", clash, headers=task, status=400)
+    assert bad["message"] == ("overwriting existing metric keys is not supported, conflicting "
+                              "key: loss")
+    pre = await api.call("GET", f"/api/v1/allocations/{alloc.id}/signals/preemption"
+                                "?timeout_seconds=0", headers=task)
+    assert pre == {"preempt": False}
+    await api.call("GET", "/api/v1/allocations/other.1/signals/preemption?timeout_seconds=0",
+                   headers=task, status=403)
+
+
+async def test_trial_workloads_as_det_describe_reads_them(api: Api) -> None:
+    """GetTrialWorkloads: training and validation reports and checkpoints, by batches or by a
+    metric, filtered, paginated; unknown trials and filters are clear errors."""
+    from dettui.master import keys
+    from dettui.master.store import trials as trial_store
+
+    await create(api)
+    alloc = await api.client.server.app[keys.DB].run(trial_store.allocate, 1, "agent-x", [0])
+    task = {"Grpc-Metadata-x-allocation-token": f"Bearer {alloc.token}"}
+    for group, steps, loss in [("training", 5, 0.9), ("training", 10, 0.6),
+                               ("validation", 5, 0.7), ("validation", 10, 0.4)]:
+        await api.call("POST", "/api/v1/trials/1/metrics", {"group": group, "metrics": {
+            "trialId": 1, "trialRunId": 1, "stepsCompleted": steps,
+            "metrics": {"avgMetrics": {"loss": loss}, "batchMetrics": [{"loss": loss}]}}},
+            headers=task)
+    task_id = (await api.call("GET", "/api/v1/trials/1"))["trial"]["taskId"]
+    await api.call("POST", "/api/v1/checkpoints", {
+        "uuid": "c-10", "taskId": task_id, "allocationId": alloc.id,
+        "reportTime": "2026-11-22T04:56:55+00:00", "resources": {"metadata.json": "24"},
+        "metadata": {"steps_completed": 10}, "state": "STATE_COMPLETED", "training": {},
+        "storageId": None}, headers=task)
+
+    def shape(workloads: list[dict]) -> list[tuple[str, int]]:
+        return [(kind, w["totalBatches"]) for wl in workloads for kind, w in wl.items()]
+
+    every = await api.call("GET", "/api/v1/trials/1/workloads")
+    assert sorted(shape(every["workloads"])) == [
+        ("checkpoint", 10), ("training", 5), ("training", 10), ("validation", 5),
+        ("validation", 10)]
+    assert [b for _, b in shape(every["workloads"])] == [5, 5, 10, 10, 10]
+    assert every["pagination"]["total"] == 5 and every["pagination"]["endIndex"] == 5
+    ckpt = next(w["checkpoint"] for w in every["workloads"] if "checkpoint" in w)
+    assert ckpt["uuid"] == "c-10" and ckpt["state"] == "STATE_COMPLETED"
+    val = next(w["validation"] for w in every["workloads"] if "validation" in w)
+    assert val["metrics"]["avgMetrics"] == {"loss": 0.7} and "batchMetrics" not in val["metrics"]
+    best = await api.call("GET", "/api/v1/trials/1/workloads?sortKey=loss"
+                                 "&metricType=METRIC_TYPE_VALIDATION&filter=FILTER_OPTION_VALIDATION"
+                                 "&includeBatchMetrics=true")
+    assert [w["validation"]["metrics"]["avgMetrics"]["loss"] for w in best["workloads"]] == [
+        0.4, 0.7]
+    assert best["workloads"][0]["validation"]["metrics"]["batchMetrics"] == [{"loss": 0.4}]
+    page = await api.call("GET", "/api/v1/trials/1/workloads?orderBy=ORDER_BY_DESC&limit=2"
+                                 "&offset=1")
+    assert [b for _, b in shape(page["workloads"])] == [10, 10]
+    assert page["pagination"] == {"offset": 1, "limit": 2, "startIndex": 1, "endIndex": 3,
+                                  "total": 5}
+    only = await api.call("GET", "/api/v1/trials/1/workloads?filter=FILTER_OPTION_CHECKPOINT")
+    assert shape(only["workloads"]) == [("checkpoint", 10)]
+    bad = await api.call("GET", "/api/v1/trials/1/workloads?filter=nope", status=400)
+    assert "filter" in bad["message"] and "FILTER_OPTION_CHECKPOINT" in bad["message"]
+    await api.call("GET", "/api/v1/trials/99/workloads", status=404)
+
+
+async def test_delete_an_ended_experiment_with_its_files_and_records(api: Api,
+                                                                     tmp_path: Path) -> None:
+    from dettui.master import keys
+    from dettui.master.store import trials as trial_store
+
+    storage = tmp_path / "ckpts"
+    config = SIMPLE_CONFIG + f"checkpoint_storage: {{type: shared_fs, host_path: {storage}}}\n"
+    await create(api, config)
+    await create(api, config)  # a neighbour that must keep everything
+    db = api.client.server.app[keys.DB]
+    for trial_id in (1, 2):
+        alloc = await db.run(trial_store.allocate, trial_id, "agent-x", [0])
+        task = {"Grpc-Metadata-x-allocation-token": f"Bearer {alloc.token}"}
+        await api.call("POST", f"/api/v1/trials/{trial_id}/metrics", {"group": "training",
+                       "metrics": {"trialId": trial_id, "trialRunId": 1, "stepsCompleted": 5,
+                                   "metrics": {"avgMetrics": {"loss": 1.0}}}}, headers=task)
+        task_id = (await api.call("GET", f"/api/v1/trials/{trial_id}"))["trial"]["taskId"]
+        (storage / f"c-{trial_id}").mkdir(parents=True)
+        (storage / f"c-{trial_id}" / "model.pt").write_bytes(b"w" * 10)
+        await api.call("POST", "/api/v1/checkpoints", {
+            "uuid": f"c-{trial_id}", "taskId": task_id, "allocationId": alloc.id,
+            "reportTime": "2026-11-22T04:56:55+00:00", "resources": {"model.pt": "10"},
+            "metadata": {"steps_completed": 5}, "state": "STATE_COMPLETED", "training": {},
+            "storageId": None}, headers=task)
+    refused = await api.call("DELETE", "/api/v1/experiments/1", status=400)
+    assert "only an ended experiment" in refused["message"] and "ACTIVE" in refused["message"]
+    assert (storage / "c-1" / "model.pt").exists(), "a refused delete touches nothing"
+    await api.call("POST", "/api/v1/experiments/1/kill")
+    for _ in range(100):
+        state = (await api.call("GET", "/api/v1/experiments/1"))["experiment"]["state"]
+        if state == "STATE_CANCELED":
+            break
+        await asyncio.sleep(0.05)
+    assert state == "STATE_CANCELED", state
+    await api.call("DELETE", "/api/v1/experiments/1")
+    await api.call("GET", "/api/v1/experiments/1", status=404)
+    await api.call("GET", "/api/v1/trials/1", status=404)
+    await api.call("GET", "/api/v1/trials/1/workloads", status=404)
+    assert not (storage / "c-1").exists(), "its checkpoint files are gone"
+    assert (storage / "c-2" / "model.pt").exists(), "the neighbour's are not"
+    assert [c["uuid"] for c in (await api.call("GET", "/api/v1/experiments/2/checkpoints"))[
+        "checkpoints"]] == ["c-2"]
+    assert len((await api.call("GET", "/api/v1/trials/2/metrics"))["metrics"]) == 1
+    await api.call("DELETE", "/api/v1/experiments/1", status=404)
+
+
+async def test_users_list_for_det_user_list(api: Api) -> None:
+    listed = await api.call("GET", "/api/v1/users")
+    assert [u["username"] for u in listed["users"]] == ["admin", "determined"]
+    assert listed["pagination"]["total"] == 2
+    assert all("passwordHash" not in u and "password_hash" not in u for u in listed["users"])
+    admin = next(u for u in listed["users"] if u["username"] == "admin")
+    assert admin["admin"] is True and admin["active"] is True
+    assert (await api.call("GET", f"/api/v1/users/{admin['id']}"))["user"]["username"] == "admin"
+    assert (await api.call("GET", "/api/v1/users?active=false"))["users"] == []
+    await api.call("GET", "/api/v1/users/999", status=404)
+    await api.call("GET", "/api/v1/users", headers={}, status=401)

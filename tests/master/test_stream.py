@@ -1,0 +1,338 @@
+"""The WebSocket push stream: a snapshot, then only what changed; bad input never kills it."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import aiohttp
+import pytest
+
+from dettui import errors
+from dettui.client import Client
+from dettui.master import keys
+from dettui.master.routes import stream as stream_routes
+from tests.master.conftest import Api
+from tests.master.test_api import create
+
+QUICK = 3.0  # seconds: well under the stream's idle re-read, so a diff must come from a signal
+
+
+class Inbox:
+    """A stream socket whose messages are taken by topic (other topics wait their turn)."""
+
+    def __init__(self, ws: aiohttp.ClientWebSocketResponse) -> None:
+        self.ws = ws
+        self.kept: list[dict[str, Any]] = []
+
+    async def send(self, body: Any) -> None:
+        await self.ws.send_json(body)
+
+    async def next(self, topic: str | None = None, timeout: float = QUICK) -> dict[str, Any]:
+        """The next message of `topic` (None: the next message without a topic)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            for msg in self.kept:
+                if msg.get("topic") == topic:
+                    self.kept.remove(msg)
+                    return msg
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError(f"no message for {topic!r}; got {self.kept}")
+            try:
+                self.kept.append(dict(await self.ws.receive_json(timeout=left)))
+            except TimeoutError:
+                continue
+
+    async def quiet(self, topic: str, seconds: float = 0.5) -> None:
+        """Nothing arrives for `topic` for a while."""
+        with pytest.raises(AssertionError, match="no message"):
+            await self.next(topic, seconds)
+
+    async def settle(self, topic: str, key: str, seconds: float = 0.4) -> list[dict[str, Any]]:
+        """Apply the topic's messages as a client would until it goes quiet for `seconds`;
+        return the objects in order (the first message must be the snapshot)."""
+        objs: dict[str, dict[str, Any]] = {}
+        order: list[str] = []
+        first = True
+        while True:
+            try:
+                msg = await self.next(topic, QUICK if first else seconds)
+            except AssertionError:
+                return [objs[k] for k in order]
+            assert msg["kind"] == ("snapshot" if first else "diff"), msg
+            first = False
+            for obj in msg["upsert"]:
+                objs[str(obj[key])] = obj
+            for gone in msg["remove"]:
+                objs.pop(gone)
+            order = msg["order"] if msg["order"] is not None else [
+                k for k in order if k in objs]
+            assert sorted(order) == sorted(objs), msg
+
+
+async def connect(api: Api, *topics: str) -> Inbox:
+    inbox = Inbox(await api.client.ws_connect("/api/v1/stream", headers=api.headers()))
+    if topics:
+        await inbox.send({"subscribe": list(topics)})
+    return inbox
+
+
+async def move(api: Api, job: str, **change: Any) -> None:
+    update = {"jobId": job, "priority": None, "weight": None, "resourcePool": None} | change
+    await api.call("POST", "/api/v1/job-queues", {"updates": [update]})
+
+
+async def test_a_snapshot_then_a_diff_when_an_experiment_is_created(api: Api) -> None:
+    first = (await create(api))["experiment"]
+    inbox = await connect(api, "jobs", "experiments")
+    jobs = await inbox.settle("jobs", "jobId")
+    rest = (await api.call("GET", "/api/v1/job-queues-v2"))["jobs"]
+    assert jobs == [j["full"] for j in rest]  # the REST objects, exactly
+    exps = await inbox.next("experiments")
+    assert exps["upsert"] == (await api.call("GET", "/api/v1/experiments"))["experiments"]
+    assert exps["order"] == [str(first["id"])]
+    second = (await create(api))["experiment"]
+    diff = await inbox.next("experiments")
+    assert diff["kind"] == "diff" and [e["id"] for e in diff["upsert"]] == [second["id"]]
+    assert diff["order"] == [str(first["id"]), str(second["id"])] and diff["remove"] == []
+    diff = await inbox.next("jobs")
+    assert [j["jobId"] for j in diff["upsert"]] == [second["jobId"]]
+    assert diff["order"] == [first["jobId"], second["jobId"]]
+
+
+async def test_a_priority_change_sends_only_the_changed_jobs_and_new_order(api: Api) -> None:
+    ids = [(await create(api))["experiment"]["jobId"] for _ in range(3)]
+    inbox = await connect(api, "jobs")
+    assert [j["jobId"] for j in await inbox.settle("jobs", "jobId")] == ids
+    await move(api, ids[2], priority=50)  # less urgent: it stays last
+    diff = await inbox.next("jobs")
+    assert [(j["jobId"], j["priority"]) for j in diff["upsert"]] == [(ids[2], 50)]
+    assert diff["order"] is None and diff["remove"] == []
+    await move(api, ids[2], priority=10)  # most urgent: first; the others' jobsAhead change
+    diff = await inbox.next("jobs")
+    assert diff["order"] == [ids[2], ids[0], ids[1]]
+    ahead = {j["jobId"]: j["summary"]["jobsAhead"] for j in diff["upsert"]}
+    assert ahead == {ids[2]: 0, ids[0]: 1, ids[1]: 2}
+    await inbox.quiet("jobs")
+
+
+async def test_a_burst_of_changes_is_coalesced(api: Api) -> None:
+    job = (await create(api))["experiment"]["jobId"]
+    inbox = await connect(api, "jobs")
+    await inbox.settle("jobs", "jobId")
+    for priority in range(20, 40):
+        await move(api, job, priority=priority)
+    seen = []
+    while not seen or seen[-1] != 39:
+        seen.append((await inbox.next("jobs"))["upsert"][0]["priority"])
+    assert len(seen) < 20, seen
+    await inbox.quiet("jobs")
+
+
+async def test_archived_experiments_are_in_the_experiments_topic(api: Api) -> None:
+    exp = (await create(api))["experiment"]
+    await api.call("POST", f"/api/v1/experiments/{exp['id']}/kill")
+    await api.call("POST", f"/api/v1/experiments/{exp['id']}/archive")
+    inbox = await connect(api, "experiments")
+    snap = await inbox.next("experiments")
+    assert [(e["id"], e["archived"]) for e in snap["upsert"]] == [(exp["id"], True)]
+
+
+async def test_the_trials_of_an_experiment(api: Api) -> None:
+    exp = (await create(api))["experiment"]
+    topic = f"experiment:{exp['id']}"
+    inbox = await connect(api, topic)
+    snap = await inbox.next(topic)
+    rest = (await api.call("GET", f"/api/v1/experiments/{exp['id']}/trials"))["trials"]
+    assert snap["upsert"] == rest and snap["order"] == [str(rest[0]["id"])]
+    trial = rest[0]["id"]
+    await api.call("POST", f"/api/v1/trials/{trial}/metrics", {"group": "training", "metrics": {
+        "trialId": trial, "trialRunId": 0, "stepsCompleted": 5,
+        "metrics": {"avgMetrics": {"loss": 0.5}}}})
+    diff = await inbox.next(topic)
+    assert diff["upsert"][0]["latestTraining"]["totalBatches"] == 5
+    await api.call("POST", f"/api/v1/experiments/{exp['id']}/pause")
+    diff = await inbox.next(topic)
+    assert diff["upsert"][0]["state"] == "STATE_PAUSED" and diff["order"] is None
+
+
+async def test_an_unknown_experiment_is_an_error_of_its_topic(api: Api) -> None:
+    inbox = await connect(api, "experiment:99")
+    msg = await inbox.next("experiment:99")
+    assert "not found" in msg["error"] and "kind" not in msg
+    exp = (await create(api))["experiment"]  # the socket is still good
+    await inbox.send({"subscribe": [f"experiment:{exp['id']}"]})
+    assert (await inbox.next(f"experiment:{exp['id']}"))["kind"] == "snapshot"
+
+
+@pytest.mark.parametrize(("raw", "error"), [
+    ("{not json", "malformed message: not JSON"),
+    ('["jobs"]', "malformed message: expected an object"),
+    ('{"subscribe": 5}', "malformed message: subscribe: expected a list of topic names"),
+    ('{"subscribe": ["jobs", 7]}', "malformed message: subscribe: expected a list"),
+    ('{"hello": 1}', 'malformed message: expected "subscribe" or "unsubscribe"'),
+    ('{"subscribe": ["nonsense"]}', "unknown topic 'nonsense'"),
+    ('{"subscribe": ["experiment:x"]}', "unknown topic 'experiment:x'"),
+])
+async def test_bad_messages_get_an_error_and_the_socket_stays(api: Api, raw: str,
+                                                               error: str) -> None:
+    inbox = await connect(api)
+    await inbox.ws.send_str(raw)
+    msg = await inbox.next(None)
+    assert msg["error"].startswith(error) and set(msg) == {"error"}
+    await inbox.ws.send_bytes(b"\x00\x01")
+    assert "text frames" in (await inbox.next(None))["error"]
+    await inbox.send({"subscribe": "jobs"})  # a bare topic name is fine too
+    assert (await inbox.next("jobs"))["kind"] == "snapshot"
+    assert (await api.call("GET", "/info", headers={}))["version"]
+
+
+async def test_unsubscribe_stops_a_topic_and_subscribe_again_resends_a_snapshot(
+        api: Api) -> None:
+    job = (await create(api))["experiment"]["jobId"]
+    inbox = await connect(api, "jobs", "experiments")
+    await inbox.settle("jobs", "jobId")
+    await inbox.settle("experiments", "id")
+    await inbox.send({"unsubscribe": ["jobs"]})
+    await asyncio.sleep(0.2)
+    await move(api, job, priority=7)
+    assert (await inbox.next("experiments"))["kind"] == "diff"  # the config changed
+    await inbox.quiet("jobs")
+    await inbox.send({"subscribe": ["experiments"]})
+    assert (await inbox.next("experiments"))["kind"] == "snapshot"
+
+
+async def test_the_stream_needs_a_token(api: Api) -> None:
+    resp = await api.client.get("/api/v1/stream")
+    assert resp.status == 401
+    assert (await resp.json())["error"]["reason"] == "Unauthenticated"
+    with pytest.raises(aiohttp.WSServerHandshakeError) as caught:
+        await api.client.ws_connect("/api/v1/stream", headers=api.headers("nope"))
+    assert caught.value.status == 401
+    with pytest.raises(aiohttp.WSServerHandshakeError):
+        await api.client.ws_connect("/api/v1/stream?token=nope")
+    # Clients that cannot set headers pass the token in the query (only on this path).
+    ws = await api.client.ws_connect(f"/api/v1/stream?token={api.token}")
+    await ws.send_json({"subscribe": ["jobs"]})
+    assert (await ws.receive_json(timeout=QUICK))["kind"] == "snapshot"
+    await ws.close()
+    await api.call("GET", f"/api/v1/experiments?token={api.token}", headers={}, status=401)
+
+
+async def test_a_plain_get_is_told_to_use_a_websocket(api: Api) -> None:
+    body = await api.call("GET", "/api/v1/stream", status=400)
+    assert "WebSocket" in body["message"]
+
+
+async def test_closing_the_socket_ends_its_tasks(api: Api) -> None:
+    await create(api)
+    app = api.client.app
+    notifier = app[keys.NOTIFIER]
+    inbox = await connect(api, "jobs", "experiments", "agents", "experiment:1")
+    for topic in ("jobs", "experiments", "agents", "experiment:1"):
+        await inbox.next(topic)
+    (conn,) = app[keys.STREAMS]
+    tasks = list(conn.tasks.values())
+    assert len(tasks) == 4 and notifier.watched() >= {"jobs", "experiments", "agents"}
+    await inbox.ws.close()
+    deadline = time.monotonic() + QUICK
+    while app[keys.STREAMS] or notifier.watched():
+        assert time.monotonic() < deadline, (app[keys.STREAMS], notifier.watched())
+        await asyncio.sleep(0.02)
+    assert all(t.done() for t in tasks)
+
+
+async def test_shutdown_closes_open_streams(api: Api) -> None:
+    inbox = await connect(api, "jobs")
+    await inbox.next("jobs")
+    await stream_routes.close_all(api.client.app)
+    msg = await inbox.ws.receive(timeout=QUICK)
+    assert msg.type is aiohttp.WSMsgType.CLOSE
+    assert msg.data == aiohttp.WSCloseCode.GOING_AWAY
+
+
+# --- agents and their telemetry ----------------------------------------------------------
+
+
+def sample(when: float, cpu: float) -> dict[str, Any]:
+    return {"time": when, "cpuPercent": cpu, "memUsed": 50, "memTotal": 200,
+            "gpus": [{"index": 0, "name": "A100", "util": 90.0, "memUsed": 1, "memTotal": 2,
+                      "temperature": 60.0, "power": 250.0, "processes": None}],
+            "allocations": {"a1": {"cpuPercent": 150.0, "rss": 2**20}}}
+
+
+async def test_heartbeats_carry_telemetry_with_a_bounded_history(api: Api) -> None:
+    await api.call("POST", "/api/v1/agents/register",
+                   {"id": "box", "slots": [{"id": 0, "type": "cuda"}], "hostname": "box"})
+    inbox = await connect(api, "agents")
+    snap = await inbox.next("agents")
+    assert [(a["id"], a["telemetry"], a["noGpuReason"]) for a in snap["upsert"]] == [
+        ("box", None, None)]
+    assert snap["upsert"][0]["slotStats"]["typeStats"] == {  # `det agent list` needs it
+        "TYPE_CUDA": {"disabled": 0, "draining": 0, "total": 1, "states": {}}}
+    for beat in range(70):  # two samples a heartbeat: 140 samples, 120 kept
+        samples = [sample(1000.0 + 2 * beat + i, float(beat)) for i in range(2)]
+        await api.call("POST", "/api/v1/agents/box/heartbeat",
+                       {"runningAllocations": [], "telemetry": samples[-1],
+                        "samples": samples})
+    agent = (await api.call("GET", "/api/v1/agents"))["agents"][0]
+    tel = agent["telemetry"]
+    assert {k: v for k, v in tel.items() if k != "history"} == sample(1139.0, 69.0)
+    history = tel["history"]
+    assert history["time"] == [1000.0 + i for i in range(20, 140)]
+    assert history["cpu"][0] == 10.0 and history["cpu"][-1] == 69.0
+    assert history["mem"] == [25.0] * 120 and history["gpuUtil"] == {"0": [90.0] * 120}
+    diff = await inbox.next("agents")
+    assert diff["kind"] == "diff" and diff["upsert"][0]["telemetry"]["cpuPercent"] >= 0
+    assert diff["order"] is None
+
+
+async def test_bad_telemetry_is_dropped_but_the_heartbeat_counts(api: Api) -> None:
+    await api.call("POST", "/api/v1/agents/register",
+                   {"id": "cpu-box", "slots": [{"id": 0}], "hostname": "cpu-box",
+                    "noGpuReason": "no NVIDIA GPU found (NVMLError_LibraryNotFound)"})
+    await api.call("POST", "/api/v1/agents/cpu-box/heartbeat",
+                   {"samples": [{"time": "soon"}, {"cpuPercent": 1}, "x",
+                                {"time": 5.0, "gpus": "many"},
+                                {"time": 6.0, "cpuPercent": 12.5}]})
+    agent = (await api.call("GET", "/api/v1/agents"))["agents"][0]
+    assert agent["noGpuReason"].startswith("no NVIDIA GPU found")
+    assert agent["telemetry"]["cpuPercent"] == 12.5
+    assert agent["telemetry"]["history"] == {"time": [6.0], "cpu": [12.5], "mem": [None],
+                                             "gpuUtil": {}}
+    # What the agent was sent before is not taken twice; a clock gone far back starts over.
+    await api.call("POST", "/api/v1/agents/cpu-box/heartbeat",
+                   {"samples": [{"time": 6.0, "cpuPercent": 99}, {"time": 7.0}]})
+    await api.call("POST", "/api/v1/agents/cpu-box/heartbeat", {"samples": [{"time": 1.0}]})
+    history = (await api.call("GET", "/api/v1/agents"))["agents"][0]["telemetry"]["history"]
+    assert history["time"] == [6.0, 7.0]
+    await api.call("POST", "/api/v1/agents/cpu-box/heartbeat", {"samples": [{"time": -100.0}]})
+    history = (await api.call("GET", "/api/v1/agents"))["agents"][0]["telemetry"]["history"]
+    assert history["time"] == [-100.0]
+
+
+# --- the client ----------------------------------------------------------------------------
+
+
+async def test_the_client_streams_and_raises_typed_errors(api: Api) -> None:
+    exp = (await create(api))["experiment"]
+    await (await connect(api, "jobs")).settle("jobs", "jobId")  # the scheduler has been by
+    url = str(api.client.make_url("")).rstrip("/")
+    async with Client(url, api.token) as client:
+        messages = client.stream(["jobs", "nonsense"])
+        got = [await anext(messages), await anext(messages)]
+        assert {"error": "unknown topic 'nonsense'"} in got
+        (snap,) = [m for m in got if m.get("topic") == "jobs"]
+        assert snap["order"] == [exp["jobId"]]
+        await move(api, exp["jobId"], priority=3)
+        diff = await asyncio.wait_for(anext(messages), QUICK)
+        assert diff["upsert"][0]["priority"] == 3
+        await messages.aclose()
+    async with Client(url, "nope") as client:
+        with pytest.raises(errors.Unauthenticated):
+            await anext(client.stream(["jobs"]))
+    async with Client("http://127.0.0.1:9", api.token) as client:
+        with pytest.raises(errors.MasterUnreachable):
+            await anext(client.stream(["jobs"]))

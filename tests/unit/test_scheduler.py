@@ -1,0 +1,150 @@
+"""The pure scheduling pass: a table of cases."""
+
+from __future__ import annotations
+
+import pytest
+
+from dettui.master.scheduler import (
+    FAIR_SHARE,
+    AgentView,
+    Assignment,
+    PoolPolicy,
+    Request,
+    Running,
+    schedule,
+    shares,
+)
+
+
+def req(key: int, slots: int = 1, priority: int = 42, pos: float | None = None,
+        pool: str = "default", job: str | None = None, weight: float = 1.0,
+        max_slots: int | None = None) -> Request:
+    return Request(key, job or f"job{key}", slots, priority,
+                   pos if pos is not None else float(key), pool, weight, max_slots)
+
+
+def agent(aid: str, n: int, used: tuple[int, ...] = (), pool: str = "default",
+          enabled: bool = True) -> AgentView:
+    return AgentView(aid, pool, tuple(range(n)), frozenset(used), enabled)
+
+
+def run(key: str, agent_id: str, slots: tuple[int, ...], priority: int = 42,
+        started: float = 0.0, pos: float = 0.0, job: str | None = None,
+        weight: float = 1.0) -> Running:
+    return Running(key, job or f"job-{key}", len(slots), priority, pos, "default", started,
+                   weight, placement=((agent_id, slots),))
+
+
+PREEMPT = {"default": PoolPolicy(preemption=True)}
+FAIR = {"default": PoolPolicy(scheduler=FAIR_SHARE)}
+
+CASES = [
+    ("fifo fills the agent", [req(1), req(2), req(3)], [agent("a", 2)], [], None,
+     [Assignment(1, "a", (0,)), Assignment(2, "a", (1,))], []),
+    ("priority beats queue order", [req(1, priority=50), req(2, priority=10)], [agent("a", 1)],
+     [], None, [Assignment(2, "a", (0,))], []),
+    ("queue position breaks ties", [req(1, pos=9.0), req(2, pos=1.0)], [agent("a", 1)], [],
+     None, [Assignment(2, "a", (0,))], []),
+    ("gang: all slots on one agent or nothing", [req(1, slots=2)],
+     [agent("a", 2, used=(0,)), agent("b", 2, used=(1,))], [], None, [], []),
+    ("used slots are skipped", [req(1)], [agent("a", 2, used=(0,))], [], None,
+     [Assignment(1, "a", (1,))], []),
+    ("best fit prefers the fuller agent", [req(1)],
+     [agent("a", 4), agent("b", 4, used=(0, 1, 2))], [], None, [Assignment(1, "b", (3,))], []),
+    ("a smaller job at the same priority starts past a big one",
+     [req(1, slots=2), req(2, slots=1)], [agent("a", 2, used=(0,))], [], None,
+     [Assignment(2, "a", (1,))], []),
+    ("no preemption: nothing below a blocked priority starts",
+     [req(1, slots=2, priority=10), req(2, slots=1, priority=50)], [agent("a", 2, used=(0,))],
+     [], None, [], []),
+    ("preemption on: smaller lower-priority jobs backfill",
+     [req(1, slots=2, priority=10), req(2, slots=1, priority=50)], [agent("a", 2, used=(0,))],
+     [], PREEMPT, [Assignment(2, "a", (1,), backfilled=True)], []),
+    ("preemption on: a blocked urgent job preempts the newest lower-priority trial",
+     [req(1, priority=1)], [agent("a", 2, used=(0, 1))],
+     [run("old", "a", (0,), started=1), run("new", "a", (1,), started=2)], PREEMPT, [],
+     ["new"]),
+    ("preemption on: lowest priority goes first",
+     [req(1, priority=1)], [agent("a", 2, used=(0, 1))],
+     [run("p50", "a", (0,), priority=50, started=1), run("p42", "a", (1,), started=2)],
+     PREEMPT, [], ["p50"]),
+    ("preemption on: more urgent trials are never victims",
+     [req(1, priority=30)], [agent("a", 1, used=(0,))],
+     [run("urgent", "a", (0,), priority=10)], PREEMPT, [], []),
+    ("preemption off: running trials are never preempted",
+     [req(1, priority=1)], [agent("a", 1, used=(0,))], [run("r", "a", (0,))], None, [], []),
+    ("preemption frees enough slots for a 2-slot gang",
+     [req(1, slots=2, priority=1)], [agent("a", 2, used=(0, 1))],
+     [run("x", "a", (0,), started=1), run("y", "a", (1,), started=2)], PREEMPT, [],
+     ["y", "x"]),
+    ("multi-agent: whole agents for a trial bigger than one agent", [req(1, slots=4)],
+     [agent("a", 2), agent("b", 2), agent("c", 2, used=(0,))], [], None,
+     [Assignment(1, "a", (0, 1), (("a", (0, 1)), ("b", (0, 1))))], []),
+    ("multi-agent: partly used agents do not count", [req(1, slots=4)],
+     [agent("a", 2), agent("b", 2, used=(1,))], [], None, [], []),
+    ("pools are separate", [req(1, pool="gpu"), req(2)],
+     [agent("a", 1), agent("g", 1, pool="gpu")], [], None,
+     [Assignment(2, "a", (0,)), Assignment(1, "g", (0,))], []),
+    ("disabled agents get nothing", [req(1)], [agent("a", 2, enabled=False)], [], None, [], []),
+    ("zero-slot trials run without slots", [req(1, slots=0)], [agent("a", 1, used=(0,))], [],
+     None, [Assignment(1, "a", ())], []),
+    ("fair share: equal weights split the slots", [req(1, job="A"), req(2, job="A"),
+                                                   req(3, job="B"), req(4, job="B")],
+     [agent("a", 2)], [], FAIR, [Assignment(1, "a", (0,)), Assignment(3, "a", (1,))], []),
+    ("fair share: a job over its share is preempted", [req(3, job="B")],
+     [agent("a", 2, used=(0, 1))],
+     [run("a1", "a", (0,), job="A", started=1), run("a2", "a", (1,), job="A", started=2)],
+     FAIR, [], ["a2"]),
+]
+
+
+@pytest.mark.parametrize(("name", "requests", "agents", "running", "policies", "start",
+                          "preempt"), CASES, ids=[c[0] for c in CASES])
+def test_schedule(name: str, requests: list[Request], agents: list[AgentView],
+                  running: list[Running], policies: dict[str, PoolPolicy] | None,
+                  start: list[Assignment], preempt: list[str]) -> None:
+    decision = schedule(requests, agents, running, policies)
+    assert list(decision.start) == start
+    assert list(decision.preempt) == preempt
+
+
+@pytest.mark.parametrize(("demand", "weight", "capacity", "expected"), [
+    ({"a": 4, "b": 4}, {"a": 1, "b": 1}, 4, {"a": 2, "b": 2}),
+    ({"a": 8, "b": 8}, {"a": 3, "b": 1}, 8, {"a": 6, "b": 2}),
+    ({"a": 1, "b": 8}, {"a": 1, "b": 1}, 8, {"a": 1, "b": 7}),
+    ({"a": 0, "b": 3}, {"a": 1, "b": 1}, 8, {"a": 0, "b": 3}),
+])
+def test_fair_shares_are_max_min_by_weight(demand: dict[str, int], weight: dict[str, float],
+                                           capacity: int, expected: dict[str, int]) -> None:
+    assert shares(demand, weight, capacity) == expected
+
+
+def test_fair_share_honours_max_slots() -> None:
+    decision = schedule([req(1, job="A", max_slots=1), req(2, job="A", max_slots=1)],
+                        [agent("a", 4)], [], FAIR)
+    assert [a.key for a in decision.start] == [1]
+
+
+@pytest.mark.parametrize(("request_", "agents", "reason"), [
+    (req(1, slots=4), [agent("a", 2)],
+     "needs 4 slots, but pool 'default' has only 1 agent(s) with 2 slots (2 slots)"),
+    (req(1, slots=3), [agent("a", 2), agent("b", 2)],
+     "needs 3 slots, which is not a multiple of the slots per agent in pool 'default' (2): a "
+     "trial spanning agents must use whole agents"),
+    (req(1, pool="tpu"), [agent("a", 2)], "no agent has joined resource pool 'tpu' yet"),
+])
+def test_requests_that_can_never_fit_are_reported(
+    request_: Request, agents: list[AgentView], reason: str
+) -> None:
+    decision = schedule([request_], agents)
+    assert decision.start == ()
+    assert decision.unschedulable[1] == reason
+
+
+def test_no_new_victims_while_a_preemption_is_under_way() -> None:
+    busy = [agent("a", 2, used=(0, 1))]
+    told = Running("old", "job-old", 1, 42, 0.0, "default", 1.0, placement=(("a", (0,)),),
+                   preempting=True)
+    other = run("other", "a", (1,), started=2)
+    decision = schedule([req(1, priority=1)], busy, [told, other], PREEMPT)
+    assert decision.preempt == () and decision.start == ()
