@@ -113,6 +113,9 @@ class Client:
                 return json.loads(text) if text else {}
         except aiohttp.ClientConnectionError as exc:
             raise errors.MasterUnreachable(f"cannot reach the master at {self.url}: {exc}") from exc
+        except (aiohttp.ClientPayloadError, json.JSONDecodeError) as exc:
+            raise errors.MasterUnreachable(
+                f"the answer from {self.url} was cut short or garbled: {exc}") from exc
         except TimeoutError as exc:
             raise errors.MasterUnreachable(
                 f"the master at {self.url} did not answer in time") from exc

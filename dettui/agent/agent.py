@@ -124,6 +124,8 @@ class Agent:
                 await self._register()
             except DettuiError as exc:
                 log.warning("agent %s: heartbeat failed: %s", self.id, exc)
+            except Exception:  # noqa: BLE001 - the heartbeat must go on
+                log.exception("agent %s: heartbeat failed", self.id)
 
     async def _sample_loop(self) -> None:
         """Telemetry every second (NVML when present, psutil always), shipped in batches with
@@ -166,7 +168,10 @@ class Agent:
                 await asyncio.sleep(1.0)
                 continue
             for item in body.get("work", []):
-                await self._handle(item)
+                try:
+                    await self._handle(item)
+                except Exception:  # noqa: BLE001 - one bad item must not stop all work
+                    log.exception("agent %s: handling %s failed", self.id, item.get("kind"))
 
     async def _handle(self, item: dict[str, Any]) -> None:
         kind = item.get("kind")

@@ -408,10 +408,12 @@ class Cluster:
         self.kick()
 
     async def _searchers_catch_up(self) -> None:
-        """After a restart: replay what a crash kept from the searchers."""
+        """After a restart: replay what a crash kept from the searchers, and end experiments
+        whose last trial ended just before the crash."""
         for exp in await self.db.run(exp_store.live):
             outcome = await self.db.run(search_store.catch_up, exp)
             await self._searcher_outcome(exp.id, outcome)
+            await self.settle_experiment(exp.id)
 
     async def settle_experiment(self, exp_id: int) -> Experiment:
         exp = await self.db.run(exp_store.get, exp_id)

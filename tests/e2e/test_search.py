@@ -86,9 +86,16 @@ def test_master_sigkill_mid_search_loses_and_duplicates_nothing(served: Served,
     while sum(t["state"] == "STATE_COMPLETED" for t in trials_of(served, exp_id)) < 3:
         assert time.monotonic() < deadline
         time.sleep(0.1)
+    before = served.log_path
     served.kill9()
     served.start()
-    exp = served.wait_experiment(exp_id, timeout=300)
+    try:
+        exp = served.wait_experiment(exp_id, timeout=150)
+    except AssertionError as e:
+        states = [(t["id"], t["state"]) for t in trials_of(served, exp_id)]
+        old = before.read_text()[-4000:] if before else ""
+        raise AssertionError(f"trials: {states}\n{served.cli('task', 'list').stdout}\n"
+                             f"log before the kill:\n{old}") from e
     trials = trials_of(served, exp_id)
     assert exp["state"] == "STATE_COMPLETED"
     assert len(trials) == 10, [t["id"] for t in trials]
