@@ -92,6 +92,7 @@ class Cluster:
     # --- lifecycle of the cluster itself -------------------------------------------------
 
     async def start(self) -> None:
+        await self._finish_exited_parts()
         await self._searchers_catch_up()
         self._tasks = [
             asyncio.create_task(self._schedule_loop(), name="dettui-scheduler"),
@@ -183,6 +184,9 @@ class Cluster:
         now = time.monotonic()
         for alloc in live.values():
             if alloc.id in running:
+                if registering and alloc.kill_requested:  # the kill may have died with a master
+                    link.send({"kind": "kill", "allocationId": alloc.id, "reason": "killed"})
+                    continue
                 if alloc.state is AllocationState.ASSIGNED:
                     await self.db.run(trial_store.set_allocation, alloc.id,
                                       state=AllocationState.RUNNING)
@@ -231,6 +235,7 @@ class Cluster:
             self._lost_checked = now
             await self.settle_unmanaged(await self.db.run(
                 unmanaged_store.mark_lost, time.time() - unmanaged_store.LOST_AFTER))
+        await self._finish_exited_parts()
         if now - self.started < self.settings.agent_timeout:
             return
         for alloc in await self.db.run(trial_store.live_allocations):
@@ -523,6 +528,16 @@ class Cluster:
         if not pending:
             code, why = _first_failure(alloc)
             await self.finish(alloc_id, code, why)
+
+    async def _finish_exited_parts(self) -> None:
+        """An allocation whose every part has reported its exit is over. The part's exit and the
+        allocation's end are two commits: a master killed between them must not leave the
+        trial running forever (no agent will report it again)."""
+        for alloc in await self.db.run(trial_store.live_allocations):
+            if alloc.agents and all(a in alloc.part_exits for a in alloc.agents):
+                code, why = _first_failure(alloc)
+                log.info("allocation %s: every part had exited; ending it", alloc.id)
+                await self.finish(alloc.id, code, why)
 
     async def preempt(self, alloc_id: str) -> None:
         self.preempting.setdefault(alloc_id, time.monotonic())

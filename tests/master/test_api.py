@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -285,3 +286,48 @@ async def test_users_list_for_det_user_list(api: Api) -> None:
     assert (await api.call("GET", "/api/v1/users?active=false"))["users"] == []
     await api.call("GET", "/api/v1/users/999", status=404)
     await api.call("GET", "/api/v1/users", headers={}, status=401)
+
+
+async def test_an_exit_recorded_just_before_a_crash_ends_the_trial(
+        aiohttp_client: Any, tmp_path: Path) -> None:
+    """A part's exit and the allocation's end are two commits. Killed between them, a master
+    must end the allocation when it comes back: the agent will not report it again."""
+    from dettui.master import keys
+    from dettui.master.app import create_app
+    from dettui.master.settings import MasterSettings
+    from dettui.master.store import trials as trial_store
+    from dettui.master.store.db import connect
+    from dettui.models import AllocationState, TrialState
+
+    settings = MasterSettings(state_dir=tmp_path / "state", port=0)
+    first = await aiohttp_client(create_app(settings))
+    resp = await first.post("/api/v1/auth/login", data='{"username":"admin","password":""}')
+    api = Api(first, (await resp.json())["token"])
+    await create(api)
+    await api.client.close()
+    conn = connect(settings.db_path)  # what the killed master had committed
+    alloc = trial_store.allocate(conn, 1, "agent-x", [0])
+    trial_store.record_part_exit(conn, alloc.id, "agent-x", 0, "")
+    conn.close()
+
+    second = await aiohttp_client(create_app(settings))
+    db = second.server.app[keys.DB]
+    assert (await db.run(trial_store.allocation, alloc.id)).state is AllocationState.EXITED
+    assert (await db.run(trial_store.get, 1)).state is TrialState.COMPLETED
+    exp = await Api(second, api.token).call("GET", "/api/v1/experiments/1")
+    assert exp["experiment"]["state"] == "STATE_COMPLETED"
+
+
+async def test_a_kill_lost_with_the_master_is_sent_again_when_the_agent_returns(
+        api: Api) -> None:
+    from dettui.master import keys
+    from dettui.master.store import trials as trial_store
+
+    await create(api)
+    db = api.client.server.app[keys.DB]
+    alloc = await db.run(trial_store.allocate, 1, "a1", [0])
+    await db.run(trial_store.set_allocation, alloc.id, kill_requested=1)  # then the crash
+    await api.call("POST", "/api/v1/agents/register", {
+        "id": "a1", "slots": [{"id": 0, "type": "cpu"}], "runningAllocations": [alloc.id]})
+    work = await api.call("GET", "/api/v1/agents/a1/work?timeout_seconds=0")
+    assert {"kind": "kill", "allocationId": alloc.id, "reason": "killed"} in work["work"]
