@@ -184,7 +184,9 @@ class Cluster:
         now = time.monotonic()
         for alloc in live.values():
             if alloc.id in running:
-                if registering and alloc.kill_requested:  # the kill may have died with a master
+                if registering and (alloc.kill_requested or
+                                    alloc.state is AllocationState.TERMINATING):
+                    # the kill may have died with an earlier master
                     link.send({"kind": "kill", "allocationId": alloc.id, "reason": "killed"})
                     continue
                 if alloc.state is AllocationState.ASSIGNED:
@@ -534,6 +536,8 @@ class Cluster:
         allocation's end are two commits: a master killed between them must not leave the
         trial running forever (no agent will report it again)."""
         for alloc in await self.db.run(trial_store.live_allocations):
+            if alloc.preempt_requested and alloc.id not in self.preempting:
+                self.preempting[alloc.id] = time.monotonic()  # asked before a restart
             if alloc.agents and all(a in alloc.part_exits for a in alloc.agents):
                 code, why = _first_failure(alloc)
                 log.info("allocation %s: every part had exited; ending it", alloc.id)
