@@ -92,7 +92,7 @@ class Cluster:
     # --- lifecycle of the cluster itself -------------------------------------------------
 
     async def start(self) -> None:
-        await self._finish_exited_parts()
+        await self._recover_allocations()
         await self._searchers_catch_up()
         self._tasks = [
             asyncio.create_task(self._schedule_loop(), name="dettui-scheduler"),
@@ -237,7 +237,6 @@ class Cluster:
             self._lost_checked = now
             await self.settle_unmanaged(await self.db.run(
                 unmanaged_store.mark_lost, time.time() - unmanaged_store.LOST_AFTER))
-        await self._finish_exited_parts()
         if now - self.started < self.settings.agent_timeout:
             return
         for alloc in await self.db.run(trial_store.live_allocations):
@@ -531,13 +530,14 @@ class Cluster:
             code, why = _first_failure(alloc)
             await self.finish(alloc_id, code, why)
 
-    async def _finish_exited_parts(self) -> None:
-        """An allocation whose every part has reported its exit is over. The part's exit and the
-        allocation's end are two commits: a master killed between them must not leave the
-        trial running forever (no agent will report it again)."""
+    async def _recover_allocations(self) -> None:
+        """After a restart: what a crash left half done on live allocations. A part's exit and
+        the allocation's end are two commits, and no agent reports an exit twice, so an
+        allocation whose every part had exited ends now; preemptions asked before the crash
+        keep their timeout."""
         for alloc in await self.db.run(trial_store.live_allocations):
-            if alloc.preempt_requested and alloc.id not in self.preempting:
-                self.preempting[alloc.id] = time.monotonic()  # asked before a restart
+            if alloc.preempt_requested:
+                self.preempting.setdefault(alloc.id, time.monotonic())
             if alloc.agents and all(a in alloc.part_exits for a in alloc.agents):
                 code, why = _first_failure(alloc)
                 log.info("allocation %s: every part had exited; ending it", alloc.id)
