@@ -16,7 +16,7 @@ from typing import Any
 
 import psutil
 
-from dettui import context
+from dettui import context, paths
 from dettui.agent import logship, process
 from dettui.client import Client
 from dettui.errors import DettuiError
@@ -36,7 +36,7 @@ class AllocationRun:
         self.id: str = spec["allocationId"]
         self.client = client
         self.agent_id = agent_id
-        self.workdir = work_root / self.id
+        self.workdir = paths.confined(work_root, self.id, where="allocationId")
         self.master_url = master_url
         self.own_pids = own_pids
         self.proc: asyncio.subprocess.Process | None = None

@@ -22,6 +22,7 @@ from typing import Any
 from dettui.core._distributed import DistributedContext
 from dettui.core._info import ClusterInfo
 from dettui.core._session import Session
+from dettui.paths import checkpoint_uuid, confined, remove_under
 
 STAGE_PREFIX = ".rank-"  # a rank's own directory inside a sharded checkpoint while it writes
 STEPS_MISSING = (
@@ -165,9 +166,13 @@ class CheckpointContext:
                 shutil.copytree(ckpt_dir, path, dirs_exist_ok=True)
         return storage_id
 
+    def _path(self, storage_id: str) -> Path:
+        """Where checkpoint `storage_id` lives: a UUID directly under the storage base."""
+        return confined(self.base, checkpoint_uuid(storage_id, "storage_id"))
+
     @contextlib.contextmanager
     def restore_path(self, storage_id: str) -> Iterator[Path]:
-        path = self.base / storage_id
+        path = self._path(storage_id)
         if not path.is_dir():
             raise FileNotFoundError(f"checkpoint {storage_id} not found under {self.base}")
         yield path
@@ -180,10 +185,10 @@ class CheckpointContext:
         if self._session is not None:
             body = self._session.get(f"/api/v1/checkpoints/{storage_id}")
             return dict(body["checkpoint"]["metadata"])
-        return dict(json.loads((self.base / storage_id / "metadata.json").read_text()))
+        return dict(json.loads((self._path(storage_id) / "metadata.json").read_text()))
 
     def delete(self, storage_id: str) -> None:
-        shutil.rmtree(self.base / storage_id, ignore_errors=True)
+        remove_under(self.base, checkpoint_uuid(storage_id, "storage_id"))
         if self._session is not None:
             self._session.request("PATCH", "/api/v1/checkpoints", {"checkpoints": [
                 {"uuid": storage_id, "resources": {"resources": {}}}]})

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import shutil
 import sqlite3
 from typing import Any
 
+from dettui.errors import InvalidArgument
 from dettui.master.gc import CkptFacts, GcPolicy, to_delete
 from dettui.master.store import Database
 from dettui.master.store import checkpoints as ckpt_store
@@ -17,6 +17,7 @@ from dettui.master.store import metrics as metric_store
 from dettui.master.store import trials as trial_store
 from dettui.master.store.records import Checkpoint, Experiment
 from dettui.models import CheckpointState
+from dettui.paths import checkpoint_uuid, remove_under
 from dettui.storage import storage_base
 
 log = logging.getLogger("dettui.master.gc")
@@ -70,5 +71,13 @@ async def remove_all(db: Database, exp: Experiment) -> int:
 
 
 async def _remove(exp: Experiment, ckpt: Checkpoint) -> None:
-    """One checkpoint's files out of the experiment's storage (gone already is fine)."""
-    await asyncio.to_thread(shutil.rmtree, storage_base(exp.config) / ckpt.uuid, True)
+    """One checkpoint's files out of the experiment's storage (gone already is fine). Only the
+    entry named by a valid uuid directly under the storage base is removed: a record with any
+    other uuid (written before uuids were checked) is left alone and reported."""
+    try:
+        name = checkpoint_uuid(ckpt.uuid)
+    except InvalidArgument:
+        log.error("not removing checkpoint %r of experiment %d: its uuid is not a UUID",
+                  ckpt.uuid, exp.id)
+        return
+    await asyncio.to_thread(remove_under, storage_base(exp.config), name)

@@ -42,6 +42,11 @@ async def api(aiohttp_client: Any, tmp_path: Path) -> Api:
     return Api(client, token)
 
 
+def ckpt_uuid(n: int) -> str:
+    """A checkpoint uuid for tests, readable by its number."""
+    return f"00000000-0000-4000-8000-{n:012d}"
+
+
 SIMPLE_CONFIG = """
 name: t
 entrypoint: python3 train.py

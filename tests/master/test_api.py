@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.master.conftest import SIMPLE_CONFIG, Api
+from tests.master.conftest import SIMPLE_CONFIG, Api, ckpt_uuid
 
 
 async def create(api: Api, config: str = SIMPLE_CONFIG) -> dict:
@@ -78,8 +78,8 @@ async def test_bad_config_is_a_400_naming_the_field(api: Api) -> None:
 
 
 async def test_unknown_ids_are_404(api: Api) -> None:
-    for path in ("/api/v1/experiments/99", "/api/v1/trials/99", "/api/v1/checkpoints/nope",
-                 "/api/v1/experiments/99/trials"):
+    for path in ("/api/v1/experiments/99", "/api/v1/trials/99",
+                 f"/api/v1/checkpoints/{ckpt_uuid(99)}", "/api/v1/experiments/99/trials"):
         body = await api.call("GET", path, status=404)
         assert body["message"]
 
@@ -108,6 +108,7 @@ BAD_BODIES = [
     ("POST", "/api/v1/agents/register", b'{"id": "a", "slots": "many"}'),
     ("POST", "/api/v1/agents/a/heartbeat", b'{"runningAllocations": 7}'),
     ("GET", "/api/v1/trials/abc", b""),
+    ("GET", "/api/v1/checkpoints/nope", b""),
     ("GET", "/api/v1/experiments?offset=x", b""),
     ("GET", "/api/v1/experiments?offset=999", b""),
     ("GET", "/api/v1/allocations/x/signals/preemption?timeout_seconds=soon", b""),
@@ -193,7 +194,7 @@ async def test_trial_workloads_as_det_describe_reads_them(api: Api) -> None:
             headers=task)
     task_id = (await api.call("GET", "/api/v1/trials/1"))["trial"]["taskId"]
     await api.call("POST", "/api/v1/checkpoints", {
-        "uuid": "c-10", "taskId": task_id, "allocationId": alloc.id,
+        "uuid": ckpt_uuid(10), "taskId": task_id, "allocationId": alloc.id,
         "reportTime": "2026-11-22T04:56:55+00:00", "resources": {"metadata.json": "24"},
         "metadata": {"steps_completed": 10}, "state": "STATE_COMPLETED", "training": {},
         "storageId": None}, headers=task)
@@ -208,7 +209,7 @@ async def test_trial_workloads_as_det_describe_reads_them(api: Api) -> None:
     assert [b for _, b in shape(every["workloads"])] == [5, 5, 10, 10, 10]
     assert every["pagination"]["total"] == 5 and every["pagination"]["endIndex"] == 5
     ckpt = next(w["checkpoint"] for w in every["workloads"] if "checkpoint" in w)
-    assert ckpt["uuid"] == "c-10" and ckpt["state"] == "STATE_COMPLETED"
+    assert ckpt["uuid"] == ckpt_uuid(10) and ckpt["state"] == "STATE_COMPLETED"
     val = next(w["validation"] for w in every["workloads"] if "validation" in w)
     assert val["metrics"]["avgMetrics"] == {"loss": 0.7} and "batchMetrics" not in val["metrics"]
     best = await api.call("GET", "/api/v1/trials/1/workloads?sortKey=loss"
@@ -246,16 +247,16 @@ async def test_delete_an_ended_experiment_with_its_files_and_records(api: Api,
                        "metrics": {"trialId": trial_id, "trialRunId": 1, "stepsCompleted": 5,
                                    "metrics": {"avgMetrics": {"loss": 1.0}}}}, headers=task)
         task_id = (await api.call("GET", f"/api/v1/trials/{trial_id}"))["trial"]["taskId"]
-        (storage / f"c-{trial_id}").mkdir(parents=True)
-        (storage / f"c-{trial_id}" / "model.pt").write_bytes(b"w" * 10)
+        (storage / ckpt_uuid(trial_id)).mkdir(parents=True)
+        (storage / ckpt_uuid(trial_id) / "model.pt").write_bytes(b"w" * 10)
         await api.call("POST", "/api/v1/checkpoints", {
-            "uuid": f"c-{trial_id}", "taskId": task_id, "allocationId": alloc.id,
+            "uuid": ckpt_uuid(trial_id), "taskId": task_id, "allocationId": alloc.id,
             "reportTime": "2026-11-22T04:56:55+00:00", "resources": {"model.pt": "10"},
             "metadata": {"steps_completed": 5}, "state": "STATE_COMPLETED", "training": {},
             "storageId": None}, headers=task)
     refused = await api.call("DELETE", "/api/v1/experiments/1", status=400)
     assert "only an ended experiment" in refused["message"] and "ACTIVE" in refused["message"]
-    assert (storage / "c-1" / "model.pt").exists(), "a refused delete touches nothing"
+    assert (storage / ckpt_uuid(1) / "model.pt").exists(), "a refused delete touches nothing"
     await api.call("POST", "/api/v1/experiments/1/kill")
     for _ in range(100):
         state = (await api.call("GET", "/api/v1/experiments/1"))["experiment"]["state"]
@@ -267,10 +268,10 @@ async def test_delete_an_ended_experiment_with_its_files_and_records(api: Api,
     await api.call("GET", "/api/v1/experiments/1", status=404)
     await api.call("GET", "/api/v1/trials/1", status=404)
     await api.call("GET", "/api/v1/trials/1/workloads", status=404)
-    assert not (storage / "c-1").exists(), "its checkpoint files are gone"
-    assert (storage / "c-2" / "model.pt").exists(), "the neighbour's are not"
+    assert not (storage / ckpt_uuid(1)).exists(), "its checkpoint files are gone"
+    assert (storage / ckpt_uuid(2) / "model.pt").exists(), "the neighbour's are not"
     assert [c["uuid"] for c in (await api.call("GET", "/api/v1/experiments/2/checkpoints"))[
-        "checkpoints"]] == ["c-2"]
+        "checkpoints"]] == [ckpt_uuid(2)]
     assert len((await api.call("GET", "/api/v1/trials/2/metrics"))["metrics"]) == 1
     await api.call("DELETE", "/api/v1/experiments/1", status=404)
 

@@ -12,7 +12,7 @@ import pytest
 from dettui.master import keys
 from dettui.master.store import trials as trial_store
 from dettui.master.store import unmanaged as unmanaged_store
-from tests.master.conftest import Api
+from tests.master.conftest import Api, ckpt_uuid
 from tests.master.test_api import create as create_managed
 
 # What Determined's detached client sends: every key, unset ones as null.
@@ -82,7 +82,8 @@ async def test_detached_sequence_end_to_end(api: Api, tmp_path: Path) -> None:
     # Metrics, checkpoints, progress and logs go through the ordinary endpoints (user token).
     await api.call("POST", f"/api/v1/trials/{tid}/metrics", metrics_body(tid, 1, 10, loss=0.5))
     await api.call("POST", f"/api/v1/trials/{tid}/progress", {"progress": 0.5})
-    await api.call("POST", "/api/v1/checkpoints", checkpoint_body(trial["taskId"], "c-1", 10))
+    await api.call("POST", "/api/v1/checkpoints",
+                   checkpoint_body(trial["taskId"], ckpt_uuid(1), 10))
     await api.call("POST", "/api/v1/task/logs", {"logs": [
         {"task_id": trial["taskId"], "timestamp": "2026-11-22T04:56:55+00:00", "rank_id": 0,
          "stdtype": "stdout", "log": "hello from outside\n"}]})
@@ -98,7 +99,8 @@ async def test_detached_sequence_end_to_end(api: Api, tmp_path: Path) -> None:
     assert trials[0]["totalBatchesProcessed"] == 10
     assert trials[0]["latestTraining"]["metrics"]["avgMetrics"] == {"loss": 0.5}
     ckpts = (await api.call("GET", f"/api/v1/experiments/{exp['id']}/checkpoints"))
-    assert [(c["uuid"], c["allocationId"]) for c in ckpts["checkpoints"]] == [("c-1", None)]
+    assert [(c["uuid"], c["allocationId"]) for c in ckpts["checkpoints"]] == [
+        (ckpt_uuid(1), None)]
     resp = await api.client.get(f"/api/v1/trials/{tid}/logs", headers=api.headers())
     logs = [json.loads(line)["result"]["log"] for line in (await resp.text()).splitlines()]
     assert logs == ["hello from outside\n", "v2\n"]
@@ -114,14 +116,14 @@ async def test_restart_resumes_from_the_checkpoint_with_most_steps(
     again = await api.call("POST", f"/api/v1/trials/{tid}/start",
                            {"trialId": tid, "resume": False}, status=400)
     assert again["message"] == "trial has already been started"
-    for uuid, steps in (("c-20", 20), ("c-30", 30), ("c-10", 10)):
+    for uuid, steps in ((ckpt_uuid(20), 20), (ckpt_uuid(30), 30), (ckpt_uuid(10), 10)):
         await api.call("POST", "/api/v1/checkpoints", checkpoint_body(trial["taskId"], uuid,
                                                                       steps))
     await api.call("PATCH", f"/api/v1/trials/{tid}", {"trialId": tid, "state": "STATE_ERROR"})
     assert await exp_state(api, exp["id"]) == "STATE_ERROR"
     second = await api.call("POST", f"/api/v1/trials/{tid}/start", {"trialId": tid,
                                                                      "resume": True})
-    assert second == {"trialRunId": 2, "stepsCompleted": 30, "latestCheckpoint": "c-30"}
+    assert second == {"trialRunId": 2, "stepsCompleted": 30, "latestCheckpoint": ckpt_uuid(30)}
     assert await exp_state(api, exp["id"]) == "STATE_RUNNING"
     stale = await api.call("POST", f"/api/v1/trials/{tid}/metrics",
                            metrics_body(tid, 1, 40, loss=0.1), status=400)
@@ -208,14 +210,15 @@ async def test_checkpoint_gc_runs_when_a_detached_experiment_ends(
     tid = trial["id"]
     await api.call("POST", f"/api/v1/trials/{tid}/start", {"trialId": tid, "resume": True})
     for steps in (1, 2, 3):
-        (tmp_path / "ckpts" / f"c-{steps}").mkdir(parents=True)
+        (tmp_path / "ckpts" / ckpt_uuid(steps)).mkdir(parents=True)
         await api.call("POST", "/api/v1/checkpoints",
-                       checkpoint_body(trial["taskId"], f"c-{steps}", steps))
+                       checkpoint_body(trial["taskId"], ckpt_uuid(steps), steps))
     await api.call("PATCH", f"/api/v1/trials/{tid}", {"trialId": tid, "state": "STATE_COMPLETED"})
     ckpts = (await api.call("GET", f"/api/v1/experiments/{exp_id}/checkpoints"))["checkpoints"]
     assert {c["uuid"]: c["state"] for c in ckpts} == {
-        "c-1": "STATE_DELETED", "c-2": "STATE_DELETED", "c-3": "STATE_COMPLETED"}
-    assert sorted(p.name for p in (tmp_path / "ckpts").iterdir()) == ["c-3"]
+        ckpt_uuid(1): "STATE_DELETED", ckpt_uuid(2): "STATE_DELETED",
+        ckpt_uuid(3): "STATE_COMPLETED"}
+    assert sorted(p.name for p in (tmp_path / "ckpts").iterdir()) == [ckpt_uuid(3)]
 
 
 async def test_managed_experiments_refuse_unmanaged_trial_calls(api: Api) -> None:

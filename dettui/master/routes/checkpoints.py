@@ -14,13 +14,16 @@ from dettui.master.middleware import principal, read_json, task_route
 from dettui.master.store import checkpoints as ckpt_store
 from dettui.master.store import trials as trial_store
 from dettui.master.wire import parse_ts
+from dettui.paths import checkpoint_uuid
 
 routes = web.RouteTableDef()
+MAX_PATCH = 10_000  # checkpoints per PATCH
 
 
 @task_route
 async def report(request: web.Request) -> web.Response:
     body = await parse(request, CheckpointBody)
+    checkpoint_uuid(body.uuid)
     if body.state not in (None, "STATE_COMPLETED", "STATE_UNSPECIFIED"):
         raise InvalidArgument("invalid state for reported checkpoint")
     db = request.app[keys.DB]
@@ -46,7 +49,7 @@ routes.post("/api/v1/checkpoints")(report)
 @task_route
 async def get(request: web.Request) -> web.Response:
     db = request.app[keys.DB]
-    ckpt = await db.run(ckpt_store.get, request.match_info["uuid"])
+    ckpt = await db.run(ckpt_store.get, checkpoint_uuid(request.match_info["uuid"]))
     p = principal(request)
     if p.allocation is not None and ckpt.trial_id is not None:
         mine = await db.run(trial_store.get, p.allocation.trial_id)
@@ -68,17 +71,17 @@ async def patch(request: web.Request) -> web.Response:
     items = raw.get("checkpoints") if isinstance(raw, dict) else None
     if not isinstance(items, list):
         raise InvalidArgument("checkpoints: must be a list")
-    db = request.app[keys.DB]
-    for i, item in enumerate(items):
-        uuid, left = _left(item, i)
-        await db.run(ckpt_store.get, uuid)
-        await db.run(ckpt_store.set_resources, uuid, left)
+    if len(items) > MAX_PATCH:
+        raise InvalidArgument(f"checkpoints: at most {MAX_PATCH} per request")
+    left = [_left(item, i) for i, item in enumerate(items)]
+    await request.app[keys.DB].run(ckpt_store.set_resources_many, left)
     return web.json_response({})
 
 
 def _left(item: Any, i: int) -> tuple[str, dict[str, str]]:
-    if not isinstance(item, dict) or not isinstance(item.get("uuid"), str):
-        raise InvalidArgument(f"checkpoints[{i}].uuid: must be a string")
+    if not isinstance(item, dict):
+        raise InvalidArgument(f"checkpoints[{i}]: must be an object")
+    checkpoint_uuid(item.get("uuid"), f"checkpoints[{i}].uuid")
     res = item.get("resources") or {}
     res = res.get("resources", {}) if isinstance(res, dict) else None
     if not isinstance(res, dict):

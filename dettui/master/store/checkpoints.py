@@ -6,7 +6,7 @@ import json
 import sqlite3
 from typing import Any
 
-from dettui.errors import NotFound
+from dettui.errors import Conflict, NotFound
 from dettui.master.store.records import Checkpoint
 from dettui.master.store.tx import transaction
 from dettui.models import CheckpointState
@@ -17,9 +17,14 @@ def report(
     task_id: str, allocation_id: str | None, report_time: float, resources: dict[str, str],
     metadata: dict[str, Any], storage_id: int | None,
 ) -> Checkpoint:
-    """Store a completed checkpoint; an identical re-report (client retry) is accepted."""
+    """Store a completed checkpoint; a re-report by the same trial (client retry) is accepted,
+    a uuid that another trial's checkpoint already has is refused."""
     steps = metadata.get("steps_completed")
     with transaction(conn):
+        row = conn.execute("SELECT trial_id, task_id FROM checkpoints WHERE uuid=?",
+                           (uuid,)).fetchone()
+        if row is not None and (row["trial_id"], row["task_id"]) != (trial_id, task_id):
+            raise Conflict(f"checkpoint {uuid} already belongs to another trial")
         conn.execute(
             "INSERT INTO checkpoints (uuid, trial_id, experiment_id, task_id, allocation_id, "
             "report_time, state, resources, metadata, steps_completed, storage_id) "
@@ -64,7 +69,17 @@ def latest_for_trial(conn: sqlite3.Connection, trial_id: int) -> Checkpoint | No
 
 
 def set_resources(conn: sqlite3.Connection, uuid: str, resources: dict[str, str]) -> None:
-    state = CheckpointState.DELETED if not resources else CheckpointState.PARTIALLY_DELETED
+    set_resources_many(conn, [(uuid, resources)])
+
+
+def set_resources_many(conn: sqlite3.Connection,
+                       changes: list[tuple[str, dict[str, str]]]) -> None:
+    """Record the files left of each checkpoint, all or none (NotFound names the first unknown
+    uuid)."""
     with transaction(conn):
-        conn.execute("UPDATE checkpoints SET resources=?, state=? WHERE uuid=?",
-                     (json.dumps(resources), state.value, uuid))
+        for uuid, resources in changes:
+            state = CheckpointState.DELETED if not resources else CheckpointState.PARTIALLY_DELETED
+            cur = conn.execute("UPDATE checkpoints SET resources=?, state=? WHERE uuid=?",
+                               (json.dumps(resources), state.value, uuid))
+            if cur.rowcount == 0:
+                raise NotFound(f"checkpoint {uuid} not found")
