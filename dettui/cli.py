@@ -59,6 +59,16 @@ def _job_args(sub: Any) -> None:
     ub.add_argument("items", nargs="+", metavar="JOB.KEY=VALUE")
 
 
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < 86400:
+        raise argparse.ArgumentTypeError(f"expected seconds between 0 and 86400, got {text!r}")
+    return value
+
+
 def _serve_args(s: argparse.ArgumentParser) -> None:
     s.add_argument("--state-dir", type=Path, default=argparse.SUPPRESS,
                    help="where the master keeps its database, checkpoints and work dirs")
@@ -71,6 +81,9 @@ def _serve_args(s: argparse.ArgumentParser) -> None:
     s.add_argument("--no-agent", action="store_true", help="do not start a local agent")
     s.add_argument("--agent-slots", type=int, default=1, help="CPU slots of the local agent "
                    "when no GPU is found (default 1)")
+    s.add_argument("--agent-timeout", type=_seconds, metavar="SECONDS",
+                   help="silence after which an agent counts as lost and its trials are "
+                   "requeued (default 20; the master's own stalls do not count)")
     s.add_argument("--admin-password", default=os.environ.get("DETTUI_ADMIN_PASSWORD"),
                    help="password for admin and determined (required beyond loopback)")
 
@@ -219,7 +232,8 @@ def _run(args: argparse.Namespace) -> int:
         cfg = ms.load_master_config(args.master_config) if args.master_config else (
             ms.MasterConfig())
         kw = ms.settings_from(cfg, preemption=args.preemption, host=args.host, port=args.port,
-                              admin_password=args.admin_password, state_dir=args.state_dir)
+                              admin_password=args.admin_password, state_dir=args.state_dir,
+                              agent_timeout=args.agent_timeout)
         kw.setdefault("state_dir", _default_state_dir())
         settings = ms.MasterSettings(**kw)
         asyncio.run(runtime.serve(settings, agent=not args.no_agent,

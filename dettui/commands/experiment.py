@@ -15,7 +15,7 @@ from dettui import context
 from dettui.client import Client
 from dettui.commands import output
 from dettui.commands.trial import follow_logs
-from dettui.config import apply_overrides, load_config
+from dettui.config import apply_overrides, load_config, yamlsafe
 from dettui.errors import ConfigError, DettuiError, InvalidArgument
 
 
@@ -30,9 +30,9 @@ def _load(path: Path, overrides: list[str]) -> tuple[str, Any]:
         raise ConfigError([f"cannot read {path}: {exc.strerror}"], source=str(path)) from exc
     if overrides:
         try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError:
-            data = None
+            data = yamlsafe.load(text)
+        except (yaml.YAMLError, yamlsafe.YamlTooBig):
+            data = None  # load_config reports it
         if isinstance(data, dict):
             text = yaml.safe_dump(apply_overrides(data, overrides), sort_keys=False)
     cfg = load_config(text, source=str(path), managed=True)

@@ -15,8 +15,9 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from dettui.config import hyperparameters as hp
+from dettui.config import yamlsafe
 from dettui.config.schema import DEFAULT_LOG_POLICIES, ExperimentSchema
-from dettui.errors import ConfigError
+from dettui.errors import ConfigError, TooLarge
 
 SEARCHERS = ("single", "random", "grid", "adaptive_asha", "async_halving")
 RETIRED = ("custom", "adaptive", "adaptive_simple", "sync_halving")
@@ -90,8 +91,17 @@ def load_config(text: str, overrides: list[str] | tuple[str, ...] = (),
 
 
 def _parse_yaml(text: str, source: str | None) -> dict[str, Any]:
+    """The config's YAML within `yamlsafe`'s caps: the text's size (413), the document's size
+    once aliases are expanded and its depth (400)."""
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size > yamlsafe.MAX_TEXT_BYTES:
+        where = f" ({source})" if source else ""
+        raise TooLarge(f"the config{where} is {size / 2**20:.1f} MiB, over the limit of "
+                       f"{yamlsafe.MAX_TEXT_BYTES / 2**20:.1f} MiB for an experiment config")
     try:
-        data = yaml.safe_load(text)
+        data = yamlsafe.load(text)
+    except yamlsafe.YamlTooBig as exc:
+        raise ConfigError([f"the config is too large: {exc}"], source) from exc
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
@@ -113,8 +123,8 @@ def apply_overrides(data: dict[str, Any], overrides: list[str],
         if not sep or not key.strip():
             raise ConfigError([f"--config {item!r}: expected KEY=VALUE"], source)
         try:
-            parsed = yaml.safe_load(value) if value != "" else ""
-        except yaml.YAMLError:
+            parsed = yamlsafe.load(value) if value != "" else ""
+        except (yaml.YAMLError, yamlsafe.YamlTooBig):
             parsed = value
         node = out
         parts = key.strip().split(".")

@@ -31,6 +31,7 @@ from dettui.models import AllocationState, ExperimentState, TrialState
 log = logging.getLogger("dettui.master.cluster")
 RESEND_AFTER = 10.0  # seconds an agent may sit on a start before it is sent again
 LOST_CHECK_EVERY = 30.0  # seconds between looks for detached trials that stopped heartbeating
+STALL_SLACK = 0.25  # seconds of lateness of the liveness tick that count as a master stall
 
 
 @dataclass
@@ -57,6 +58,10 @@ def _request(trial_id: int, exp: Experiment) -> scheduler.Request:
         key=trial_id, job_id=exp.job_id, slots=exp.slots_per_trial, priority=exp.priority,
         queue_position=exp.queue_position, pool=exp.resource_pool, weight=exp.weight,
         max_slots=exp.max_slots)
+
+
+def _nothing(conn: object) -> None:
+    """A no-op store call: how long it waits is how long the store thread was busy."""
 
 
 def _first_failure(alloc: Allocation) -> tuple[int | None, str]:
@@ -212,12 +217,30 @@ class Cluster:
         return work
 
     async def _liveness_loop(self) -> None:
+        interval = min(1.0, self.settings.agent_timeout / 4)
         while True:
-            await asyncio.sleep(min(1.0, self.settings.agent_timeout / 4))
+            started = time.monotonic()
+            await asyncio.sleep(interval)
             try:
+                await self.db.run(_nothing)  # waits behind whatever holds the store thread
+                self._forgive(time.monotonic() - started - interval)
                 await self._check_liveness()
             except Exception:  # noqa: BLE001 - keep the loop alive, report the bug
                 log.exception("liveness check failed")
+
+    def _forgive(self, stalled: float) -> None:
+        """Silence is measured with the master's own stalls taken out: while the event loop or
+        the store thread was stuck, heartbeats could not be taken in, so an agent is not blamed
+        for them (a slow master must never declare healthy agents lost)."""
+        if stalled < STALL_SLACK:
+            return
+        log.warning("the master was stalled for %.1f s; agents' silence during it is forgiven",
+                    stalled)
+        now = time.monotonic()
+        for link in self.links.values():
+            link.last_seen = min(now, link.last_seen + stalled)
+        for alloc_id in self.preempting:
+            self.preempting[alloc_id] += stalled
 
     async def _check_liveness(self) -> None:
         now = time.monotonic()

@@ -5,19 +5,21 @@ from __future__ import annotations
 import json
 import logging
 import sqlite3
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
 from aiohttp import web
 
 from dettui.errors import DettuiError, InvalidArgument, PermissionDenied, Unauthenticated
-from dettui.master import keys
+from dettui.master import keys, offload
 from dettui.master.store import trials, users
 from dettui.master.store.records import Allocation, User
 
 log = logging.getLogger("dettui.master")
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+BIG_BODY = 256 * 1024  # bytes of JSON decoded off the event loop
+MAX_JSON_DEPTH = 100  # levels of nested lists and objects in a request body
 
 PUBLIC = {("GET", "/info"), ("POST", "/api/v1/auth/login")}
 # WebSocket clients that cannot set headers may pass their token as `?token=` here (only here:
@@ -141,11 +143,45 @@ def require_admin(request: web.Request) -> User:
 
 
 async def read_json(request: web.Request) -> object:
-    """The request body as JSON; an empty body is `{}` (Determined's action POSTs send none)."""
+    """The request body as JSON; an empty body is `{}` (Determined's action POSTs send none).
+    A large body is decoded on the CPU pool, not on the event loop."""
     raw = await request.read()
+    if len(raw) > BIG_BODY:
+        return await offload.cpu(decode_json, raw)
+    return decode_json(raw)
+
+
+def decode_json(raw: bytes) -> object:
+    """JSON from a request body, nested at most MAX_JSON_DEPTH levels (InvalidArgument)."""
     if not raw.strip():
         return {}
     try:
-        return json.loads(raw)
+        data = json.loads(raw)
+    except RecursionError as exc:
+        raise InvalidArgument(_too_deep()) from exc
     except (ValueError, UnicodeDecodeError) as exc:
         raise InvalidArgument(f"malformed JSON body: {exc}") from exc
+    if raw.count(b"[") + raw.count(b"{") > MAX_JSON_DEPTH and _depth(data) > MAX_JSON_DEPTH:
+        raise InvalidArgument(_too_deep())
+    return data
+
+
+def _too_deep() -> str:
+    return f"malformed JSON body: nested more than {MAX_JSON_DEPTH} levels deep"
+
+
+def _depth(data: object) -> int:
+    """How deeply `data` nests lists and objects (iteratively: any depth is safe to measure)."""
+    deepest = 0
+    if not isinstance(data, dict | list):
+        return 0
+    stack: list[tuple[object, int]] = [(data, 1)]
+    while stack:
+        node, level = stack.pop()
+        children = node.values() if isinstance(node, dict) else node
+        assert isinstance(children, Iterable)
+        deepest = max(deepest, level)
+        if deepest > MAX_JSON_DEPTH:
+            return deepest
+        stack.extend((c, level + 1) for c in children if isinstance(c, dict | list))
+    return deepest

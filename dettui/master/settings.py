@@ -11,6 +11,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from dettui.config import yamlsafe
 from dettui.errors import ConfigError, InvalidArgument
 from dettui.master.scheduler import FAIR_SHARE, PRIORITY, PoolPolicy
 
@@ -102,10 +103,10 @@ class MasterConfig(_Strict):
 def load_master_config(path: Path) -> MasterConfig:
     """Read and validate a master config file; every problem named with its path."""
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        data = yamlsafe.load(path.read_text()) or {}
     except OSError as exc:
         raise ConfigError([f"cannot read {path}: {exc.strerror}"], str(path)) from exc
-    except yaml.YAMLError as exc:
+    except (yaml.YAMLError, yamlsafe.YamlTooBig) as exc:
         raise ConfigError([f"malformed YAML: {exc}"], str(path)) from exc
     if not isinstance(data, dict):
         raise ConfigError(["the master config must be a mapping"], str(path))

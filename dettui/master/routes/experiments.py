@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
-import base64
 import logging
 import uuid
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import yaml
 from aiohttp import web
 
 from dettui import context as ctx
-from dettui.config import load_config
-from dettui.errors import FailedPrecondition, InvalidArgument
-from dettui.master import checkpoint_gc, keys, serialize
+from dettui.config import load_config, yamlsafe
+from dettui.errors import FailedPrecondition, InvalidArgument, TooLarge
+from dettui.master import checkpoint_gc, keys, offload, serialize
 from dettui.master.bodies import CreateExperimentBody, PatchExperimentBody, parse
 from dettui.master.gc import GcPolicy
 from dettui.master.middleware import principal, read_json, require_user, task_route
@@ -24,12 +25,45 @@ from dettui.master.store import experiments as exp_store
 from dettui.master.store import metrics as metric_store
 from dettui.master.store import trials as trial_store
 from dettui.master.store import unmanaged as unmanaged_store
-from dettui.master.wire import paginate, path_int, query_bool, query_int, ts
+from dettui.master.wire import b64_response, paginate, path_int, query_bool, query_int, ts
 from dettui.models import ExperimentState
 
 log = logging.getLogger("dettui.master.experiments")
 routes = web.RouteTableDef()
 DEFAULT_PRIORITY = 42
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A create request's config, validated and defaulted, and its context packed."""
+
+    conf: dict[str, Any]
+    warnings: list[str]
+    targz: bytes | None
+
+
+def _prepare(body: CreateExperimentBody, checkpoint_root: Path, pack: bool) -> Prepared:
+    """The CPU-heavy part of a create, for the CPU pool: parse and validate the config (within
+    its caps), check the searcher can be built, check and pack the model definition."""
+    conf, warnings = _expconf(body.config, checkpoint_root, managed=True)
+    files = body.model_definition or []
+    if isinstance(files, list) and ctx.size_of(
+            [f for f in files if isinstance(f, dict)]) > ctx.MAX_CONTEXT_SIZE:
+        raise TooLarge("model definition exceeds the maximum allowed size 95.0MB")
+    files = ctx.validate_v1files(files)
+    _check_searcher(conf)
+    return Prepared(conf, warnings, ctx.to_targz(files) if pack else None)
+
+
+def _expconf(text: str, checkpoint_root: Path, managed: bool) -> tuple[dict[str, Any], list[str]]:
+    """A config text as the full config dict (default storage under the master's checkpoint
+    root) and its warnings. CPU-heavy: call it on the CPU pool."""
+    cfg = load_config(text, source="config", managed=managed)
+    conf = cfg.to_expconf()
+    if cfg.checkpoint_storage_was_defaulted:
+        conf["checkpoint_storage"]["host_path"] = str(checkpoint_root)
+        conf["checkpoint_storage"]["storage_path"] = None
+    return conf, list(cfg.warnings)
 
 
 @routes.post("/api/v1/experiments")
@@ -38,18 +72,10 @@ async def create(request: web.Request) -> web.Response:
     user = require_user(request)
     if body.unmanaged:
         return await _create_unmanaged(request, body, None)
-    cfg = load_config(body.config, source="config", managed=True)
-    conf = cfg.to_expconf()
     settings = request.app[keys.SETTINGS]
-    if getattr(cfg, "checkpoint_storage_was_defaulted", False):
-        conf["checkpoint_storage"]["host_path"] = str(settings.checkpoint_root)
-        conf["checkpoint_storage"]["storage_path"] = None
-    files = ctx.validate_v1files(body.model_definition or [])
-    if ctx.size_of(files) > ctx.MAX_CONTEXT_SIZE:
-        from dettui.errors import TooLarge
-
-        raise TooLarge("model definition exceeds the maximum allowed size 95.0MB")
-    _check_searcher(conf)
+    prepared = await offload.cpu(_prepare, body, settings.checkpoint_root,
+                                 pack=not body.validate_only)
+    conf = prepared.conf
     pool = await _pool(request, conf)
     resources = conf["resources"]
     priority = resources.get("priority") or DEFAULT_PRIORITY
@@ -60,19 +86,16 @@ async def create(request: web.Request) -> web.Response:
         owner_id=user.id, config=conf, original_config=body.config,
         searcher_type=conf["searcher"]["name"], resource_pool=pool, priority=int(priority),
         weight=float(resources.get("weight") or 1), max_slots=resources.get("max_slots"),
-        context=None, activate=body.activate is not False,
+        context=prepared.targz, activate=body.activate is not False,
     )
-    warnings = list(getattr(cfg, "warnings", []))
     if body.validate_only:
         return web.json_response({"experiment": _preview(new, user.username), "config": None,
-                                  "warnings": [], "configWarnings": warnings})
-    targz = await request.app[keys.DB].call(ctx.to_targz, files)
-    new = _with_context(new, targz)
+                                  "warnings": [], "configWarnings": prepared.warnings})
     exp, _ = await request.app[keys.DB].run(exp_store.create, new, searcher=True)
     request.app[keys.NOTIFIER].notify("experiments", "jobs")
     request.app[keys.CLUSTER].kick()
     return web.json_response({"experiment": serialize.experiment(exp), "config": exp.config,
-                              "warnings": [], "configWarnings": warnings})
+                              "warnings": [], "configWarnings": prepared.warnings})
 
 
 @routes.put("/api/v1/experiments/by-external-id/{externalId}")
@@ -96,12 +119,9 @@ async def _create_unmanaged(request: web.Request, body: CreateExperimentBody,
     if body.model_definition:
         raise InvalidArgument("modelDefinition: unmanaged experiments have no model definition "
                               "(their script runs outside the cluster)")
-    cfg = load_config(unmanaged_config(body.config), source="config", managed=False)
-    conf = cfg.to_expconf()
     settings = request.app[keys.SETTINGS]
-    if getattr(cfg, "checkpoint_storage_was_defaulted", False):
-        conf["checkpoint_storage"]["host_path"] = str(settings.checkpoint_root)
-        conf["checkpoint_storage"]["storage_path"] = None
+    conf, warnings = await offload.cpu(
+        lambda: _expconf(unmanaged_config(body.config), settings.checkpoint_root, managed=False))
     conf["resources"]["resource_pool"] = settings.default_pool
     conf["resources"]["priority"] = conf["resources"].get("priority") or DEFAULT_PRIORITY
     new = exp_store.NewExperiment(
@@ -111,7 +131,6 @@ async def _create_unmanaged(request: web.Request, body: CreateExperimentBody,
         priority=int(conf["resources"]["priority"]), weight=1.0, max_slots=None, context=None,
         activate=False, unmanaged=True,
     )
-    warnings = list(getattr(cfg, "warnings", []))
     if body.validate_only:
         return web.json_response({"experiment": _preview(new, user.username), "config": None,
                                   "warnings": [], "configWarnings": warnings})
@@ -126,8 +145,8 @@ def unmanaged_config(text: str) -> str:
     the defaults of WIRE §8 (name `unmanaged-<8 hex>`, searcher single on metric `unmanaged`).
     Text that is not a YAML mapping is left for the config loader to report."""
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError:
+        data = yamlsafe.load(text)
+    except (yaml.YAMLError, yamlsafe.YamlTooBig):
         return text
     if not isinstance(data, dict):
         return text
@@ -135,12 +154,6 @@ def unmanaged_config(text: str) -> str:
     data.setdefault("name", f"unmanaged-{uuid.uuid4().hex[:8]}")
     data.setdefault("searcher", {"name": "single", "metric": "unmanaged"})
     return str(yaml.safe_dump(data, sort_keys=False))
-
-
-def _with_context(new: exp_store.NewExperiment, targz: bytes) -> exp_store.NewExperiment:
-    from dataclasses import replace
-
-    return replace(new, context=targz)
 
 
 def _check_searcher(conf: dict[str, Any]) -> None:
@@ -428,7 +441,7 @@ def _validation_at(conn: Any, trial_id: int | None, steps: int | None) -> Any:
 @routes.get("/api/v1/experiments/{id}/model_def")
 async def model_def(request: web.Request) -> web.Response:
     data = await request.app[keys.DB].run(exp_store.context, path_int(request, "id"))
-    return web.json_response({"b64Tgz": base64.b64encode(data or b"").decode()})
+    return await b64_response("b64Tgz", data)
 
 
 @task_route

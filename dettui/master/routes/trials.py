@@ -4,7 +4,6 @@ the unmanaged (detached) trials that scripts outside the cluster create, start a
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 import logging
 import time
@@ -38,6 +37,7 @@ from dettui.master.store import trials as trial_store
 from dettui.master.store import unmanaged as unmanaged_store
 from dettui.master.store.records import Checkpoint, Metric
 from dettui.master.wire import (
+    b64_response,
     decode_number,
     encode_metrics,
     paginate,
@@ -380,8 +380,7 @@ async def context_directory(request: web.Request) -> web.Response:
     db = request.app[keys.DB]
     trial = await db.run(trial_store.by_task_id, request.match_info["taskId"])
     check_trial(request, trial.id)
-    data = await db.run(exp_store.context, trial.experiment_id)
-    return web.json_response({"b64Tgz": base64.b64encode(data).decode() if data else ""})
+    return await b64_response("b64Tgz", await db.run(exp_store.context, trial.experiment_id))
 
 
 routes.get("/api/v1/tasks/{taskId}/context_directory")(context_directory)

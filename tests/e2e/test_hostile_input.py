@@ -1,0 +1,84 @@
+"""Hostile input against a real `dettui serve`: a 130 MB config, a YAML alias bomb and deeply
+nested JSON are refused with a 4xx while the master keeps answering."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import urllib.error
+import urllib.request
+
+from tests.conftest import Served
+
+BOMB = ('a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol","lol"]\n'
+        + "".join(f"{n}: &{n} [" + ",".join([f"*{p}"] * 10) + "]\n"
+                  for p, n in zip("abcdef", "bcdefg", strict=True))
+        + "name: bomb\nentrypoint: python3 train.py\n"
+          "searcher: {name: single, metric: loss}\n")
+
+
+def post(s: Served, path: str, data: bytes, token: str) -> tuple[int, dict, float]:
+    req = urllib.request.Request(s.url + path, data=data, method="POST",
+                                 headers={"Authorization": f"Bearer {token}"})
+    started = time.monotonic()
+    try:
+        with urllib.request.urlopen(req, timeout=120) as resp:
+            status, text = resp.status, resp.read()
+    except urllib.error.HTTPError as exc:
+        status, text = exc.code, exc.read()
+    return status, json.loads(text), time.monotonic() - started
+
+
+class Poller(threading.Thread):
+    """GET /api/v1/master every 20 ms; the latency of each answer."""
+
+    def __init__(self, s: Served, token: str) -> None:
+        super().__init__(daemon=True)
+        self.s, self.token = s, token
+        self.latencies: list[float] = []
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            req = urllib.request.Request(self.s.url + "/api/v1/master",
+                                         headers={"Authorization": f"Bearer {self.token}"})
+            started = time.monotonic()
+            with urllib.request.urlopen(req, timeout=60) as resp:
+                resp.read()
+            self.latencies.append(time.monotonic() - started)
+            time.sleep(0.02)
+
+
+def test_huge_config_bomb_and_deep_json_are_refused_while_the_master_answers(
+        headless: Served) -> None:
+    token = headless.token()
+    poller = Poller(headless, token)
+    poller.start()
+    time.sleep(0.3)
+    before = len(poller.latencies)
+    huge = "name: huge\nentrypoint: python3 train.py\ndescription: " + "x" * 130_000_000 + "\n"
+    status, body, took = post(headless, "/api/v1/experiments",
+                              json.dumps({"config": huge, "modelDefinition": []}).encode(), token)
+    during = poller.latencies[before:]
+    assert status == 413, body
+    assert "over the limit of 1.0 MiB" in body["message"]
+
+    status, body, bomb_took = post(headless, "/api/v1/experiments", json.dumps(
+        {"config": BOMB, "modelDefinition": []}).encode(), token)
+    assert status == 400 and "alias bomb" in body["message"], body
+    assert bomb_took < 1.0, f"the alias bomb took {bomb_took:.2f} s to refuse"
+
+    status, body, _ = post(headless, "/api/v1/experiments",
+                           b'{"config": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", token)
+    assert status == 400 and "nested more than" in body["message"], body
+    status, body, _ = post(headless, "/api/v1/trials/1/metrics",
+                           b'{"group": "training", "metrics": ' + b'{"a": ' * 5000 + b"1"
+                           + b"}" * 5001, token)
+    assert status == 400 and "nested more than" in body["message"], body
+    poller.stop.set()
+    poller.join(10)
+
+    assert during, f"the master answered nothing during the {took:.1f} s upload"
+    assert max(during) < 1.0, f"GET /api/v1/master took up to {max(during):.2f} s"
+    assert headless.api("GET", "/api/v1/experiments")["experiments"] == []
