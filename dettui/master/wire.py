@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import json
 import math
 from datetime import UTC, datetime
 from typing import Any
@@ -118,3 +119,14 @@ async def b64_response(key: str, data: bytes | None) -> web.Response:
     CPU pool, never on the event loop."""
     body = await offload.cpu(_b64_json, key, data or b"")
     return web.Response(body=body, content_type="application/json")
+
+
+async def big_json_response(data: Any) -> web.Response:
+    """`web.json_response` for bodies that grow with the data (lists of experiments, trials,
+    metrics, logs): encoded on the CPU pool, not on the event loop."""
+    body = await offload.cpu(_dumps, data)
+    return web.Response(body=body, content_type="application/json")
+
+
+def _dumps(data: Any) -> bytes:
+    return json.dumps(data).encode()

@@ -25,7 +25,15 @@ from dettui.master.store import experiments as exp_store
 from dettui.master.store import metrics as metric_store
 from dettui.master.store import trials as trial_store
 from dettui.master.store import unmanaged as unmanaged_store
-from dettui.master.wire import b64_response, paginate, path_int, query_bool, query_int, ts
+from dettui.master.wire import (
+    b64_response,
+    big_json_response,
+    paginate,
+    path_int,
+    query_bool,
+    query_int,
+    ts,
+)
 from dettui.models import ExperimentState
 
 log = logging.getLogger("dettui.master.experiments")
@@ -209,7 +217,7 @@ async def list_(request: web.Request) -> web.Response:
     if request.query.get("orderBy") == "ORDER_BY_DESC":
         exps.reverse()
     page, pagination = paginate(exps, request)
-    return web.json_response({"experiments": [serialize.experiment(e) for e in page],
+    return await big_json_response({"experiments": [serialize.experiment(e) for e in page],
                               "pagination": pagination})
 
 
@@ -411,7 +419,7 @@ async def trials(request: web.Request) -> web.Response:
         rows.reverse()
     page, pagination = paginate(rows, request)
     views = await db.call(trial_views, db.conn, exp, page)
-    return web.json_response({"trials": views, "pagination": pagination})
+    return await big_json_response({"trials": views, "pagination": pagination})
 
 
 @routes.get("/api/v1/experiments/{id}/checkpoints")
@@ -426,7 +434,7 @@ async def checkpoints(request: web.Request) -> web.Response:
     for c in page:
         val = await db.run(_validation_at, c.trial_id, c.steps_completed)
         out.append(serialize.checkpoint(c, validation=val, searcher_metric=metric))
-    return web.json_response({"checkpoints": out, "pagination": pagination})
+    return await big_json_response({"checkpoints": out, "pagination": pagination})
 
 
 def _validation_at(conn: Any, trial_id: int | None, steps: int | None) -> Any:

@@ -16,7 +16,7 @@ from dettui.master.scheduler import Request as SchedRequest
 from dettui.master.store import experiments as exp_store
 from dettui.master.store import trials as trial_store
 from dettui.master.store.records import Experiment, Trial
-from dettui.master.wire import paginate, ts
+from dettui.master.wire import big_json_response, paginate, ts
 from dettui.models import JobState, TrialState
 
 routes = web.RouteTableDef()
@@ -127,7 +127,8 @@ async def job_queue(request: web.Request) -> web.Response:
     if request.query.get("orderBy") == "ORDER_BY_DESC":
         rows.reverse()
     page, pagination = paginate(rows, request)
-    return web.json_response({"jobs": [{"full": r} for r in page], "pagination": pagination})
+    return await big_json_response({"jobs": [{"full": r} for r in page],
+                                   "pagination": pagination})
 
 
 @routes.post("/api/v1/job-queues")

@@ -12,7 +12,7 @@ from typing import Any
 from aiohttp import web
 
 from dettui.errors import InvalidArgument, PermissionDenied
-from dettui.master import keys, serialize
+from dettui.master import keys, offload, serialize
 from dettui.master.bodies import (
     CreateTrialBody,
     EarlyExitBody,
@@ -38,6 +38,7 @@ from dettui.master.store import unmanaged as unmanaged_store
 from dettui.master.store.records import Checkpoint, Metric
 from dettui.master.wire import (
     b64_response,
+    big_json_response,
     decode_number,
     encode_metrics,
     paginate,
@@ -132,7 +133,7 @@ async def read_metrics(request: web.Request) -> web.Response:
     await db.run(trial_store.get, trial_id)
     group = request.query.get("group") or None
     rows = await db.run(metric_store.for_trial, trial_id, group)
-    return web.json_response({"metrics": [metric_json(m) for m in rows]})
+    return await big_json_response({"metrics": [metric_json(m) for m in rows]})
 
 
 routes.get("/api/v1/trials/{id}/metrics")(read_metrics)
@@ -199,7 +200,7 @@ async def workloads(request: web.Request) -> web.Response:
         out.append({item.group: {"totalBatches": item.steps_completed,
                                  "endTime": ts(item.report_time), "numInputs": 0,
                                  "metrics": body}})
-    return web.json_response({"workloads": out, "pagination": pagination})
+    return await big_json_response({"workloads": out, "pagination": pagination})
 
 
 @routes.get("/api/v1/trials/metrics/trial_metrics")
@@ -217,9 +218,13 @@ async def trial_metrics_stream(request: web.Request) -> web.StreamResponse:
         out.extend(metric_json(m) for m in await db.run(metric_store.for_trial, trial_id, group))
     resp = web.StreamResponse(headers={"Content-Type": "application/json"})
     await resp.prepare(request)
-    await resp.write((json.dumps({"result": {"metrics": out}}) + "\n").encode())
+    await resp.write(await offload.cpu(_ndjson_line, {"result": {"metrics": out}}))
     await resp.write_eof()
     return resp
+
+
+def _ndjson_line(data: Any) -> bytes:
+    return (json.dumps(data) + "\n").encode()
 
 
 @task_route
