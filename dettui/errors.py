@@ -24,6 +24,18 @@ class DettuiError(Exception):
     def __str__(self) -> str:
         return self.message
 
+    def __reduce__(self) -> tuple[object, ...]:
+        """Pickle by state, not by constructor arguments (subclasses take other ones): errors
+        raised in the master's worker processes come back whole."""
+        return (_restore, (type(self), self.message, dict(self.__dict__)))
+
+
+def _restore(cls: type[DettuiError], message: str, state: dict[str, object]) -> DettuiError:
+    err = cls.__new__(cls)
+    Exception.__init__(err, message)
+    err.__dict__.update(state)
+    return err
+
 
 class InvalidArgument(DettuiError):
     title = "Invalid argument"

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
-from dettui.master import keys, middleware, routes
+from dettui.master import keys, middleware, offload, routes
 from dettui.master.cluster import Cluster
 from dettui.master.events import Notifier
 from dettui.master.settings import MasterSettings, check_exposure
@@ -34,6 +34,7 @@ async def _lifetime(app: web.Application) -> AsyncIterator[None]:
     settings = app[keys.SETTINGS]
     settings.state_dir.mkdir(parents=True, exist_ok=True)
     settings.checkpoint_root.mkdir(parents=True, exist_ok=True)
+    offload.warm_up("dettui.master.intake")
     db = Database(settings.db_path)
     await db.run(users.ensure_default_users, settings.admin_password)
     check_exposure(settings.host, await db.run(users.has_password, "admin"))

@@ -82,3 +82,24 @@ def test_huge_config_bomb_and_deep_json_are_refused_while_the_master_answers(
     assert during, f"the master answered nothing during the {took:.1f} s upload"
     assert max(during) < 1.0, f"GET /api/v1/master took up to {max(during):.2f} s"
     assert headless.api("GET", "/api/v1/experiments")["experiments"] == []
+
+
+def test_the_masters_worker_processes_die_with_it(headless: Served) -> None:
+    """Bodies are read in worker processes; a master killed with SIGKILL (alone, not its
+    process group) leaves none of them behind."""
+    import os
+    import signal
+
+    import psutil
+
+    assert headless.proc is not None
+    master = psutil.Process(headless.proc.pid)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and len(master.children(recursive=True)) < 2:
+        time.sleep(0.1)
+    workers = master.children(recursive=True)
+    assert len(workers) >= 2, workers
+    os.kill(master.pid, signal.SIGKILL)
+    headless.proc.wait(10)
+    gone, alive = psutil.wait_procs(workers, timeout=2)
+    assert not alive, f"left behind: {alive}"

@@ -3,20 +3,15 @@
 from __future__ import annotations
 
 import logging
-import uuid
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-import yaml
 from aiohttp import web
 
-from dettui import context as ctx
-from dettui.config import load_config, yamlsafe
-from dettui.errors import FailedPrecondition, InvalidArgument, TooLarge
-from dettui.master import checkpoint_gc, keys, offload, serialize
-from dettui.master.bodies import CreateExperimentBody, PatchExperimentBody, parse
+from dettui.errors import FailedPrecondition, InvalidArgument
+from dettui.master import checkpoint_gc, intake, keys, offload, serialize
+from dettui.master.bodies import PatchExperimentBody
 from dettui.master.gc import GcPolicy
+from dettui.master.intake import Intake
 from dettui.master.middleware import principal, read_json, require_user, task_route
 from dettui.master.routes.views import trial_views
 from dettui.master.store import Database
@@ -41,49 +36,20 @@ routes = web.RouteTableDef()
 DEFAULT_PRIORITY = 42
 
 
-@dataclass(frozen=True)
-class Prepared:
-    """A create request's config, validated and defaulted, and its context packed."""
-
-    conf: dict[str, Any]
-    warnings: list[str]
-    targz: bytes | None
-
-
-def _prepare(body: CreateExperimentBody, checkpoint_root: Path, pack: bool) -> Prepared:
-    """The CPU-heavy part of a create, for the CPU pool: parse and validate the config (within
-    its caps), check the searcher can be built, check and pack the model definition."""
-    conf, warnings = _expconf(body.config, checkpoint_root, managed=True)
-    files = body.model_definition or []
-    if isinstance(files, list) and ctx.size_of(
-            [f for f in files if isinstance(f, dict)]) > ctx.MAX_CONTEXT_SIZE:
-        raise TooLarge("model definition exceeds the maximum allowed size 95.0MB")
-    files = ctx.validate_v1files(files)
-    _check_searcher(conf)
-    return Prepared(conf, warnings, ctx.to_targz(files) if pack else None)
-
-
-def _expconf(text: str, checkpoint_root: Path, managed: bool) -> tuple[dict[str, Any], list[str]]:
-    """A config text as the full config dict (default storage under the master's checkpoint
-    root) and its warnings. CPU-heavy: call it on the CPU pool."""
-    cfg = load_config(text, source="config", managed=managed)
-    conf = cfg.to_expconf()
-    if cfg.checkpoint_storage_was_defaulted:
-        conf["checkpoint_storage"]["host_path"] = str(checkpoint_root)
-        conf["checkpoint_storage"]["storage_path"] = None
-    return conf, list(cfg.warnings)
+async def _intake(request: web.Request, by_external_id: bool = False) -> Intake:
+    """The create body, read and prepared in a worker process (never on the event loop)."""
+    raw = await request.read()
+    root = str(request.app[keys.SETTINGS].checkpoint_root)
+    return await offload.isolated(intake.read_create, raw, root, by_external_id)
 
 
 @routes.post("/api/v1/experiments")
 async def create(request: web.Request) -> web.Response:
-    body = await parse(request, CreateExperimentBody)
+    got = await _intake(request)
     user = require_user(request)
-    if body.unmanaged:
-        return await _create_unmanaged(request, body, None)
-    settings = request.app[keys.SETTINGS]
-    prepared = await offload.cpu(_prepare, body, settings.checkpoint_root,
-                                 pack=not body.validate_only)
-    conf = prepared.conf
+    if got.body.unmanaged:
+        return await _create_unmanaged(request, got, None)
+    conf = got.conf
     pool = await _pool(request, conf)
     resources = conf["resources"]
     priority = resources.get("priority") or DEFAULT_PRIORITY
@@ -91,88 +57,53 @@ async def create(request: web.Request) -> web.Response:
     resources["resource_pool"] = pool
     new = exp_store.NewExperiment(
         name=conf["name"], description=conf.get("description"), labels=conf.get("labels") or [],
-        owner_id=user.id, config=conf, original_config=body.config,
+        owner_id=user.id, config=conf, original_config=got.body.config,
         searcher_type=conf["searcher"]["name"], resource_pool=pool, priority=int(priority),
         weight=float(resources.get("weight") or 1), max_slots=resources.get("max_slots"),
-        context=prepared.targz, activate=body.activate is not False,
+        context=got.targz, activate=got.body.activate is not False,
     )
-    if body.validate_only:
+    if got.body.validate_only:
         return web.json_response({"experiment": _preview(new, user.username), "config": None,
-                                  "warnings": [], "configWarnings": prepared.warnings})
+                                  "warnings": [], "configWarnings": got.warnings})
     exp, _ = await request.app[keys.DB].run(exp_store.create, new, searcher=True)
     request.app[keys.NOTIFIER].notify("experiments", "jobs")
     request.app[keys.CLUSTER].kick()
     return web.json_response({"experiment": serialize.experiment(exp), "config": exp.config,
-                              "warnings": [], "configWarnings": prepared.warnings})
+                              "warnings": [], "configWarnings": got.warnings})
 
 
 @routes.put("/api/v1/experiments/by-external-id/{externalId}")
 async def put_by_external_id(request: web.Request) -> web.Response:
     """Create an unmanaged experiment, or return the one already known by that external id."""
-    body = await parse(request, CreateExperimentBody)
-    if not body.unmanaged:
-        raise InvalidArgument("only unmanaged experiments are supported")
-    if body.parent_id:
-        raise InvalidArgument("can't fork into an unmanaged experiment")
+    got = await _intake(request, by_external_id=True)
     external_id = request.match_info["externalId"].strip()
     if not external_id:
         raise InvalidArgument("externalExperimentId: must not be empty")
-    return await _create_unmanaged(request, body, external_id)
+    return await _create_unmanaged(request, got, external_id)
 
 
-async def _create_unmanaged(request: web.Request, body: CreateExperimentBody,
+async def _create_unmanaged(request: web.Request, got: Intake,
                             external_id: str | None) -> web.Response:
     """A detached experiment (WIRE §8): no model definition, no job, never scheduled."""
     user = require_user(request)
-    if body.model_definition:
-        raise InvalidArgument("modelDefinition: unmanaged experiments have no model definition "
-                              "(their script runs outside the cluster)")
     settings = request.app[keys.SETTINGS]
-    conf, warnings = await offload.cpu(
-        lambda: _expconf(unmanaged_config(body.config), settings.checkpoint_root, managed=False))
+    conf = got.conf
     conf["resources"]["resource_pool"] = settings.default_pool
     conf["resources"]["priority"] = conf["resources"].get("priority") or DEFAULT_PRIORITY
     new = exp_store.NewExperiment(
         name=conf["name"], description=conf.get("description"), labels=conf.get("labels") or [],
-        owner_id=user.id, config=conf, original_config=body.config,
+        owner_id=user.id, config=conf, original_config=got.body.config,
         searcher_type=conf["searcher"]["name"], resource_pool=settings.default_pool,
         priority=int(conf["resources"]["priority"]), weight=1.0, max_slots=None, context=None,
         activate=False, unmanaged=True,
     )
-    if body.validate_only:
+    if got.body.validate_only:
         return web.json_response({"experiment": _preview(new, user.username), "config": None,
-                                  "warnings": [], "configWarnings": warnings})
+                                  "warnings": [], "configWarnings": got.warnings})
     exp = await request.app[keys.DB].run(unmanaged_store.create_experiment, new, external_id)
     request.app[keys.NOTIFIER].notify("experiments", f"experiment:{exp.id}")
     return web.json_response({"experiment": serialize.experiment(exp), "config": exp.config,
-                              "warnings": [], "configWarnings": warnings})
-
-
-def unmanaged_config(text: str) -> str:
-    """Determined's detached client sends every key, unset ones as null: drop those, then fill
-    the defaults of WIRE §8 (name `unmanaged-<8 hex>`, searcher single on metric `unmanaged`).
-    Text that is not a YAML mapping is left for the config loader to report."""
-    try:
-        data = yamlsafe.load(text)
-    except (yaml.YAMLError, yamlsafe.YamlTooBig):
-        return text
-    if not isinstance(data, dict):
-        return text
-    data = {k: v for k, v in data.items() if v is not None}
-    data.setdefault("name", f"unmanaged-{uuid.uuid4().hex[:8]}")
-    data.setdefault("searcher", {"name": "single", "metric": "unmanaged"})
-    return str(yaml.safe_dump(data, sort_keys=False))
-
-
-def _check_searcher(conf: dict[str, Any]) -> None:
-    """Refuse a searcher that cannot be built (e.g. ASHA without a time metric) up front."""
-    from dettui.master import searcher
-
-    seed = int((conf.get("reproducibility") or {}).get("experiment_seed") or 0)
-    try:
-        searcher.build(conf["searcher"], conf.get("hyperparameters") or {}, seed)
-    except (searcher.SearcherError, ValueError) as exc:
-        raise InvalidArgument(f"invalid experiment configuration: {exc}") from exc
+                              "warnings": [], "configWarnings": got.warnings})
 
 
 async def _pool(request: web.Request, conf: dict[str, Any]) -> str:

@@ -1,0 +1,92 @@
+"""Reading an experiment-create request: the raw body to a validated, defaulted config and a
+packed context. Everything here is CPU-heavy and bounded by caps (body size, config size, YAML
+expansion, grid size, context size), and runs in a worker process (`offload.isolated`): decoding
+a 130 MB body or base64-decoding a 95 MB context holds the GIL for hundreds of milliseconds,
+which must not be the master's.
+
+Pure functions of their arguments, picklable results.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from dettui import context as ctx
+from dettui.config import load_config, yamlsafe
+from dettui.errors import InvalidArgument, TooLarge
+from dettui.master.bodies import CreateExperimentBody, parse_obj
+from dettui.master.middleware import decode_json
+
+
+@dataclass(frozen=True)
+class Intake:
+    body: CreateExperimentBody  # as sent, without its modelDefinition
+    conf: dict[str, Any]  # the full config
+    warnings: list[str]
+    targz: bytes | None  # the packed context (None: unmanaged, or validate only)
+
+
+def read_create(raw: bytes, checkpoint_root: str, by_external_id: bool = False) -> Intake:
+    """A POST /api/v1/experiments (or PUT by external id) body, checked and prepared."""
+    body = parse_obj(decode_json(raw), CreateExperimentBody)
+    if by_external_id and not body.unmanaged:
+        raise InvalidArgument("only unmanaged experiments are supported")
+    if by_external_id and body.parent_id:
+        raise InvalidArgument("can't fork into an unmanaged experiment")
+    files = body.model_definition or []
+    body = body.model_copy(update={"model_definition": None})
+    if body.unmanaged:
+        if files:
+            raise InvalidArgument("modelDefinition: unmanaged experiments have no model "
+                                  "definition (their script runs outside the cluster)")
+        conf, warnings = expconf(unmanaged_config(body.config), checkpoint_root, managed=False)
+        return Intake(body, conf, warnings, None)
+    conf, warnings = expconf(body.config, checkpoint_root, managed=True)
+    if ctx.size_of([f for f in files if isinstance(f, dict)]) > ctx.MAX_CONTEXT_SIZE:
+        raise TooLarge("model definition exceeds the maximum allowed size 95.0MB")
+    files = ctx.validate_v1files(files)
+    check_searcher(conf)
+    return Intake(body, conf, warnings, None if body.validate_only else ctx.to_targz(files))
+
+
+def expconf(text: str, checkpoint_root: str, managed: bool) -> tuple[dict[str, Any], list[str]]:
+    """A config text as the full config dict (default storage under the master's checkpoint
+    root) and its warnings."""
+    cfg = load_config(text, source="config", managed=managed)
+    conf = cfg.to_expconf()
+    if cfg.checkpoint_storage_was_defaulted:
+        conf["checkpoint_storage"]["host_path"] = str(Path(checkpoint_root))
+        conf["checkpoint_storage"]["storage_path"] = None
+    return conf, list(cfg.warnings)
+
+
+def unmanaged_config(text: str) -> str:
+    """Determined's detached client sends every key, unset ones as null: drop those, then fill
+    the defaults of WIRE §8 (name `unmanaged-<8 hex>`, searcher single on metric `unmanaged`).
+    Text that is not a YAML mapping is left for the config loader to report."""
+    try:
+        data = yamlsafe.load(text)
+    except (yaml.YAMLError, yamlsafe.YamlTooBig):
+        return text
+    if not isinstance(data, dict):
+        return text
+    data = {k: v for k, v in data.items() if v is not None}
+    data.setdefault("name", f"unmanaged-{uuid.uuid4().hex[:8]}")
+    data.setdefault("searcher", {"name": "single", "metric": "unmanaged"})
+    return str(yaml.safe_dump(data, sort_keys=False))
+
+
+def check_searcher(conf: dict[str, Any]) -> None:
+    """Refuse a searcher that cannot be built (e.g. ASHA without a time metric) up front."""
+    from dettui.master import searcher
+
+    seed = int((conf.get("reproducibility") or {}).get("experiment_seed") or 0)
+    try:
+        searcher.build(conf["searcher"], conf.get("hyperparameters") or {}, seed)
+    except (searcher.SearcherError, ValueError) as exc:
+        raise InvalidArgument(f"invalid experiment configuration: {exc}") from exc
