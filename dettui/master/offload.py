@@ -12,6 +12,7 @@ input is capped before it gets here.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import functools
 import logging
@@ -156,4 +157,14 @@ class _Pool:
         return result
 
 
+    def close(self) -> None:
+        """At exit: idle workers end (busy ones die with the process)."""
+        while True:
+            try:
+                self.idle.get_nowait().close()
+            except queue.Empty:
+                return
+
+
 _POOL = _Pool()
+atexit.register(_POOL.close)
