@@ -13,12 +13,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from dettui.errors import FailedPrecondition, NotFound
+from dettui.errors import NotFound
 from dettui.master import checkpoint_gc, lifecycle, scheduler
 from dettui.master.events import Notifier
 from dettui.master.launch_spec import build_start
 from dettui.master.settings import MasterSettings
-from dettui.master.store import Database
+from dettui.master.store import Database, control
 from dettui.master.store import agents as agent_store
 from dettui.master.store import experiments as exp_store
 from dettui.master.store import search as search_store
@@ -26,7 +26,7 @@ from dettui.master.store import trials as trial_store
 from dettui.master.store import unmanaged as unmanaged_store
 from dettui.master.store.records import Agent, Allocation, Experiment
 from dettui.master.telemetry import AgentTelemetry
-from dettui.models import AllocationState, ExperimentState, TrialState
+from dettui.models import AllocationState, ExperimentState
 
 log = logging.getLogger("dettui.master.cluster")
 RESEND_AFTER = 10.0  # seconds an agent may sit on a start before it is sent again
@@ -473,42 +473,28 @@ class Cluster:
 
     async def stop_experiment(self, exp_id: int, how: ExperimentState) -> None:
         """Kill (STOPPING_KILLED) ends processes now; cancel and pause ask trials to checkpoint."""
-        exp = await self.db.run(exp_store.get, exp_id)
-        if exp.state.is_terminal():
-            return
-        await self.db.run(exp_store.set_state, exp_id, how)
-        idle = TrialState.PAUSED if how is ExperimentState.PAUSED else TrialState.CANCELED
-        for trial in await self.db.run(trial_store.for_experiment, exp_id):
-            if trial.state in (TrialState.QUEUED, TrialState.PAUSED):
-                await self.db.run(trial_store.set_state, trial.id, idle)
-        for alloc in await self.db.run(trial_store.live_allocations):
-            trial = await self.db.run(trial_store.get, alloc.trial_id)
-            if trial.experiment_id != exp_id:
-                continue
-            if how is ExperimentState.STOPPING_KILLED:
-                await self.kill_allocation(alloc, "experiment killed")
-            else:
-                await self.preempt(alloc.id)
+        stopped = await self.db.run(control.stop, exp_id, how)
+        for alloc in stopped.kill:
+            await self._deliver_kill(alloc, "experiment killed")
+        for alloc_id in stopped.preempt:
+            self._preempting(alloc_id)
         self.notifier.notify(f"experiment:{exp_id}", "jobs", "experiments")
         await self.settle_experiment(exp_id)
         self.kick()
 
     async def activate(self, exp_id: int) -> None:
-        exp = await self.db.run(exp_store.get, exp_id)
-        if exp.state.is_terminal():
-            raise FailedPrecondition("experiment in terminal state")
-        if exp.state is not ExperimentState.PAUSED:
-            return
-        await self.db.run(exp_store.set_state, exp_id, ExperimentState.ACTIVE)
-        for trial in await self.db.run(trial_store.for_experiment, exp_id):
-            if trial.state is TrialState.PAUSED:
-                await self.db.run(trial_store.set_state, trial.id, TrialState.QUEUED)
-        self.notifier.notify(f"experiment:{exp_id}", "jobs", "experiments")
-        self.kick()
+        if await self.db.run(control.activate, exp_id):
+            self.notifier.notify(f"experiment:{exp_id}", "jobs", "experiments")
+            self.kick()
 
     async def kill_allocation(self, alloc: Allocation, why: str) -> None:
-        await self.db.run(trial_store.set_allocation, alloc.id, kill_requested=1,
-                          state=AllocationState.TERMINATING)
+        alloc = await self.db.run(trial_store.set_allocation, alloc.id, kill_requested=1,
+                                  state=AllocationState.TERMINATING)
+        await self._deliver_kill(alloc, why)
+
+    async def _deliver_kill(self, alloc: Allocation, why: str) -> None:
+        """Tell every agent still running a part of `alloc` to end it; with none left to tell,
+        the allocation has ended."""
         reached = False
         for agent_id in alloc.agents:
             link = self.links.get(agent_id)
@@ -567,8 +553,12 @@ class Cluster:
                 await self.finish(alloc.id, code, why)
 
     async def preempt(self, alloc_id: str) -> None:
-        self.preempting.setdefault(alloc_id, time.monotonic())
         await self.db.run(trial_store.set_allocation, alloc_id, preempt_requested=1)
+        self._preempting(alloc_id)
+
+    def _preempting(self, alloc_id: str) -> None:
+        """After `preempt_requested` is committed: time the preemption, wake the long-poll."""
+        self.preempting.setdefault(alloc_id, time.monotonic())
         self.notifier.notify(f"preempt:{alloc_id}")
 
     async def wait_preemption(self, alloc_id: str, timeout: float) -> bool:

@@ -16,6 +16,8 @@ from importlib import resources
 from pathlib import Path
 from typing import ParamSpec, TypeVar
 
+from dettui.master.store import tx
+
 P = ParamSpec("P")
 T = TypeVar("T")
 
@@ -32,7 +34,8 @@ def _migrations() -> list[tuple[int, str, str]]:
 
 def connect(path: Path) -> sqlite3.Connection:
     """Open (creating if needed) the store at `path` and bring its schema up to date."""
-    conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+    conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None,
+                           factory=tx.Connection)
     conn.row_factory = sqlite3.Row
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=NORMAL")
@@ -73,6 +76,7 @@ class Database:
         self.path = path
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dettui-store")
         self.conn = self._executor.submit(connect, path).result()
+        tx.adopt_plan(self.conn)  # tests only: a simulated crash at a planned commit
 
     async def call(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         loop = asyncio.get_running_loop()

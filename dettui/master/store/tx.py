@@ -1,18 +1,72 @@
-"""Transactions: every store change commits before the call returns."""
+"""Transactions: every store change commits before the call returns.
+
+Tests can plan a simulated crash of the master at the N-th commit of a connection, before it
+(the change rolls back) or after it (the change stays, nothing that follows runs); once it has
+fired, every later transaction on that connection fails the same way, as a dead master would.
+"""
 
 from __future__ import annotations
 
 import sqlite3
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+
+class SimulatedCrash(BaseException):
+    """The master "died" at a planned commit. A BaseException: nothing may catch it as an
+    ordinary error and carry on."""
+
+
+@dataclass
+class CrashPlan:
+    at: int  # the commit number (1-based) to crash at; 0: never, only count
+    after: bool  # crash just after that commit, else just before it
+    commits: int = 0
+    fired: bool = False
+    trail: list[str] = field(default_factory=list, repr=False)  # the store function of each
+
+
+class Connection(sqlite3.Connection):
+    """The store's connection: a sqlite3 connection that can carry a test's crash plan."""
+
+    crash_plan: CrashPlan | None = None
+
+
+_next: list[CrashPlan] = []  # for the next store opened (a master starting up)
+
+
+def plan_crash_of_next_store(plan: CrashPlan) -> None:
+    """The next store connection opened takes `plan` (commits counted from its very first)."""
+    _next[:] = [plan]
+
+
+def adopt_plan(conn: sqlite3.Connection) -> None:
+    if _next and isinstance(conn, Connection):
+        conn.crash_plan = _next.pop()
 
 
 @contextmanager
 def transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    plan = getattr(conn, "crash_plan", None)
+    if plan is not None and plan.fired:
+        raise SimulatedCrash(f"the master died at commit {plan.at}")
     conn.execute("BEGIN IMMEDIATE")
     try:
         yield conn
     except BaseException:
         conn.execute("ROLLBACK")
         raise
+    if plan is not None:
+        plan.commits += 1
+        code = sys._getframe(2).f_code
+        plan.trail.append(f"{code.co_filename.rsplit('/', 1)[-1][:-3]}.{code.co_name}")
+        if plan.commits == plan.at and not plan.after:
+            plan.fired = True
+            conn.execute("ROLLBACK")
+            raise SimulatedCrash(f"the master died just before commit {plan.at}")
     conn.execute("COMMIT")
+    if plan is not None and plan.commits == plan.at:
+        plan.fired = True
+        raise SimulatedCrash(f"the master died just after commit {plan.at}")

@@ -1,0 +1,72 @@
+"""Experiment control as store commands: each transition is one transaction that returns what
+is left to do outside the store (messages to agents), so no crash can leave an experiment in one
+state and its trials in another. What a crash loses of the messages is re-derived from the
+committed state: kills are resent when agents register (`kill_requested`), preemptions are read
+from the store by the long-poll (`preempt_requested`).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from dataclasses import dataclass
+
+from dettui.errors import FailedPrecondition
+from dettui.master.store import experiments as exp_store
+from dettui.master.store.records import Allocation
+from dettui.master.store.trials import allocation
+from dettui.master.store.tx import transaction
+from dettui.models import AllocationState, ExperimentState, TrialState
+
+
+@dataclass(frozen=True)
+class Stopped:
+    """What `stop` leaves to do: kill these allocations' processes, or tell these to
+    checkpoint and exit (the preemption signal)."""
+
+    kill: tuple[Allocation, ...] = ()
+    preempt: tuple[str, ...] = ()
+
+
+def stop(conn: sqlite3.Connection, exp_id: int, how: ExperimentState) -> Stopped:
+    """Pause (PAUSED), cancel (STOPPING_CANCELED) or kill (STOPPING_KILLED) an experiment: its
+    state, its idle trials and its running allocations' flags, in one commit."""
+    with transaction(conn):
+        exp = exp_store.get(conn, exp_id)
+        if exp.state.is_terminal():
+            return Stopped()
+        conn.execute("UPDATE experiments SET state=? WHERE id=?", (how.value, exp_id))
+        idle = TrialState.PAUSED if how is ExperimentState.PAUSED else TrialState.CANCELED
+        now = time.time() if idle.is_terminal() else None
+        conn.execute(
+            "UPDATE trials SET state=?, end_time=COALESCE(?, end_time) "
+            "WHERE experiment_id=? AND state IN (?, ?)",
+            (idle.value, now, exp_id, TrialState.QUEUED.value, TrialState.PAUSED.value))
+        live = [allocation(conn, r["id"]) for r in conn.execute(
+            "SELECT a.id FROM allocations a JOIN trials t ON t.id = a.trial_id "
+            "WHERE t.experiment_id=? AND a.state != ? ORDER BY a.start_time",
+            (exp_id, AllocationState.EXITED.value))]
+        if how is ExperimentState.STOPPING_KILLED:
+            conn.executemany(
+                "UPDATE allocations SET kill_requested=1, state=? WHERE id=?",
+                [(AllocationState.TERMINATING.value, a.id) for a in live])
+            return Stopped(kill=tuple(allocation(conn, a.id) for a in live))
+        conn.executemany("UPDATE allocations SET preempt_requested=1 WHERE id=?",
+                         [(a.id,) for a in live])
+        return Stopped(preempt=tuple(a.id for a in live))
+
+
+def activate(conn: sqlite3.Connection, exp_id: int) -> bool:
+    """A PAUSED experiment and its PAUSED trials become ACTIVE and QUEUED in one commit; False
+    if it was not paused (nothing to do)."""
+    with transaction(conn):
+        exp = exp_store.get(conn, exp_id)
+        if exp.state.is_terminal():
+            raise FailedPrecondition("experiment in terminal state")
+        if exp.state is not ExperimentState.PAUSED:
+            return False
+        conn.execute("UPDATE experiments SET state=? WHERE id=?",
+                     (ExperimentState.ACTIVE.value, exp_id))
+        conn.execute("UPDATE trials SET state=? WHERE experiment_id=? AND state=?",
+                     (TrialState.QUEUED.value, exp_id, TrialState.PAUSED.value))
+    return True

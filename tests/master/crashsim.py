@@ -1,0 +1,270 @@
+"""A scripted cluster for crash-point tests: a real master app in-process (restarted on the same
+database after every simulated crash), one simulated agent speaking the real agent protocol, and
+trials that report metrics and checkpoints through the real Core API routes.
+
+The scenario (`Scenario.run`): an experiment `single` (one trial) and an experiment `grid` (two
+trials, one slot each, on an agent of two slots). `single` reports, checkpoints, is paused,
+activated, runs again and completes; `grid`'s first trial completes (a search step), its second
+runs and the experiment is cancelled. Everything is retried across crashes, as real clients do,
+and what the master acknowledged is recorded to check afterwards.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from aiohttp.test_utils import TestClient, TestServer
+
+from dettui.master.app import create_app
+from dettui.master.settings import MasterSettings
+from dettui.master.store import tx
+
+AGENT = "sim-agent"
+CONFIGS = {
+    "single": """
+name: single
+entrypoint: python3 train.py
+searcher: {name: single, metric: loss}
+max_restarts: 2
+""",
+    "grid": """
+name: grid
+entrypoint: python3 train.py
+searcher: {name: grid, metric: loss, max_concurrent_trials: 1}
+hyperparameters: {x: {type: categorical, vals: [1, 2]}}
+max_restarts: 2
+""",
+}
+
+
+class MasterDown(Exception):
+    """The master crashed (simulated) or refused because it is going down."""
+
+
+@dataclass
+class Run:
+    """One allocation the simulated agent runs."""
+
+    alloc_id: str
+    trial_id: int
+    run_id: int
+    token: str
+    exp: str
+    reported: bool = False
+    exit_code: int | None = None  # set: the process has exited, the report may be pending
+
+
+@dataclass
+class Scenario:
+    tmp: Path
+    plan: tx.CrashPlan
+    client: TestClient | None = None
+    token: str = ""
+    exps: dict[str, int] = field(default_factory=dict)
+    runs: dict[str, Run] = field(default_factory=dict)
+    ended: set[str] = field(default_factory=set)  # allocations whose exit was acknowledged
+    acked_metrics: set[tuple[int, int, str, int]] = field(default_factory=set)
+    acked_checkpoints: set[str] = field(default_factory=set)
+    done: dict[str, bool] = field(default_factory=dict)  # milestones of the script
+    restarts: int = 0
+
+    # --- the master -----------------------------------------------------------------------
+
+    @property
+    def settings(self) -> MasterSettings:
+        return MasterSettings(state_dir=self.tmp / "state", port=0)
+
+    async def start(self, plan: tx.CrashPlan | None) -> None:
+        app = create_app(self.settings)
+        if plan is not None:
+            tx.plan_crash_of_next_store(plan)
+        self.client = TestClient(TestServer(app))
+        try:
+            await self.client.start_server()
+        except tx.SimulatedCrash as exc:
+            raise MasterDown(str(exc)) from exc
+        self.token = (await self.call("POST", "/api/v1/auth/login",
+                                      {"username": "admin", "password": ""}))["token"]
+        await self.call("POST", "/api/v1/agents/register", {
+            "id": AGENT, "slots": [{"id": 0, "type": "cpu"}, {"id": 1, "type": "cpu"}],
+            "runningAllocations": [r.alloc_id for r in self.runs.values()
+                                   if r.alloc_id not in self.ended]})
+
+    async def restart(self) -> None:
+        await self.stop()
+        self.restarts += 1
+        await self.start(None)
+
+    async def stop(self) -> None:
+        if self.client is not None:
+            with contextlib.suppress(tx.SimulatedCrash):
+                await self.client.close()
+            self.client = None
+
+    @property
+    def crashed(self) -> bool:
+        return self.plan.fired and self.restarts == 0
+
+    async def call(self, method: str, path: str, body: Any = None, *,
+                   task: str | None = None, ok: tuple[int, ...] = (200,)) -> Any:
+        assert self.client is not None
+        if self.crashed:
+            raise MasterDown("crashed")
+        headers = {"Authorization": f"Bearer {self.token}"}
+        if task is not None:
+            headers = {"Grpc-Metadata-x-allocation-token": f"Bearer {task}"}
+        try:
+            resp = await self.client.request(method, path, headers=headers,
+                                             data=json.dumps(body) if body is not None else None)
+            text = await resp.text()
+        except (aiohttp.ClientError, tx.SimulatedCrash) as exc:
+            raise MasterDown(str(exc)) from exc
+        if self.crashed or resp.status >= 500:
+            raise MasterDown(f"{method} {path}: {resp.status} {text[:300]}")
+        if resp.status not in ok:
+            raise AssertionError(f"{method} {path}: {resp.status} {text[:500]}")
+        return json.loads(text) if text.strip() else {}
+
+    # --- the script ----------------------------------------------------------------------
+
+    async def run(self, rounds: int = 400) -> None:
+        """Drive the scenario to its end, restarting the master whenever it crashes."""
+        try:
+            await self.start(self.plan)
+        except MasterDown:
+            await self.restart()
+        for _ in range(rounds):
+            try:
+                if await self.step():
+                    return
+            except MasterDown:
+                await self.restart()
+        raise AssertionError(f"the scenario did not end: {self.describe()}")
+
+    async def step(self) -> bool:
+        await self.create_experiments()
+        await self.take_work()
+        for run in list(self.runs.values()):
+            if run.alloc_id not in self.ended:
+                await self.act(run)
+        await self.control()
+        states = {name: await self.exp_state(name) for name in CONFIGS}
+        if states == {"single": "STATE_COMPLETED", "grid": "STATE_CANCELED"}:
+            return not [r for r in self.runs.values() if r.alloc_id not in self.ended]
+        await asyncio.sleep(0.01)
+        return False
+
+    async def create_experiments(self) -> None:
+        if len(self.exps) == len(CONFIGS):
+            return
+        listed = (await self.call("GET", "/api/v1/experiments"))["experiments"]
+        known = {e["name"]: e["id"] for e in listed}
+        for name, config in CONFIGS.items():
+            if name in known:  # created, perhaps just before a crash
+                self.exps[name] = known[name]
+            elif name not in self.exps:
+                made = await self.call("POST", "/api/v1/experiments",
+                                       {"config": config, "modelDefinition": [], "activate": True})
+                self.exps[name] = made["experiment"]["id"]
+
+    async def take_work(self) -> None:
+        work = await self.call("GET", f"/api/v1/agents/{AGENT}/work?timeout_seconds=0")
+        for item in work["work"]:
+            alloc_id = item["allocationId"]
+            if item["kind"] == "start" and alloc_id not in self.runs:
+                exp = next(n for n, i in self.exps.items() if i == item["experimentId"])
+                self.runs[alloc_id] = Run(alloc_id, item["trialId"], item["runId"],
+                                          item["sessionToken"], exp)
+            elif item["kind"] == "kill" and alloc_id in self.runs:
+                self.runs[alloc_id].exit_code = self.runs[alloc_id].exit_code or 137
+            elif item["kind"] == "kill":  # a stray: report it gone
+                self.runs[alloc_id] = Run(alloc_id, 0, 0, "", "?", exit_code=137)
+        running = [r.alloc_id for r in self.runs.values()
+                   if r.alloc_id not in self.ended and r.exit_code is None]
+        await self.call("POST", f"/api/v1/agents/{AGENT}/heartbeat",
+                        {"runningAllocations": running})
+
+    async def act(self, run: Run) -> None:
+        """What the trial process does, then its exit report."""
+        if run.exit_code is None and not run.reported:
+            await self.report(run)
+        if run.exit_code is None:
+            preempt = await self.call(
+                "GET", f"/api/v1/allocations/{run.alloc_id}/signals/preemption?timeout_seconds=0",
+                task=run.token, ok=(200, 401, 403, 404))
+            if preempt.get("preempt"):
+                await self.call("POST",
+                                f"/api/v1/allocations/{run.alloc_id}/signals/ack_preemption",
+                                task=run.token, ok=(200, 401, 403, 404))
+                run.exit_code = 0
+            elif self.finishes(run):
+                run.exit_code = 0
+        if run.exit_code is not None:
+            await self.call("POST", f"/api/v1/agents/{AGENT}/allocations/{run.alloc_id}/exit",
+                            {"exitCode": run.exit_code, "reason": ""}, ok=(200, 404))
+            self.ended.add(run.alloc_id)
+
+    def finishes(self, run: Run) -> bool:
+        """`single` completes on its second run; `grid`'s first trial completes."""
+        if run.exp == "single":
+            return self.done.get("activated", False)
+        grid_trials = sorted({r.trial_id for r in self.runs.values() if r.exp == "grid"})
+        return run.trial_id == grid_trials[0]
+
+    async def report(self, run: Run) -> None:
+        task_id = (await self.call("GET", f"/api/v1/trials/{run.trial_id}",
+                                   task=run.token))["trial"]["taskId"]
+        for group in ("training", "validation"):
+            steps = 10 * run.run_id
+            body = {"group": group, "metrics": {
+                "trialId": run.trial_id, "trialRunId": run.run_id, "stepsCompleted": steps,
+                "metrics": {"avgMetrics": {"loss": 1.0 / steps}}}}
+            await self.call("POST", f"/api/v1/trials/{run.trial_id}/metrics", body,
+                            task=run.token)
+            self.acked_metrics.add((run.trial_id, run.run_id, group, steps))
+        uuid = f"00000000-0000-4000-8000-{run.trial_id:06d}{run.run_id:06d}"
+        await self.call("POST", "/api/v1/checkpoints", {
+            "uuid": uuid, "taskId": task_id, "allocationId": run.alloc_id,
+            "reportTime": "2026-11-24T00:00:00Z", "resources": {"model.pt": "1"},
+            "metadata": {"steps_completed": 10 * run.run_id}, "state": "STATE_COMPLETED",
+            "training": {}, "storageId": None}, task=run.token)
+        self.acked_checkpoints.add(uuid)
+        run.reported = True
+
+    async def control(self) -> None:
+        """The user: pause `single` once it has a checkpoint, activate it once paused; cancel
+        `grid` once its second trial has reported."""
+        single = [r for r in self.runs.values() if r.exp == "single"]
+        if not self.done.get("paused") and any(r.reported for r in single):
+            await self.call("POST", f"/api/v1/experiments/{self.exps['single']}/pause")
+            self.done["paused"] = True
+        paused_out = all(r.alloc_id in self.ended for r in single)  # the pause took effect
+        if self.done.get("paused") and not self.done.get("activated") and paused_out:
+            state = await self.exp_state("single")
+            if state == "STATE_PAUSED":
+                await self.call("POST", f"/api/v1/experiments/{self.exps['single']}/activate")
+            if state in ("STATE_PAUSED", "STATE_ACTIVE"):  # ACTIVE: an activate that crashed
+                self.done["activated"] = True
+        grid = sorted({r.trial_id for r in self.runs.values() if r.exp == "grid"})
+        second = [r for r in self.runs.values() if len(grid) > 1 and r.trial_id == grid[1]]
+        if not self.done.get("canceled") and any(r.reported for r in second):
+            await self.call("POST", f"/api/v1/experiments/{self.exps['grid']}/cancel")
+            self.done["canceled"] = True
+
+    async def exp_state(self, name: str) -> str | None:
+        if name not in self.exps:
+            return None
+        exp = await self.call("GET", f"/api/v1/experiments/{self.exps[name]}")
+        return str(exp["experiment"]["state"])
+
+    def describe(self) -> str:
+        runs = [(r.alloc_id[-8:], r.exp, r.exit_code) for r in self.runs.values()]
+        at = self.plan.trail[self.plan.at - 1] if 0 < self.plan.at <= len(self.plan.trail) else ""
+        return (f"crash plan {self.plan} in {at}, restarts {self.restarts}, exps {self.exps}, "
+                f"done {self.done}, runs {runs}, ended {len(self.ended)}")
