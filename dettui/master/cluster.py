@@ -18,7 +18,7 @@ from dettui.master import checkpoint_gc, lifecycle, scheduler
 from dettui.master.events import Notifier
 from dettui.master.launch_spec import build_start
 from dettui.master.settings import MasterSettings
-from dettui.master.store import Database, control
+from dettui.master.store import Database, control, exits
 from dettui.master.store import agents as agent_store
 from dettui.master.store import experiments as exp_store
 from dettui.master.store import search as search_store
@@ -64,18 +64,6 @@ def _nothing(conn: object) -> None:
     """A no-op store call: how long it waits is how long the store thread was busy."""
 
 
-def _first_failure(alloc: Allocation) -> tuple[int | None, str]:
-    """The exit of the part that failed first (reports keep their order), else the chief's."""
-    for code, reason in alloc.part_exits.values():
-        if code != 0 or reason:
-            return code, reason
-    missing = [a for a in alloc.agents if a not in alloc.part_exits]
-    if missing:
-        return None, lifecycle.LOST
-    code, reason = alloc.part_exits[alloc.agents[0]]
-    return code, reason
-
-
 class Cluster:
     def __init__(
         self, db: Database, settings: MasterSettings, notifier: Notifier, cluster_id: str
@@ -97,8 +85,7 @@ class Cluster:
     # --- lifecycle of the cluster itself -------------------------------------------------
 
     async def start(self) -> None:
-        await self._recover_allocations()
-        await self._searchers_catch_up()
+        await self._recover()
         self._tasks = [
             asyncio.create_task(self._schedule_loop(), name="dettui-scheduler"),
             asyncio.create_task(self._liveness_loop(), name="dettui-liveness"),
@@ -365,109 +352,92 @@ class Cluster:
 
     # --- exits ----------------------------------------------------------------------------
 
-    async def finish(
-        self, alloc_id: str, exit_code: int | None, reason: str, message: str = ""
-    ) -> None:
-        """Apply an allocation's exit to its trial (and maybe its experiment). Idempotent."""
-        alloc = await self.db.run(trial_store.allocation, alloc_id)
-        if alloc.state is AllocationState.EXITED:
+    async def part_exit(self, agent_id: str, alloc_id: str, exit_code: int | None,
+                        reason: str) -> None:
+        """One agent's part of an allocation ended. A failure ends the parts on every other
+        agent at once (torchrun alone would leave them hanging); the allocation ends when all
+        parts have, with the first failure's code (`exits.part_exit`, one commit)."""
+        done = await self.db.run(exits.part_exit, alloc_id, agent_id, exit_code, reason,
+                                 frozenset(self.links))
+        if done.end_parts:
+            log.info("allocation %s: node %s failed (%s); ending it on %s", alloc_id, agent_id,
+                     exit_code, ", ".join(done.end_parts))
+        for other in done.end_parts:
+            link = self.links.get(other)
+            if link is not None:
+                link.send({"kind": "kill", "allocationId": alloc_id,
+                           "reason": f"node {agent_id} failed"})
+        await self._after_exit(done)
+
+    async def finish(self, alloc_id: str, exit_code: int | None, reason: str,
+                     message: str = "") -> None:
+        """End the whole allocation now (lost, or killed with no agent left). Idempotent."""
+        await self._after_exit(await self.db.run(exits.end, alloc_id, exit_code, reason),
+                               message)
+
+    async def _after_exit(self, done: exits.Exit, message: str = "") -> None:
+        """What follows an allocation's end, once committed: followers told, long-polls of
+        trials the searcher stopped woken, checkpoints of an ended experiment collected."""
+        if done.trial is None:
             return
-        trial = await self.db.run(trial_store.get, alloc.trial_id)
-        exp = await self.db.run(exp_store.get, trial.experiment_id)
-        facts = lifecycle.ExitFacts(
-            exit_code=exit_code, reason=reason, preempt_acked=alloc.preempt_acked,
-            kill_requested=alloc.kill_requested, trial_state=trial.state,
-            experiment_state=exp.state, restarts=trial.restarts,
-            max_restarts=exp.max_restarts, searcher_stopped=trial.searcher_stopped,
-        )
-        state, restarts = lifecycle.decide_trial(facts)
-        changed = await self.db.run(trial_store.finish, alloc_id, exit_code=exit_code,
-                                    reason=reason or ("exit" if exit_code == 0 else "error"),
-                                    trial_state=state, restarts=restarts)
-        self.preempting.pop(alloc_id, None)
-        self.backfilled.discard(alloc_id)
-        if not changed:
-            return
-        log.info("allocation %s exited (code %s %s) -> trial %s %s", alloc_id, exit_code,
-                 reason or message, trial.id, state.short)
-        self.notifier.notify(f"trial:{trial.id}", f"allocation:{alloc_id}",
-                             f"experiment:{exp.id}", "jobs")
-        if state.is_terminal():
-            await self.trial_ended(trial.id)
-        await self.settle_experiment(exp.id)
+        alloc, trial = done.alloc, done.trial
+        self.preempting.pop(alloc.id, None)
+        self.backfilled.discard(alloc.id)
+        log.info("allocation %s exited (code %s %s) -> trial %s %s", alloc.id, alloc.exit_code,
+                 alloc.exit_reason or message, trial.id, trial.state.short)
+        self.notifier.notify(f"trial:{trial.id}", f"allocation:{alloc.id}",
+                             f"experiment:{trial.experiment_id}", "jobs")
+        self._searcher_effects(trial.experiment_id, done.searcher)
+        await self._ended(done.ended)
         self.kick()
 
     # --- searchers ------------------------------------------------------------------------
 
-    async def trial_ended(self, trial_id: int) -> None:
-        """Tell the experiment's searcher; it may create trials or stop others."""
-        trial = await self.db.run(trial_store.get, trial_id)
-        exp = await self.db.run(exp_store.get, trial.experiment_id)
-        outcome = await self.db.run(search_store.on_trial_end, exp, trial)
-        await self._searcher_outcome(exp.id, outcome)
-
     async def validation_reported(self, trial_id: int, steps: int,
                                   metrics: dict[str, Any]) -> str | None:
         """Feed a validation to the searcher; the searcher's complaint, if any."""
+        outcome, ended = await self.db.run(exits.validation, trial_id, steps, metrics)
         trial = await self.db.run(trial_store.get, trial_id)
-        exp = await self.db.run(exp_store.get, trial.experiment_id)
-        outcome = await self.db.run(search_store.on_validation, exp, trial, steps, metrics)
-        await self._searcher_outcome(exp.id, outcome)
+        self._searcher_effects(trial.experiment_id, outcome)
+        await self._ended(ended)
         return outcome.error
 
-    async def _searcher_outcome(self, exp_id: int, outcome: search_store.Outcome) -> None:
+    def _searcher_effects(self, exp_id: int, outcome: search_store.Outcome) -> None:
+        """After the commit of a searcher event: wake the preemption long-polls of the trials it
+        stopped, tell followers, and schedule the trials it created."""
         if not outcome.created and not outcome.stopped:
             return
-        live = await self.db.run(trial_store.live_allocations)
+        for alloc_id in outcome.preempt:
+            log.info("searcher of experiment %d stops allocation %s", exp_id, alloc_id)
+            self._preempting(alloc_id)
         for trial_id in outcome.stopped:
-            running = [a for a in live if a.trial_id == trial_id]
-            for alloc in running:
-                log.info("searcher stops trial %d: preempting %s", trial_id, alloc.id)
-                await self.preempt(alloc.id)
-            if not running:
-                trial = await self.db.run(trial_store.get, trial_id)
-                if trial.state.is_terminal():
-                    await self.trial_ended(trial_id)
             self.notifier.notify(f"trial:{trial_id}")
         if outcome.created:
             log.info("searcher of experiment %d created %d trial(s)", exp_id,
                      len(outcome.created))
         self.notifier.notify(f"experiment:{exp_id}", "jobs", "experiments")
-        await self.settle_experiment(exp_id)
         self.kick()
 
-    async def _searchers_catch_up(self) -> None:
-        """After a restart: replay what a crash kept from the searchers, and end experiments
-        whose last trial ended just before the crash."""
-        for exp in await self.db.run(exp_store.live):
-            outcome = await self.db.run(search_store.catch_up, exp)
-            await self._searcher_outcome(exp.id, outcome)
-            await self.settle_experiment(exp.id)
+    async def _ended(self, exp: Experiment | None) -> None:
+        """An experiment ended (committed, with `gc_pending`): tell followers, collect."""
+        if exp is None:
+            return
+        self.notifier.notify(f"experiment:{exp.id}", "jobs", "experiments")
+        await self._collect(exp.id)
 
-    async def settle_experiment(self, exp_id: int) -> Experiment:
-        exp = await self.db.run(exp_store.get, exp_id)
-        states = [t.state for t in await self.db.run(trial_store.for_experiment, exp_id)]
-        outcome = lifecycle.experiment_outcome(exp.state, states, searcher_done=True)
-        if outcome is not None:
-            await self.db.run(exp_store.set_state, exp_id, outcome, ended=True)
-            self.notifier.notify(f"experiment:{exp_id}", "jobs", "experiments")
-            exp = await self.db.run(exp_store.get, exp_id)
-            try:
-                await checkpoint_gc.collect(self.db, exp_id)
-            except Exception:  # noqa: BLE001 - GC failing must not undo the ending
-                log.exception("checkpoint GC of experiment %d failed", exp_id)
-        return exp
+    async def _collect(self, exp_id: int) -> None:
+        try:
+            await checkpoint_gc.collect(self.db, exp_id)
+            await self.db.run(exits.gc_done, exp_id)
+        except Exception:  # noqa: BLE001 - GC failing must not undo the ending
+            log.exception("checkpoint GC of experiment %d failed", exp_id)
 
     async def settle_unmanaged(self, changes: list[tuple[int, ExperimentState]]) -> None:
         """Detached experiments whose state changed: tell followers; GC the ones that ended."""
         for exp_id, state in changes:
             self.notifier.notify(f"experiment:{exp_id}", "experiments")
-            if not state.is_terminal():
-                continue
-            try:
-                await checkpoint_gc.collect(self.db, exp_id)
-            except Exception:  # noqa: BLE001 - GC failing must not undo the ending
-                log.exception("checkpoint GC of experiment %d failed", exp_id)
+            if state.is_terminal():
+                await self._collect(exp_id)
 
     # --- control: kill, cancel, pause, activate, preemption -----------------------------
 
@@ -479,7 +449,7 @@ class Cluster:
         for alloc_id in stopped.preempt:
             self._preempting(alloc_id)
         self.notifier.notify(f"experiment:{exp_id}", "jobs", "experiments")
-        await self.settle_experiment(exp_id)
+        await self._ended(stopped.ended)
         self.kick()
 
     async def activate(self, exp_id: int) -> None:
@@ -512,45 +482,29 @@ class Cluster:
                 link.send({"kind": "kill", "allocationId": alloc.id, "reason": why})
         await self.finish(alloc.id, None, lifecycle.LOST, why)
 
-    async def part_exit(self, agent_id: str, alloc_id: str, exit_code: int | None,
-                        reason: str) -> None:
-        """One agent's part of an allocation ended. A failure ends the parts on every other
-        agent at once (torchrun alone would leave them hanging); the allocation ends when all
-        parts have, with the first failure's code."""
-        alloc = await self.db.run(trial_store.record_part_exit, alloc_id, agent_id, exit_code,
-                                  reason)
-        if alloc.state is AllocationState.EXITED:
-            return
-        failed = exit_code != 0 or reason not in ("", None)
-        pending = [a for a in alloc.agents if a not in alloc.part_exits]
-        if failed and pending and not alloc.kill_requested:
-            log.info("allocation %s: node %s failed (%s); ending it on %s", alloc_id, agent_id,
-                     exit_code, ", ".join(pending))
-            await self.db.run(trial_store.set_allocation, alloc_id,
-                              state=AllocationState.TERMINATING)
-            for other in pending:
-                link = self.links.get(other)
-                if link is not None:
-                    link.send({"kind": "kill", "allocationId": alloc_id,
-                               "reason": f"node {agent_id} failed"})
-        if pending and all(a not in self.links for a in pending):
-            pending = []
-        if not pending:
-            code, why = _first_failure(alloc)
-            await self.finish(alloc_id, code, why)
-
-    async def _recover_allocations(self) -> None:
-        """After a restart: what a crash left half done on live allocations. A part's exit and
-        the allocation's end are two commits, and no agent reports an exit twice, so an
-        allocation whose every part had exited ends now; preemptions asked before the crash
-        keep their timeout."""
+    async def _recover(self) -> None:
+        """After a restart, re-derive from the committed state what a crash may have lost.
+        Kills are resent when agents register (`_reconcile`), preemption long-polls answer from
+        the store; here: preemptions asked before the crash keep their timeout; trials a
+        searcher stopped get their preemption; allocations whose every part had exited end
+        (older versions committed the two apart); searcher events an older version lost are
+        replayed and experiments whose last trial ended are settled; experiments that ended
+        with their checkpoint GC pending are collected."""
+        for alloc_id in await self.db.run(exits.flag_stopped):
+            log.info("allocation %s: its trial was stopped by the searcher; preempting it",
+                     alloc_id)
         for alloc in await self.db.run(trial_store.live_allocations):
             if alloc.preempt_requested:
                 self.preempting.setdefault(alloc.id, time.monotonic())
             if alloc.agents and all(a in alloc.part_exits for a in alloc.agents):
-                code, why = _first_failure(alloc)
                 log.info("allocation %s: every part had exited; ending it", alloc.id)
-                await self.finish(alloc.id, code, why)
+                await self.finish(alloc.id, *exits.first_failure(alloc))
+        for exp in await self.db.run(exp_store.live):
+            outcome, ended = await self.db.run(exits.catch_up, exp.id)
+            self._searcher_effects(exp.id, outcome)
+            await self._ended(ended)
+        for exp_id in await self.db.run(exits.gc_pending):
+            await self._collect(exp_id)
 
     async def preempt(self, alloc_id: str) -> None:
         await self.db.run(trial_store.set_allocation, alloc_id, preempt_requested=1)

@@ -12,8 +12,9 @@ import time
 from dataclasses import dataclass
 
 from dettui.errors import FailedPrecondition
+from dettui.master.store import exits
 from dettui.master.store import experiments as exp_store
-from dettui.master.store.records import Allocation
+from dettui.master.store.records import Allocation, Experiment
 from dettui.master.store.trials import allocation
 from dettui.master.store.tx import transaction
 from dettui.models import AllocationState, ExperimentState, TrialState
@@ -26,6 +27,7 @@ class Stopped:
 
     kill: tuple[Allocation, ...] = ()
     preempt: tuple[str, ...] = ()
+    ended: Experiment | None = None  # nothing was running: the experiment ended at once
 
 
 def stop(conn: sqlite3.Connection, exp_id: int, how: ExperimentState) -> Stopped:
@@ -50,10 +52,11 @@ def stop(conn: sqlite3.Connection, exp_id: int, how: ExperimentState) -> Stopped
             conn.executemany(
                 "UPDATE allocations SET kill_requested=1, state=? WHERE id=?",
                 [(AllocationState.TERMINATING.value, a.id) for a in live])
-            return Stopped(kill=tuple(allocation(conn, a.id) for a in live))
+            return Stopped(kill=tuple(allocation(conn, a.id) for a in live),
+                           ended=exits.settle(conn, exp_id))
         conn.executemany("UPDATE allocations SET preempt_requested=1 WHERE id=?",
                          [(a.id,) for a in live])
-        return Stopped(preempt=tuple(a.id for a in live))
+        return Stopped(preempt=tuple(a.id for a in live), ended=exits.settle(conn, exp_id))
 
 
 def activate(conn: sqlite3.Connection, exp_id: int) -> bool:

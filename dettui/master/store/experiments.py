@@ -149,16 +149,6 @@ def context(conn: sqlite3.Connection, exp_id: int) -> bytes | None:
     return bytes(row["context"]) if row["context"] is not None else None
 
 
-def set_state(
-    conn: sqlite3.Connection, exp_id: int, state: ExperimentState, *, ended: bool = False
-) -> None:
-    with transaction(conn):
-        conn.execute(
-            "UPDATE experiments SET state=?, end_time=COALESCE(?, end_time) WHERE id=?",
-            (state.value, time.time() if ended else None, exp_id),
-        )
-
-
 def update_fields(conn: sqlite3.Connection, exp_id: int, **fields: Any) -> Experiment:
     """Set plain columns (name, description, labels, archived, priority, weight, ...)."""
     allowed = {"name", "description", "labels", "archived", "priority", "weight", "max_slots",

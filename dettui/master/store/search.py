@@ -16,9 +16,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dettui.master import searcher as search
+from dettui.master.store import trials as trial_store
 from dettui.master.store.records import Experiment, Trial
 from dettui.master.store.tx import transaction
-from dettui.models import ExperimentState, TrialState
+from dettui.models import AllocationState, ExperimentState, TrialState
 
 SEEN = "_seen_steps"  # per search id: the last validation step applied
 ENDED = "_ended"  # search ids whose end was applied
@@ -27,8 +28,17 @@ ENDED = "_ended"  # search ids whose end was applied
 @dataclass
 class Outcome:
     created: list[int] = field(default_factory=list)  # trial ids
-    stopped: list[int] = field(default_factory=list)  # trial ids to tell to stop
+    stopped: list[int] = field(default_factory=list)  # trial ids the searcher stopped
+    preempt: list[str] = field(default_factory=list)  # their running allocations, now flagged
+    ended: list[int] = field(default_factory=list)  # stopped before they ran: now COMPLETED
     error: str | None = None
+
+    def merge(self, other: Outcome) -> None:
+        self.created += other.created
+        self.stopped += other.stopped
+        self.preempt += other.preempt
+        self.ended += other.ended
+        self.error = self.error or other.error
 
 
 def _seed(config: dict[str, Any]) -> int:
@@ -94,7 +104,25 @@ def _apply(conn: sqlite3.Connection, exp: Experiment, actions: list[search.Actio
             # Not running: nothing to checkpoint, it is simply done.
             conn.execute("UPDATE trials SET state=?, end_time=? WHERE id=?",
                          (TrialState.COMPLETED.value, now, row[0]))
+            out.ended.append(int(row[0]))
+        live = [r[0] for r in conn.execute(
+            "SELECT id FROM allocations WHERE trial_id=? AND state != ? AND preempt_requested=0",
+            (row[0], AllocationState.EXITED.value))]
+        conn.executemany("UPDATE allocations SET preempt_requested=1 WHERE id=?",
+                         [(a,) for a in live])
+        out.preempt += live
         out.stopped.append(int(row[0]))
+    return out
+
+
+def _follow(conn: sqlite3.Connection, exp: Experiment, out: Outcome) -> Outcome:
+    """The trials a searcher ended without running are ends the searcher takes in too (which
+    may end others): all in the caller's transaction."""
+    todo = list(out.ended)
+    while todo:
+        more = _end(conn, exp, trial_store.get(conn, todo.pop()))
+        out.merge(more)
+        todo += more.ended
     return out
 
 
@@ -102,12 +130,12 @@ def _accepts_events(exp: Experiment) -> bool:
     return not exp.unmanaged and exp.state in (ExperimentState.ACTIVE, ExperimentState.PAUSED)
 
 
-def on_validation(conn: sqlite3.Connection, exp: Experiment, trial: Trial, steps: int,
-                  metrics: dict[str, Any]) -> Outcome:
+def apply_validation(conn: sqlite3.Connection, exp: Experiment, trial: Trial, steps: int,
+                     metrics: dict[str, Any]) -> Outcome:
+    """A validation of `trial` (inside the caller's transaction)."""
     if trial.search_id is None or not _accepts_events(exp):
         return Outcome()
-    with transaction(conn):
-        return _validation(conn, exp, trial, steps, metrics)
+    return _follow(conn, exp, _validation(conn, exp, trial, steps, metrics))
 
 
 def _validation(conn: sqlite3.Connection, exp: Experiment, trial: Trial, steps: int,
@@ -127,12 +155,11 @@ def _validation(conn: sqlite3.Connection, exp: Experiment, trial: Trial, steps: 
     return out
 
 
-def on_trial_end(conn: sqlite3.Connection, exp: Experiment, trial: Trial) -> Outcome:
-    """A trial reached COMPLETED, ERROR or CANCELED."""
+def apply_end(conn: sqlite3.Connection, exp: Experiment, trial: Trial) -> Outcome:
+    """A trial reached COMPLETED, ERROR or CANCELED (inside the caller's transaction)."""
     if trial.search_id is None or not _accepts_events(exp):
         return Outcome()
-    with transaction(conn):
-        return _end(conn, exp, trial)
+    return _follow(conn, exp, _end(conn, exp, trial))
 
 
 def _end(conn: sqlite3.Connection, exp: Experiment, trial: Trial) -> Outcome:
@@ -155,28 +182,23 @@ def _end(conn: sqlite3.Connection, exp: Experiment, trial: Trial) -> Outcome:
 
 
 def catch_up(conn: sqlite3.Connection, exp: Experiment) -> Outcome:
-    """Replay validations and trial ends the searcher has not seen (after a crash)."""
+    """Replay validations and trial ends the searcher has not seen, from before a crash
+    (inside the caller's transaction)."""
     total = Outcome()
     if not _accepts_events(exp) or exp.config.get("searcher") is None:
         return total
-    from dettui.master.store import trials as trial_store
-
-    with transaction(conn):
-        for trial in trial_store.for_experiment(conn, exp.id):
-            if trial.search_id is None:
-                continue
-            rows = conn.execute(
-                "SELECT steps_completed, metrics FROM metrics WHERE trial_id=? AND "
-                "grp='validation' AND archived=0 ORDER BY steps_completed", (trial.id,))
-            for steps, metrics in rows.fetchall():
-                out = _validation(conn, exp, trial, int(steps), json.loads(metrics))
-                total.created += out.created
-                total.stopped += out.stopped
-            fresh = trial_store.get(conn, trial.id)
-            if fresh.state.is_terminal():
-                out = _end(conn, exp, fresh)
-                total.created += out.created
-                total.stopped += out.stopped
+    for trial in trial_store.for_experiment(conn, exp.id):
+        if trial.search_id is None:
+            continue
+        rows = conn.execute(
+            "SELECT steps_completed, metrics FROM metrics WHERE trial_id=? AND "
+            "grp='validation' AND archived=0 ORDER BY steps_completed", (trial.id,))
+        for steps, metrics in rows.fetchall():
+            total.merge(_follow(conn, exp, _validation(conn, exp, trial, int(steps),
+                                                       json.loads(metrics))))
+        fresh = trial_store.get(conn, trial.id)
+        if fresh.state.is_terminal():
+            total.merge(_follow(conn, exp, _end(conn, exp, fresh)))
     return total
 
 

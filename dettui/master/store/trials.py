@@ -52,15 +52,6 @@ def pending(conn: sqlite3.Connection) -> list[Trial]:
     return [Trial.from_row(r) for r in rows]
 
 
-def set_state(conn: sqlite3.Connection, trial_id: int, state: TrialState) -> None:
-    ended = time.time() if state.is_terminal() else None
-    with transaction(conn):
-        conn.execute(
-            "UPDATE trials SET state=?, end_time=COALESCE(?, end_time) WHERE id=?",
-            (state.value, ended, trial_id),
-        )
-
-
 def set_fields(conn: sqlite3.Connection, trial_id: int, **fields: Any) -> None:
     allowed = {"progress", "runner_state", "searcher_stopped", "restarts", "early_exit"}
     cols = {k: v for k, v in fields.items() if k in allowed}
@@ -128,42 +119,3 @@ def set_allocation(conn: sqlite3.Connection, alloc_id: str, **fields: Any) -> Al
         conn.execute(f"UPDATE allocations SET {', '.join(f'{k}=?' for k in cols)} WHERE id=?",
                      (*cols.values(), alloc_id))
     return allocation(conn, alloc_id)
-
-
-def record_part_exit(
-    conn: sqlite3.Connection, alloc_id: str, agent_id: str, exit_code: int | None, reason: str
-) -> Allocation:
-    """Remember one part's exit (the first report per agent wins)."""
-    with transaction(conn):
-        alloc = allocation(conn, alloc_id)
-        exits = dict(alloc.part_exits)
-        exits.setdefault(agent_id, [exit_code, reason])
-        conn.execute("UPDATE allocations SET part_exits=? WHERE id=?",
-                     (json.dumps(exits), alloc_id))
-    return allocation(conn, alloc_id)
-
-
-def finish(
-    conn: sqlite3.Connection, alloc_id: str, *, exit_code: int | None, reason: str,
-    trial_state: TrialState, restarts: int,
-) -> bool:
-    """Record an allocation's exit and its trial's next state in one commit.
-
-    Returns False (and changes nothing) if the allocation had already exited, so a repeated
-    exit report is harmless.
-    """
-    with transaction(conn):
-        alloc = allocation(conn, alloc_id)
-        if alloc.state is AllocationState.EXITED:
-            return False
-        now = time.time()
-        conn.execute(
-            "UPDATE allocations SET state=?, end_time=?, exit_code=?, exit_reason=? WHERE id=?",
-            (AllocationState.EXITED.value, now, exit_code, reason, alloc_id),
-        )
-        conn.execute(
-            "UPDATE trials SET state=?, restarts=?, end_time=? WHERE id=?",
-            (trial_state.value, restarts, now if trial_state.is_terminal() else None,
-             alloc.trial_id),
-        )
-    return True

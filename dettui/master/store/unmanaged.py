@@ -124,7 +124,7 @@ def cancel(conn: sqlite3.Connection, exp_id: int) -> ExperimentState | None:
                      (TrialState.CANCELED.value, now, exp_id, *_ENDED))
         if conn.execute("SELECT 1 FROM trials WHERE experiment_id=?", (exp_id,)).fetchone():
             return settle(conn, exp_id, now)
-        conn.execute("UPDATE experiments SET state=?, end_time=? WHERE id=?",
+        conn.execute("UPDATE experiments SET state=?, end_time=?, gc_pending=1 WHERE id=?",
                      (ExperimentState.CANCELED.value, now, exp_id))
         return ExperimentState.CANCELED
 
@@ -167,6 +167,6 @@ def settle(conn: sqlite3.Connection, exp_id: int, now: float) -> ExperimentState
     end = None
     if new.is_terminal():
         end = max((r["end_time"] for r in rows if r["end_time"] is not None), default=now)
-    conn.execute("UPDATE experiments SET state=?, end_time=? WHERE id=?",
-                 (new.value, end, exp_id))
+    conn.execute("UPDATE experiments SET state=?, end_time=?, gc_pending=? WHERE id=?",
+                 (new.value, end, int(new.is_terminal()), exp_id))
     return new

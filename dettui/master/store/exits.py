@@ -1,0 +1,173 @@
+"""Allocation exits as store commands: a part's exit, the allocation's end, the trial's next
+state, the searcher's event and the experiment's outcome are one transaction, which returns what
+is left to do outside the store (ending other nodes' parts, waking preemption long-polls,
+collecting checkpoints). Nothing a crash can interrupt is left half applied.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from dettui.master import lifecycle
+from dettui.master.store import experiments as exp_store
+from dettui.master.store import search as search_store
+from dettui.master.store import trials as trial_store
+from dettui.master.store.records import Allocation, Experiment, Trial
+from dettui.master.store.tx import transaction
+from dettui.models import AllocationState, ExperimentState
+
+
+@dataclass(frozen=True)
+class Exit:
+    """What an exit leaves to do once committed."""
+
+    alloc: Allocation
+    end_parts: tuple[str, ...] = ()  # agents whose part to end now: another node failed
+    trial: Trial | None = None  # the trial's new state, when the allocation ended
+    searcher: search_store.Outcome = field(default_factory=search_store.Outcome)
+    ended: Experiment | None = None  # the experiment, when it ended with this exit
+
+    @property
+    def done(self) -> bool:
+        return self.trial is not None
+
+
+def first_failure(alloc: Allocation) -> tuple[int | None, str]:
+    """The exit of the part that failed first (reports keep their order), else the chief's."""
+    for code, reason in alloc.part_exits.values():
+        if code != 0 or reason:
+            return code, reason
+    missing = [a for a in alloc.agents if a not in alloc.part_exits]
+    if missing:
+        return None, lifecycle.LOST
+    code, reason = alloc.part_exits[alloc.agents[0]]
+    return code, reason
+
+
+def part_exit(conn: sqlite3.Connection, alloc_id: str, agent_id: str, exit_code: int | None,
+              reason: str, connected: frozenset[str]) -> Exit:
+    """One agent's part of an allocation ended (the first report per agent counts). A failure
+    ends the parts on the other agents; the allocation ends when every part has, or when the
+    agents of the parts left are no longer `connected`."""
+    with transaction(conn):
+        alloc = trial_store.allocation(conn, alloc_id)
+        if alloc.state is AllocationState.EXITED:
+            return Exit(alloc)
+        exits = dict(alloc.part_exits)
+        exits.setdefault(agent_id, [exit_code, reason])
+        conn.execute("UPDATE allocations SET part_exits=? WHERE id=?",
+                     (json.dumps(exits), alloc_id))
+        alloc = trial_store.allocation(conn, alloc_id)
+        pending = [a for a in alloc.agents if a not in alloc.part_exits]
+        failed = exit_code != 0 or reason not in ("", None)
+        end_parts: tuple[str, ...] = ()
+        if failed and pending and not alloc.kill_requested:
+            conn.execute("UPDATE allocations SET state=? WHERE id=?",
+                         (AllocationState.TERMINATING.value, alloc_id))
+            end_parts = tuple(pending)
+        if any(a in connected for a in pending):
+            return Exit(trial_store.allocation(conn, alloc_id), end_parts)
+        return _end(conn, alloc, *first_failure(alloc))
+
+
+def end(conn: sqlite3.Connection, alloc_id: str, exit_code: int | None, reason: str) -> Exit:
+    """The whole allocation ends now: lost with its agent, or killed with no agent left to
+    tell. Idempotent: an allocation that has exited stays as it was."""
+    with transaction(conn):
+        alloc = trial_store.allocation(conn, alloc_id)
+        if alloc.state is AllocationState.EXITED:
+            return Exit(alloc)
+        return _end(conn, alloc, exit_code, reason)
+
+
+def _end(conn: sqlite3.Connection, alloc: Allocation, exit_code: int | None,
+         reason: str) -> Exit:
+    trial = trial_store.get(conn, alloc.trial_id)
+    exp = exp_store.get(conn, trial.experiment_id)
+    state, restarts = lifecycle.decide_trial(lifecycle.ExitFacts(
+        exit_code=exit_code, reason=reason, preempt_acked=alloc.preempt_acked,
+        kill_requested=alloc.kill_requested, trial_state=trial.state,
+        experiment_state=exp.state, restarts=trial.restarts, max_restarts=exp.max_restarts,
+        searcher_stopped=trial.searcher_stopped))
+    now = time.time()
+    conn.execute(
+        "UPDATE allocations SET state=?, end_time=?, exit_code=?, exit_reason=? WHERE id=?",
+        (AllocationState.EXITED.value, now, exit_code,
+         reason or ("exit" if exit_code == 0 else "error"), alloc.id))
+    conn.execute("UPDATE trials SET state=?, restarts=?, end_time=? WHERE id=?",
+                 (state.value, restarts, now if state.is_terminal() else None, trial.id))
+    trial = trial_store.get(conn, trial.id)
+    outcome = search_store.apply_end(conn, exp, trial) if state.is_terminal() else \
+        search_store.Outcome()
+    return Exit(trial_store.allocation(conn, alloc.id), trial=trial, searcher=outcome,
+                ended=settle(conn, exp.id))
+
+
+def settle(conn: sqlite3.Connection, exp_id: int) -> Experiment | None:
+    """Inside a transaction: end the experiment if every trial has ended (its checkpoints then
+    wait for GC: `gc_pending`); the experiment if it ended now."""
+    exp = exp_store.get(conn, exp_id)
+    states = [t.state for t in trial_store.for_experiment(conn, exp_id)]
+    outcome = lifecycle.experiment_outcome(exp.state, states, searcher_done=True)
+    if outcome is None:
+        return None
+    finish_experiment(conn, exp_id, outcome)
+    return exp_store.get(conn, exp_id)
+
+
+def finish_experiment(conn: sqlite3.Connection, exp_id: int, state: ExperimentState,
+                      end_time: float | None = None) -> None:
+    """The experiment ends in `state`; its GC policy is due (inside a transaction)."""
+    conn.execute("UPDATE experiments SET state=?, end_time=?, gc_pending=1 WHERE id=?",
+                 (state.value, end_time or time.time(), exp_id))
+
+
+def settle_now(conn: sqlite3.Connection, exp_id: int) -> Experiment | None:
+    """`settle` in a transaction of its own."""
+    with transaction(conn):
+        return settle(conn, exp_id)
+
+
+def gc_pending(conn: sqlite3.Connection) -> list[int]:
+    return [r[0] for r in conn.execute("SELECT id FROM experiments WHERE gc_pending=1")]
+
+
+def gc_done(conn: sqlite3.Connection, exp_id: int) -> None:
+    with transaction(conn):
+        conn.execute("UPDATE experiments SET gc_pending=0 WHERE id=?", (exp_id,))
+
+
+def validation(conn: sqlite3.Connection, trial_id: int, steps: int,
+               metrics: dict[str, Any]) -> tuple[search_store.Outcome, Experiment | None]:
+    """A validation reaches the searcher; trials it ends may end the experiment: one commit."""
+    with transaction(conn):
+        trial = trial_store.get(conn, trial_id)
+        exp = exp_store.get(conn, trial.experiment_id)
+        outcome = search_store.apply_validation(conn, exp, trial, steps, metrics)
+        return outcome, settle(conn, exp.id) if outcome.ended else None
+
+
+def catch_up(conn: sqlite3.Connection,
+             exp_id: int) -> tuple[search_store.Outcome, Experiment | None]:
+    """At start-up: what the searcher missed before a crash (events of older versions, which
+    committed them apart), and the experiment's outcome if its last trial had ended."""
+    with transaction(conn):
+        outcome = search_store.catch_up(conn, exp_store.get(conn, exp_id))
+        return outcome, settle(conn, exp_id)
+
+
+def flag_stopped(conn: sqlite3.Connection) -> list[str]:
+    """Live allocations of trials their searcher stopped, not yet told: flag them (older
+    versions committed the stop and the preemption apart); their ids."""
+    with transaction(conn):
+        rows = [r[0] for r in conn.execute(
+            "SELECT a.id FROM allocations a JOIN trials t ON t.id = a.trial_id "
+            "WHERE t.searcher_stopped=1 AND a.state != ? AND a.preempt_requested=0",
+            (AllocationState.EXITED.value,))]
+        conn.executemany("UPDATE allocations SET preempt_requested=1 WHERE id=?",
+                         [(r,) for r in rows])
+    return rows
