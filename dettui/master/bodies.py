@@ -221,3 +221,36 @@ class PatchTrialBody(Body):
 class StartRunBody(Body):
     run_id: int
     checkpoint_storage: dict[str, Any] | None = None
+
+
+class CheckpointResources(Body):
+    resources: dict[str, str] = {}
+
+
+class CheckpointLeft(Body):
+    uuid: str
+    resources: CheckpointResources | None = None
+
+
+class PatchCheckpointsBody(Body):
+    """PATCH /api/v1/checkpoints: the files left of each checkpoint (none: deleted)."""
+
+    checkpoints: list[CheckpointLeft]
+
+
+class JobUpdate(Body):
+    job_id: str
+    queue_control: dict[str, Any] | None = None
+    priority: int | None = None
+    weight: float | None = None
+    resource_pool: str | None = None
+    ahead_of: str | None = None
+    behind_of: str | None = None
+
+
+class UpdateJobQueueBody(Body):
+    updates: list[JobUpdate]
+
+
+class PasswordBody(Body):
+    password: str

@@ -10,8 +10,15 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from dettui.errors import DettuiError, InvalidArgument, PermissionDenied, Unauthenticated
+from dettui.errors import (
+    DettuiError,
+    InvalidArgument,
+    PermissionDenied,
+    TooLarge,
+    Unauthenticated,
+)
 from dettui.master import keys, offload
+from dettui.master.openapi import op_of
 from dettui.master.store import trials, users
 from dettui.master.store.records import Allocation, User
 
@@ -20,6 +27,7 @@ log = logging.getLogger("dettui.master")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 BIG_BODY = 256 * 1024  # bytes of JSON decoded off the event loop
 MAX_JSON_DEPTH = 100  # levels of nested lists and objects in a request body
+BODY: web.RequestKey[bytes] = web.RequestKey("body")
 
 PUBLIC = {("GET", "/info"), ("POST", "/api/v1/auth/login")}
 # WebSocket clients that cannot set headers may pass their token as `?token=` here (only here:
@@ -142,10 +150,36 @@ def require_admin(request: web.Request) -> User:
     return user
 
 
+async def read_body(request: web.Request) -> bytes:
+    """The request body, within its operation's cap (`openapi.op(max_body=...)`, 16 MiB unless
+    declared): a 413 as soon as it is known to be over, not after reading it all."""
+    if BODY in request:
+        return request[BODY]
+    cap = op_of(request.match_info.handler).max_body
+    size = request.content_length
+    if size is not None and size > cap:
+        raise _too_large(request, size, cap)
+    chunks, size = [], 0
+    async for chunk in request.content.iter_chunked(1024 * 1024):
+        size += len(chunk)
+        if size > cap:
+            raise _too_large(request, size, cap)
+        chunks.append(chunk)
+    request[BODY] = raw = b"".join(chunks)
+    return raw
+
+
+def _too_large(request: web.Request, size: int, cap: int) -> TooLarge:
+    resource = request.match_info.route.resource
+    where = resource.canonical if resource is not None else request.path
+    return TooLarge(f"the request body ({size:,} bytes or more) is over the limit of {cap:,} "
+                    f"bytes for {request.method} {where}")
+
+
 async def read_json(request: web.Request) -> object:
     """The request body as JSON; an empty body is `{}` (Determined's action POSTs send none).
     A large body is decoded on the CPU pool, not on the event loop."""
-    raw = await request.read()
+    raw = await read_body(request)
     if len(raw) > BIG_BODY:
         return await offload.cpu(decode_json, raw)
     return decode_json(raw)

@@ -77,11 +77,15 @@ def query_bool(request: web.Request, name: str) -> bool | None:
 
 
 def path_int(request: web.Request, name: str) -> int:
-    raw = request.match_info[name]
-    try:
-        return int(raw)
-    except ValueError as exc:
-        raise InvalidArgument(f"{name}: expected an integer id, got {raw!r}") from exc
+    return parse_id(request.match_info[name], name)
+
+
+def parse_id(raw: str, name: str) -> int:
+    """An id from a path or query: ASCII digits only, within SQLite's 64-bit integers."""
+    if not (raw.isascii() and raw.isdigit()) or int(raw) >= 2**63:
+        shown = raw if len(raw) <= 40 else raw[:37] + "..."
+        raise InvalidArgument(f"{name}: expected an integer id, got {shown!r}")
+    return int(raw)
 
 
 _SPECIAL = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}

@@ -18,6 +18,7 @@ from dettui.master.bodies import (
 )
 from dettui.master.cluster import AgentLink
 from dettui.master.middleware import check_allocation, require_admin, require_user, task_route
+from dettui.master.openapi import op
 from dettui.master.store import logs as log_store
 from dettui.master.store import trials as trial_store
 from dettui.master.wire import query_float, ts
@@ -88,6 +89,7 @@ async def list_agents(request: web.Request) -> web.Response:
 
 
 @routes.post("/api/v1/agents/register")
+@op(body=RegisterAgentBody)
 async def register(request: web.Request) -> web.Response:
     require_user(request)
     body = await parse(request, RegisterAgentBody)
@@ -104,6 +106,7 @@ async def register(request: web.Request) -> web.Response:
 
 
 @routes.post("/api/v1/agents/{agentId}/heartbeat")
+@op(body=HeartbeatBody)
 async def heartbeat(request: web.Request) -> web.Response:
     body = await parse(request, HeartbeatBody)
     await request.app[keys.CLUSTER].heartbeat(request.match_info["agentId"],
@@ -159,6 +162,7 @@ async def leave(request: web.Request) -> web.Response:
 
 
 @routes.get("/api/v1/agents/{agentId}/work")
+@op(query={"timeout_seconds": float}, long_poll="timeout_seconds")
 async def work(request: web.Request) -> web.Response:
     timeout = min(max(query_float(request, "timeout_seconds", 30.0), 0.0), MAX_POLL)
     items = await request.app[keys.CLUSTER].poll_work(request.match_info["agentId"], timeout)
@@ -166,6 +170,7 @@ async def work(request: web.Request) -> web.Response:
 
 
 @routes.post("/api/v1/agents/{agentId}/allocations/{allocationId}/exit")
+@op(body=AllocationExitBody)
 async def allocation_exit(request: web.Request) -> web.Response:
     body = await parse(request, AllocationExitBody)
     alloc_id = request.match_info["allocationId"]
@@ -178,6 +183,7 @@ async def allocation_exit(request: web.Request) -> web.Response:
 
 
 @routes.post("/api/v1/agents/{agentId}/logs")
+@op(body=AgentLogsBody)
 async def agent_logs(request: web.Request) -> web.Response:
     body = await parse(request, AgentLogsBody)
     db = request.app[keys.DB]
@@ -206,6 +212,7 @@ async def agent_logs(request: web.Request) -> web.Response:
 
 
 @task_route
+@op(query={"timeout_seconds": float}, long_poll="timeout_seconds")
 async def preemption(request: web.Request) -> web.Response:
     alloc_id = request.match_info["allocationId"]
     check_allocation(request, alloc_id)

@@ -9,8 +9,9 @@ from aiohttp import web
 
 from dettui.errors import InvalidArgument, PermissionDenied
 from dettui.master import keys, serialize
-from dettui.master.bodies import CheckpointBody, parse
+from dettui.master.bodies import CheckpointBody, PatchCheckpointsBody, parse
 from dettui.master.middleware import principal, read_json, task_route
+from dettui.master.openapi import op
 from dettui.master.store import checkpoints as ckpt_store
 from dettui.master.store import trials as trial_store
 from dettui.master.wire import parse_ts
@@ -21,6 +22,7 @@ MAX_PATCH = 10_000  # checkpoints per PATCH
 
 
 @task_route
+@op(body=CheckpointBody)
 async def report(request: web.Request) -> web.Response:
     body = await parse(request, CheckpointBody)
     checkpoint_uuid(body.uuid)
@@ -65,6 +67,7 @@ routes.get("/api/v1/checkpoints/{uuid}")(get)
 
 
 @routes.patch("/api/v1/checkpoints")
+@op(body=PatchCheckpointsBody)
 async def patch(request: web.Request) -> web.Response:
     """Record which files of each checkpoint are left (after GC or `checkpoint.delete()`)."""
     raw = await read_json(request)

@@ -9,10 +9,17 @@ from aiohttp import web
 
 from dettui.errors import FailedPrecondition, InvalidArgument
 from dettui.master import checkpoint_gc, intake, keys, offload, serialize
-from dettui.master.bodies import PatchExperimentBody
+from dettui.master.bodies import CreateExperimentBody, PatchExperimentBody
 from dettui.master.gc import GcPolicy
 from dettui.master.intake import Intake
-from dettui.master.middleware import principal, read_json, require_user, task_route
+from dettui.master.middleware import (
+    principal,
+    read_body,
+    read_json,
+    require_user,
+    task_route,
+)
+from dettui.master.openapi import op
 from dettui.master.routes.views import trial_views
 from dettui.master.store import Database
 from dettui.master.store import checkpoints as ckpt_store
@@ -34,16 +41,18 @@ from dettui.models import ExperimentState
 log = logging.getLogger("dettui.master.experiments")
 routes = web.RouteTableDef()
 DEFAULT_PRIORITY = 42
+MAX_CREATE_BODY = 140 * 1024 * 1024  # a 95 MiB context arrives base64-encoded inside JSON
 
 
 async def _intake(request: web.Request, by_external_id: bool = False) -> Intake:
     """The create body, read and prepared in a worker process (never on the event loop)."""
-    raw = await request.read()
+    raw = await read_body(request)
     root = str(request.app[keys.SETTINGS].checkpoint_root)
     return await offload.isolated(intake.read_create, raw, root, by_external_id)
 
 
 @routes.post("/api/v1/experiments")
+@op(body=CreateExperimentBody, max_body=MAX_CREATE_BODY)
 async def create(request: web.Request) -> web.Response:
     got = await _intake(request)
     user = require_user(request)
@@ -73,6 +82,7 @@ async def create(request: web.Request) -> web.Response:
 
 
 @routes.put("/api/v1/experiments/by-external-id/{externalId}")
+@op(body=CreateExperimentBody, max_body=MAX_CREATE_BODY)
 async def put_by_external_id(request: web.Request) -> web.Response:
     """Create an unmanaged experiment, or return the one already known by that external id."""
     got = await _intake(request, by_external_id=True)
@@ -139,6 +149,7 @@ async def trial_objects(db: Database, exp_id: int) -> list[dict[str, Any]]:
 
 
 @routes.get("/api/v1/experiments")
+@op(query={"archived": bool, "users": list[str], "states": list[str]}, paged=True)
 async def list_(request: web.Request) -> web.Response:
     archived = query_bool(request, "archived")
     users = request.query.getall("users", []) or None
@@ -160,6 +171,7 @@ async def get(request: web.Request) -> web.Response:
 
 
 @routes.patch("/api/v1/experiments/{id}")
+@op(body=PatchExperimentBody)
 async def patch(request: web.Request) -> web.Response:
     exp_id = path_int(request, "id")
     raw = await read_json(request)
@@ -214,6 +226,7 @@ def _gc_policy(raw: dict[str, Any], old: GcPolicy) -> GcPolicy:
     return GcPolicy(**values)
 
 
+@op(query={"save_experiment_best": int, "save_trial_best": int, "save_trial_latest": int})
 async def preview_gc(request: web.Request) -> web.Response:
     """What a policy would delete (`det e set gc-policy` without --yes)."""
     exp_id = path_int(request, "id")
@@ -338,6 +351,7 @@ for _name in ("pause", "activate", "cancel", "kill", "archive", "unarchive"):
 
 
 @routes.get("/api/v1/experiments/{id}/trials")
+@op(query={"states": list[str]}, paged=True)
 async def trials(request: web.Request) -> web.Response:
     exp_id = path_int(request, "id")
     db = request.app[keys.DB]
@@ -354,6 +368,7 @@ async def trials(request: web.Request) -> web.Response:
 
 
 @routes.get("/api/v1/experiments/{id}/checkpoints")
+@op(paged=True)
 async def checkpoints(request: web.Request) -> web.Response:
     exp_id = path_int(request, "id")
     db = request.app[keys.DB]

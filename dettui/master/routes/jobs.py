@@ -8,8 +8,10 @@ from aiohttp import web
 
 from dettui.errors import FailedPrecondition, InvalidArgument, NotFound
 from dettui.master import keys
+from dettui.master.bodies import UpdateJobQueueBody
 from dettui.master.cluster import Cluster
 from dettui.master.middleware import read_json
+from dettui.master.openapi import op
 from dettui.master.queue import QueuedJob, move
 from dettui.master.scheduler import FAIR_SHARE, PoolPolicy, order
 from dettui.master.scheduler import Request as SchedRequest
@@ -47,6 +49,7 @@ def pool_json(name: str, cluster: Cluster, default: bool, used: int,
 
 
 @routes.get("/api/v1/resource-pools")
+@op(paged=True)
 async def resource_pools(request: web.Request) -> web.Response:
     settings = request.app[keys.SETTINGS]
     cluster = request.app[keys.CLUSTER]
@@ -119,6 +122,7 @@ async def queue_jobs(app: web.Application, pool: str | None = None) -> list[dict
 
 
 @routes.get("/api/v1/job-queues-v2")
+@op(query={"resourcePool": str, "states": list[str]}, paged=True)
 async def job_queue(request: web.Request) -> web.Response:
     rows = await queue_jobs(request.app, request.query.get("resourcePool"))
     states = request.query.getall("states", [])
@@ -132,6 +136,7 @@ async def job_queue(request: web.Request) -> web.Response:
 
 
 @routes.post("/api/v1/job-queues")
+@op(body=UpdateJobQueueBody)
 async def update_jobs(request: web.Request) -> web.Response:
     """Determined's UpdateJobQueue, plus aheadOf/behindOf (removed from det in 0.35)."""
     raw = await read_json(request)

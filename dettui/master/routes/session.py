@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
+
 from aiohttp import web
 
 from dettui.errors import PermissionDenied, Unauthenticated
-from dettui.master import keys, serialize
-from dettui.master.bodies import LoginBody, parse
+from dettui.master import keys, openapi, serialize
+from dettui.master.bodies import LoginBody, PasswordBody, parse
 from dettui.master.middleware import principal, require_admin, task_route
+from dettui.master.openapi import op
 from dettui.master.store import users
 from dettui.master.store.records import User
 from dettui.master.wire import paginate, path_int, query_bool
@@ -29,6 +32,24 @@ async def info(request: web.Request) -> web.Response:
     return web.json_response(body)
 
 
+@routes.get("/api/v1/openapi.json")
+async def openapi_json(request: web.Request) -> web.Response:
+    """This API as OpenAPI 3.1, generated from the routes and their body models."""
+    return web.Response(body=_openapi(request.app), content_type="application/json")
+
+
+def _openapi(app: web.Application) -> bytes:
+    """Every app of this process has the same routes: one document, built on first use."""
+    if not _SPEC:
+        from dettui.master.middleware import PUBLIC, TASK_HANDLERS
+
+        _SPEC.append(json.dumps(openapi.spec(app, PUBLIC, TASK_HANDLERS)).encode())
+    return _SPEC[0]
+
+
+_SPEC: list[bytes] = []
+
+
 @routes.get("/api/v1/master")
 async def master(request: web.Request) -> web.Response:
     s = request.app[keys.SETTINGS]
@@ -36,6 +57,7 @@ async def master(request: web.Request) -> web.Response:
 
 
 @routes.post("/api/v1/auth/login")
+@op(body=LoginBody)
 async def login(request: web.Request) -> web.Response:
     body = await parse(request, LoginBody)
     db = request.app[keys.DB]
@@ -65,6 +87,7 @@ routes.get("/api/v1/auth/user")(me)
 
 
 @routes.get("/api/v1/users")
+@op(query={"active": bool}, paged=True)
 async def list_users(request: web.Request) -> web.Response:
     """Every user (`det user list`), `active=true|false` to filter, paginated."""
     found = await request.app[keys.DB].run(users.list_, query_bool(request, "active"))
@@ -79,6 +102,7 @@ async def get_user(request: web.Request) -> web.Response:
 
 
 @routes.post("/api/v1/users/{username}/password")
+@op(body=PasswordBody)
 async def set_password(request: web.Request) -> web.Response:
     """Admins set anyone's password; users their own. Body: the raw JSON string or {password}."""
     from dettui.master.middleware import read_json

@@ -39,6 +39,7 @@ from aiohttp import WSCloseCode, WSMsgType, web
 from dettui.errors import DettuiError, InvalidArgument
 from dettui.master import keys
 from dettui.master.middleware import require_user
+from dettui.master.openapi import op
 from dettui.master.routes import agents as agent_routes
 from dettui.master.routes import experiments as exp_routes
 from dettui.master.routes import jobs as job_routes
@@ -217,6 +218,7 @@ def _request(data: str) -> dict[str, list[str]]:
 
 
 @routes.get("/api/v1/stream")
+@op(query={"token": str})
 async def stream(request: web.Request) -> web.WebSocketResponse:
     require_user(request)
     ws = web.WebSocketResponse(heartbeat=30, max_msg_size=MAX_MESSAGE)

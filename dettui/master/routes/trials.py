@@ -27,6 +27,7 @@ from dettui.master.bodies import (
     parse,
 )
 from dettui.master.middleware import check_trial, principal, read_json, task_route
+from dettui.master.openapi import op
 from dettui.master.routes.views import trial_views
 from dettui.master.store import checkpoints as ckpt_store
 from dettui.master.store import experiments as exp_store
@@ -42,6 +43,7 @@ from dettui.master.wire import (
     decode_number,
     encode_metrics,
     paginate,
+    parse_id,
     parse_ts,
     path_int,
     query_bool,
@@ -54,6 +56,9 @@ log = logging.getLogger("dettui.master.trials")
 
 routes = web.RouteTableDef()
 LOG_BATCH = 1000
+LOG_QUERY = {"rankIds": list[int], "stdtypes": list[str], "levels": list[str],
+             "searchText": str, "timestampBefore": str, "timestampAfter": str, "limit": int,
+             "follow": bool, "orderBy": str}
 FOLLOW_GRACE = 0.3  # seconds to wait for last lines after a trial ends
 
 
@@ -72,6 +77,7 @@ routes.get("/api/v1/trials/{id}")(get_trial)
 
 
 @task_route
+@op(body=ReportMetricsBody)
 async def report_metrics(request: web.Request) -> web.Response:
     trial_id = path_int(request, "id")
     check_trial(request, trial_id)
@@ -126,6 +132,7 @@ def metric_json(m: Metric) -> dict[str, Any]:
 
 
 @task_route
+@op(query={"group": str})
 async def read_metrics(request: web.Request) -> web.Response:
     trial_id = path_int(request, "id")
     check_trial(request, trial_id)
@@ -149,6 +156,8 @@ METRIC_TYPES = {"METRIC_TYPE_TRAINING": "training", "METRIC_TYPE_VALIDATION": "v
 
 
 @routes.get("/api/v1/trials/{id}/workloads")
+@op(query={"filter": str, "group": str, "removeDeletedCheckpoints": bool, "sortKey": str,
+           "metricType": str, "includeBatchMetrics": bool}, paged=True)
 async def workloads(request: web.Request) -> web.Response:
     """Determined's GetTrialWorkloads (what `det e describe` and `det trial describe` show):
     each training and validation report and each checkpoint of the trial, by batches unless
@@ -204,12 +213,10 @@ async def workloads(request: web.Request) -> web.Response:
 
 
 @routes.get("/api/v1/trials/metrics/trial_metrics")
+@op(query={"trialIds": list[int], "group": str})
 async def trial_metrics_stream(request: web.Request) -> web.StreamResponse:
     """Determined's GetMetrics: NDJSON, one result with every report of the trials."""
-    try:
-        ids = [int(x) for x in request.query.getall("trialIds", [])]
-    except ValueError as exc:
-        raise InvalidArgument("trialIds: expected integers") from exc
+    ids = [parse_id(x, "trialIds") for x in request.query.getall("trialIds", [])]
     group = request.query.get("group") or None
     db = request.app[keys.DB]
     out: list[dict[str, Any]] = []
@@ -228,6 +235,7 @@ def _ndjson_line(data: Any) -> bytes:
 
 
 @task_route
+@op(body=ProgressBody)
 async def progress(request: web.Request) -> web.Response:
     trial_id = path_int(request, "id")
     check_trial(request, trial_id)
@@ -247,6 +255,7 @@ routes.post("/api/v1/trials/{id}/progress")(progress)
 
 
 @task_route
+@op(body=EarlyExitBody)
 async def early_exit(request: web.Request) -> web.Response:
     trial_id = path_int(request, "id")
     check_trial(request, trial_id)
@@ -264,6 +273,7 @@ routes.post("/api/v1/trials/{id}/early_exit")(early_exit)
 
 
 @task_route
+@op(body=RunnerMetadataBody)
 async def runner_metadata(request: web.Request) -> web.Response:
     trial_id = path_int(request, "id")
     check_trial(request, trial_id)
@@ -296,6 +306,7 @@ def _filter(request: web.Request) -> log_store.LogFilter:
 
 
 @routes.get("/api/v1/trials/{id}/logs")
+@op(query=LOG_QUERY, long_poll="follow")
 async def trial_logs(request: web.Request) -> web.StreamResponse:
     trial_id = path_int(request, "id")
     db = request.app[keys.DB]
@@ -355,6 +366,7 @@ async def _follow(request: web.Request, resp: web.StreamResponse, trial_id: int,
 
 
 @task_route
+@op(body=TaskLogsBody)
 async def post_task_logs(request: web.Request) -> web.Response:
     """Determined's ship_logs.py endpoint (task token)."""
     body = await parse(request, TaskLogsBody)
@@ -398,12 +410,14 @@ SETTABLE = (TrialState.RUNNING, TrialState.PAUSED, TrialState.COMPLETED, TrialSt
 
 
 @routes.post("/api/v1/trials")
+@op(body=CreateTrialBody)
 async def create_trial(request: web.Request) -> web.Response:
     body = await parse(request, CreateTrialBody)
     return web.json_response({"trial": await _new_trial(request, body, None)})
 
 
 @routes.put("/api/v1/trials")
+@op(body=PutTrialBody)
 async def put_trial(request: web.Request) -> web.Response:
     """Create a trial, or return the one the experiment already has with that external id."""
     body = await parse(request, PutTrialBody)
@@ -443,6 +457,7 @@ async def _unmanaged_trial(request: web.Request, body_trial_id: int | None) -> i
 
 
 @routes.post("/api/v1/trials/{id}/start")
+@op(body=StartTrialBody)
 async def start_trial(request: web.Request) -> web.Response:
     """A detached script (re)starts its trial: a new run id; from the second run on, the
     checkpoint to resume from."""
@@ -476,6 +491,7 @@ def _settable_state(raw: str | None) -> TrialState | None:
 
 
 @routes.patch("/api/v1/trials/{id}")
+@op(body=PatchTrialBody)
 async def patch_trial(request: web.Request) -> web.Response:
     """A detached trial's heartbeat (no state) or state change; its experiment follows."""
     body = await parse(request, PatchTrialBody)
@@ -494,6 +510,7 @@ async def patch_trial(request: web.Request) -> web.Response:
 
 
 @task_route
+@op(body=StartRunBody)
 async def start_run(request: web.Request) -> web.Response:
     """Determined 0.38's `POST /runs/start` (the run id is the trial id): nothing to record."""
     body = await parse(request, StartRunBody)
@@ -506,6 +523,7 @@ routes.post("/api/v1/runs/start")(start_run)
 
 
 @routes.post("/task-logs")
+@op(body=list)
 async def post_core_v2_logs(request: web.Request) -> web.Response:
     """Determined's detached log shipper: a JSON array of {task_id, timestamp, rank?, log}."""
     raw = await read_json(request)
