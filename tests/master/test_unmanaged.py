@@ -169,7 +169,7 @@ async def test_unmanaged_experiments_are_never_jobs_or_scheduled(
     await api.call("POST", f"/api/v1/trials/{tid}/start", {"trialId": tid, "resume": True})
     app = api.client.server.app
     assert await app[keys.DB].run(trial_store.pending) == []
-    await app[keys.CLUSTER].schedule_once()
+    await app[keys.CLUSTER].scheduling.once()
     assert await app[keys.DB].run(trial_store.live_allocations) == []
     jobs = await api.call("GET", "/api/v1/job-queues-v2?limit=100&offset=0")
     assert jobs["jobs"] == []

@@ -77,7 +77,7 @@ async def agent_objects(app: web.Application) -> list[dict[str, Any]]:
         for agent_id, slots in alloc.parts:
             for s in slots:
                 used.setdefault(agent_id, {})[s] = alloc.id
-    return [agent_json(link, used.get(aid, {})) for aid, link in sorted(cluster.links.items())]
+    return [agent_json(link, used.get(link.agent.id, {})) for link in cluster.agents.connected()]
 
 
 @routes.get("/api/v1/agents")
@@ -96,7 +96,7 @@ async def register(request: web.Request) -> web.Response:
     if not body.id or "/" in body.id:
         raise InvalidArgument("id: an agent id must be non-empty and contain no '/'")
     settings = request.app[keys.SETTINGS]
-    agent = await request.app[keys.CLUSTER].register(
+    agent = await request.app[keys.CLUSTER].agents.register(
         body.id, body.resource_pool or settings.default_pool,
         [s.model_dump() for s in body.slots], body.hostname, body.addresses,
         body.running_allocations, body.no_gpu_reason,
@@ -109,7 +109,7 @@ async def register(request: web.Request) -> web.Response:
 @op(body=HeartbeatBody)
 async def heartbeat(request: web.Request) -> web.Response:
     body = await parse(request, HeartbeatBody)
-    await request.app[keys.CLUSTER].heartbeat(request.match_info["agentId"],
+    await request.app[keys.CLUSTER].agents.heartbeat(request.match_info["agentId"],
                                               body.running_allocations, body.telemetry,
                                               body.samples)
     return web.json_response({})
@@ -117,7 +117,8 @@ async def heartbeat(request: web.Request) -> web.Response:
 
 async def _enable(request: web.Request, enabled: bool) -> web.Response:
     require_admin(request)
-    agent = await request.app[keys.CLUSTER].set_enabled(request.match_info["agentId"], enabled)
+    agents = request.app[keys.CLUSTER].agents
+    agent = await agents.set_enabled(request.match_info["agentId"], enabled)
     return web.json_response({"agent": {"id": agent.id, "enabled": agent.enabled}})
 
 
@@ -151,13 +152,13 @@ async def tasks(request: web.Request) -> web.Response:
 
 @routes.post("/api/v1/agents/{agentId}/drain")
 async def drain(request: web.Request) -> web.Response:
-    request.app[keys.CLUSTER].drain(request.match_info["agentId"])
+    request.app[keys.CLUSTER].agents.drain(request.match_info["agentId"])
     return web.json_response({})
 
 
 @routes.post("/api/v1/agents/{agentId}/leave")
 async def leave(request: web.Request) -> web.Response:
-    await request.app[keys.CLUSTER].leave(request.match_info["agentId"])
+    await request.app[keys.CLUSTER].agents.leave(request.match_info["agentId"])
     return web.json_response({})
 
 
@@ -165,7 +166,7 @@ async def leave(request: web.Request) -> web.Response:
 @op(query={"timeout_seconds": float}, long_poll="timeout_seconds")
 async def work(request: web.Request) -> web.Response:
     timeout = min(max(query_float(request, "timeout_seconds", 30.0), 0.0), MAX_POLL)
-    items = await request.app[keys.CLUSTER].poll_work(request.match_info["agentId"], timeout)
+    items = await request.app[keys.CLUSTER].agents.poll_work(request.match_info["agentId"], timeout)
     return web.json_response({"work": items})
 
 
@@ -178,7 +179,8 @@ async def allocation_exit(request: web.Request) -> web.Response:
     agent_id = request.match_info["agentId"]
     if agent_id not in alloc.agents:
         raise NotFound(f"allocation {alloc_id} does not run on this agent")
-    await request.app[keys.CLUSTER].part_exit(agent_id, alloc_id, body.exit_code, body.reason)
+    await request.app[keys.CLUSTER].allocations.part_exit(agent_id, alloc_id, body.exit_code,
+                                                          body.reason)
     return web.json_response({})
 
 
@@ -217,7 +219,7 @@ async def preemption(request: web.Request) -> web.Response:
     alloc_id = request.match_info["allocationId"]
     check_allocation(request, alloc_id)
     timeout = min(max(query_float(request, "timeout_seconds", 60.0), 0.0), 3600.0)
-    flag = await request.app[keys.CLUSTER].wait_preemption(alloc_id, timeout)
+    flag = await request.app[keys.CLUSTER].allocations.wait_preemption(alloc_id, timeout)
     return web.json_response({"preempt": flag})
 
 
@@ -228,7 +230,7 @@ routes.get("/api/v1/allocations/{allocationId}/signals/preemption")(preemption)
 async def ack_preemption(request: web.Request) -> web.Response:
     alloc_id = request.match_info["allocationId"]
     check_allocation(request, alloc_id)
-    await request.app[keys.CLUSTER].ack_preemption(alloc_id)
+    await request.app[keys.CLUSTER].allocations.ack_preemption(alloc_id)
     return web.json_response({})
 
 
@@ -239,7 +241,7 @@ routes.post("/api/v1/allocations/{allocationId}/signals/ack_preemption")(ack_pre
 async def pending_preemption(request: web.Request) -> web.Response:
     alloc_id = request.match_info["allocationId"]
     check_allocation(request, alloc_id)
-    await request.app[keys.CLUSTER].preempt(alloc_id)
+    await request.app[keys.CLUSTER].allocations.preempt(alloc_id)
     return web.json_response({})
 
 

@@ -120,7 +120,7 @@ async def _pool(request: web.Request, conf: dict[str, Any]) -> str:
     settings = request.app[keys.SETTINGS]
     name = conf["resources"].get("resource_pool") or settings.default_pool
     known = set(settings.pools) | {link.agent.pool for link in request.app[keys.CLUSTER]
-                                   .links.values()}
+                                   .agents.connected()}
     if name not in known:
         raise InvalidArgument(
             f"resources.resource_pool: resource pool '{name}' not found "
@@ -286,13 +286,13 @@ async def _action(request: web.Request, action: str) -> web.Response:
     if exp.unmanaged and action in ("pause", "activate", "cancel", "kill"):
         return await _unmanaged_action(request, exp, action)
     if action == "pause":
-        await cluster.stop_experiment(exp_id, ExperimentState.PAUSED)
+        await cluster.experiments.stop(exp_id, ExperimentState.PAUSED)
     elif action == "activate":
-        await cluster.activate(exp_id)
+        await cluster.experiments.activate(exp_id)
     elif action == "cancel":
-        await cluster.stop_experiment(exp_id, ExperimentState.STOPPING_CANCELED)
+        await cluster.experiments.stop(exp_id, ExperimentState.STOPPING_CANCELED)
     elif action == "kill":
-        await cluster.stop_experiment(exp_id, ExperimentState.STOPPING_KILLED)
+        await cluster.experiments.stop(exp_id, ExperimentState.STOPPING_KILLED)
     elif action == "archive":
         if not exp.state.is_terminal():
             raise FailedPrecondition("Experiment is not in terminal state.")
@@ -318,7 +318,7 @@ async def _unmanaged_action(request: web.Request, exp: Any, action: str) -> web.
         return web.json_response({})
     changed = await request.app[keys.DB].run(unmanaged_store.cancel, exp_id)
     if changed is not None:
-        await request.app[keys.CLUSTER].settle_unmanaged([(exp_id, changed)])
+        await request.app[keys.CLUSTER].allocations.settle_unmanaged([(exp_id, changed)])
     request.app[keys.NOTIFIER].notify(f"experiment:{exp_id}", "experiments")
     return web.json_response({})
 

@@ -26,7 +26,7 @@ routes = web.RouteTableDef()
 
 def pool_json(name: str, cluster: Cluster, default: bool, used: int,
               policy: PoolPolicy) -> dict[str, Any]:
-    links = [lk for lk in cluster.links.values() if lk.agent.pool == name]
+    links = [lk for lk in cluster.agents.connected() if lk.agent.pool == name]
     slots = sum(len(lk.agent.slots) for lk in links)
     slot_type = "TYPE_CUDA" if any(
         s.get("type") == "cuda" for lk in links for s in lk.agent.slots) else "TYPE_CPU"
@@ -54,10 +54,10 @@ async def resource_pools(request: web.Request) -> web.Response:
     settings = request.app[keys.SETTINGS]
     cluster = request.app[keys.CLUSTER]
     names = list(dict.fromkeys([*settings.pools,
-                                *(lk.agent.pool for lk in cluster.links.values())]))
+                                *(lk.agent.pool for lk in cluster.agents.connected())]))
     used: dict[str, int] = {}
     for alloc in await request.app[keys.DB].run(trial_store.live_allocations):
-        link = cluster.links.get(alloc.agent_id)
+        link = cluster.hub.links.get(alloc.agent_id)
         if link is not None:
             used[link.agent.pool] = used.get(link.agent.pool, 0) + len(alloc.slots)
     pools = [pool_json(n, cluster, n == settings.default_pool, used.get(n, 0), settings.policy(n))
@@ -118,7 +118,7 @@ async def queue_jobs(app: web.Application, pool: str | None = None) -> list[dict
         exps = [e for e in exps if e.resource_pool == pool]
     trials = await db.run(trial_store.for_experiments, [e.id for e in exps])
     fair = {p for p, pol in app[keys.SETTINGS].policies.items() if pol.scheduler == FAIR_SHARE}
-    return job_rows(exps, trials, app[keys.CLUSTER].unschedulable, fair)
+    return job_rows(exps, trials, app[keys.CLUSTER].hub.unschedulable, fair)
 
 
 @routes.get("/api/v1/job-queues-v2")

@@ -101,7 +101,7 @@ async def report_metrics(request: web.Request) -> web.Response:
     request.app[keys.NOTIFIER].notify(f"metrics:{trial_id}", f"trial:{trial_id}",
                                       f"experiment:{trial.experiment_id}")
     if group == "validation":
-        problem = await request.app[keys.CLUSTER].validation_reported(
+        problem = await request.app[keys.CLUSTER].allocations.validation_reported(
             trial_id, m.steps_completed, avg)
         if problem:
             log.warning("trial %d: %s", trial_id, problem)
@@ -503,7 +503,8 @@ async def patch_trial(request: web.Request) -> web.Response:
         request.app[keys.NOTIFIER].notify(f"trial:{trial_id}", f"logs:{trial_id}",
                                           f"experiment:{trial.experiment_id}")
     if changed is not None:
-        await request.app[keys.CLUSTER].settle_unmanaged([(trial.experiment_id, changed)])
+        await request.app[keys.CLUSTER].allocations.settle_unmanaged(
+            [(trial.experiment_id, changed)])
     exp = await db.run(exp_store.get, trial.experiment_id)
     views = await db.call(trial_views, db.conn, exp, [trial])
     return web.json_response({"trial": views[0]})

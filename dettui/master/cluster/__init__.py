@@ -1,0 +1,52 @@
+"""The master's runtime, split by what each part does, all on the store and the shared `Hub`:
+`agents` (registration, heartbeats, work long-polls, liveness), `allocations` (exits, kills,
+preemption, searchers' reactions, start-up recovery), `experiments` (pause, cancel, kill,
+activate) and `scheduling` (the loop that starts allocations). State transitions are store
+commands; the parts perform what follows a commit."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from dettui.master.cluster.agents import Agents
+from dettui.master.cluster.allocations import Allocations
+from dettui.master.cluster.experiments import Experiments
+from dettui.master.cluster.hub import Hub
+from dettui.master.cluster.links import AgentLink
+from dettui.master.cluster.scheduling import Scheduling
+from dettui.master.events import Notifier
+from dettui.master.settings import MasterSettings
+from dettui.master.store import Database
+
+__all__ = ["AgentLink", "Cluster"]
+
+
+class Cluster:
+    def __init__(self, db: Database, settings: MasterSettings, notifier: Notifier,
+                 cluster_id: str) -> None:
+        self.hub = Hub(db, settings, notifier, cluster_id)
+        self.allocations = Allocations(self.hub)
+        self.agents = Agents(self.hub, self.allocations)
+        self.experiments = Experiments(self.hub, self.allocations)
+        self.scheduling = Scheduling(self.hub, self.allocations)
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def start(self) -> None:
+        await self.allocations.recover()
+        self._tasks = [
+            asyncio.create_task(self.scheduling.loop(), name="dettui-scheduler"),
+            asyncio.create_task(self.agents.liveness_loop(), name="dettui-liveness"),
+        ]
+        self.hub.kick()
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self.hub.links.wake_all()
+
+    def kick(self) -> None:
+        self.hub.kick()

@@ -1,0 +1,61 @@
+"""What every part of the cluster shares: the store, the settings, the connected agents, and the
+side effects that follow a commit (notifications, a scheduling pass, start messages, preemption
+timers, checkpoint collection). Each effect is idempotent."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+
+from dettui.master import checkpoint_gc
+from dettui.master.cluster.links import AgentLink, Links
+from dettui.master.events import Notifier
+from dettui.master.launch_spec import build_start
+from dettui.master.settings import MasterSettings
+from dettui.master.store import Database, exits
+from dettui.master.store.records import Allocation
+
+log = logging.getLogger("dettui.master.cluster")
+
+
+@dataclass
+class Hub:
+    db: Database
+    settings: MasterSettings
+    notifier: Notifier
+    cluster_id: str
+    links: Links = field(default_factory=Links)
+    preempting: dict[str, float] = field(default_factory=dict)  # allocation -> when (monotonic)
+    backfilled: set[str] = field(default_factory=set)  # allocations started by backfilling
+    unschedulable: dict[int, str] = field(default_factory=dict)  # trial -> why it waits
+    kicked: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def kick(self) -> None:
+        """Ask for a scheduling pass soon."""
+        self.kicked.set()
+
+    def notify(self, *topics: str) -> None:
+        self.notifier.notify(*topics)
+
+    def preempted(self, alloc_id: str) -> None:
+        """After `preempt_requested` is committed: time the preemption, wake the long-poll."""
+        self.preempting.setdefault(alloc_id, time.monotonic())
+        self.notify(f"preempt:{alloc_id}")
+
+    async def send_start(self, link: AgentLink, alloc: Allocation) -> None:
+        """The start message of `link`'s part of `alloc`, built from committed records."""
+        peers = {a: peer.agent for a in alloc.agents if (peer := self.links.get(a))}
+        message = await self.db.call(build_start, self.db.conn, alloc, link.agent, peers,
+                                     self.cluster_id, self.settings)
+        link.sent_at[alloc.id] = time.monotonic()
+        link.send(message)
+
+    async def collect(self, exp_id: int) -> None:
+        """Apply an ended experiment's GC policy, then clear its `gc_pending`."""
+        try:
+            await checkpoint_gc.collect(self.db, exp_id)
+            await self.db.run(exits.gc_done, exp_id)
+        except Exception:  # noqa: BLE001 - GC failing must not undo the ending
+            log.exception("checkpoint GC of experiment %d failed", exp_id)

@@ -1,0 +1,108 @@
+"""The connected agents: their links (outbox, liveness, telemetry), and delivering messages to
+them. In memory only: what is lost with the master is re-derived when agents register again."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from dettui.errors import NotFound
+from dettui.master import scheduler
+from dettui.master.store.records import Agent, Allocation
+from dettui.master.telemetry import AgentTelemetry
+
+
+def kill_message(alloc_id: str, reason: str) -> dict[str, Any]:
+    """The agent protocol's order to end an allocation's processes."""
+    return {"kind": "kill", "allocationId": alloc_id, "reason": reason}
+
+
+@dataclass
+class AgentLink:
+    """A connected agent: its record, when we last heard of it, and its pending work."""
+
+    agent: Agent
+    last_seen: float
+    outbox: list[dict[str, Any]] = field(default_factory=list)
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    running: set[str] = field(default_factory=set)
+    sent_at: dict[str, float] = field(default_factory=dict)
+    telemetry: AgentTelemetry = field(default_factory=AgentTelemetry)
+    no_gpu_reason: str | None = None  # the agent's note when NVML is unavailable
+    draining: bool = False  # the agent is stopping: it takes no new work
+
+    def send(self, message: dict[str, Any]) -> None:
+        self.outbox.append(message)
+        self.wake.set()
+
+
+class Links:
+    """Agent id -> link of every connected agent."""
+
+    def __init__(self) -> None:
+        self._links: dict[str, AgentLink] = {}
+
+    def __contains__(self, agent_id: object) -> bool:
+        return agent_id in self._links
+
+    def __iter__(self) -> Iterator[AgentLink]:
+        return iter(list(self._links.values()))
+
+    def ids(self) -> frozenset[str]:
+        return frozenset(self._links)
+
+    def get(self, agent_id: str) -> AgentLink | None:
+        return self._links.get(agent_id)
+
+    def require(self, agent_id: str) -> AgentLink:
+        link = self._links.get(agent_id)
+        if link is None:
+            raise NotFound(f"agent {agent_id} is not registered (register again)")
+        return link
+
+    def put(self, link: AgentLink) -> AgentLink | None:
+        """Connect `link`, replacing (and waking) an earlier link of the same agent."""
+        old = self._links.get(link.agent.id)
+        if old is not None:
+            old.wake.set()
+            link.telemetry = old.telemetry  # the history survives a re-registration
+        self._links[link.agent.id] = link
+        return old
+
+    def drop(self, agent_id: str) -> AgentLink | None:
+        link = self._links.pop(agent_id, None)
+        if link is not None:
+            link.wake.set()
+        return link
+
+    def kill(self, alloc: Allocation, reason: str) -> bool:
+        """Tell every connected agent still running a part of `alloc` to end it; whether any
+        was reached."""
+        reached = False
+        for agent_id in alloc.agents:
+            link = self._links.get(agent_id)
+            if link is not None and agent_id not in alloc.part_exits:
+                link.send(kill_message(alloc.id, reason))
+                reached = True
+        return reached
+
+    def views(self, live: list[Allocation]) -> list[scheduler.AgentView]:
+        """The agents as the scheduler sees them, with the slots `live` allocations hold."""
+        used: dict[str, set[int]] = {}
+        for alloc in live:
+            for agent_id, slots in alloc.parts:
+                used.setdefault(agent_id, set()).update(slots)
+        return [
+            scheduler.AgentView(
+                id=link.agent.id, pool=link.agent.pool,
+                slot_ids=tuple(int(s["id"]) for s in link.agent.slots),
+                used=frozenset(used.get(link.agent.id, ())),
+                enabled=link.agent.enabled and not link.draining)
+            for link in self._links.values()
+        ]
+
+    def wake_all(self) -> None:
+        for link in self._links.values():
+            link.wake.set()

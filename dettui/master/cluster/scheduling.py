@@ -1,0 +1,106 @@
+"""The scheduling loop: on every kick, one pass of the pure scheduler over the queue and the
+agents, then the allocations it starts (one commit each, start messages after) and the
+preemptions it asks for."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from dettui.master import scheduler
+from dettui.master.cluster.allocations import Allocations
+from dettui.master.cluster.hub import Hub
+from dettui.master.store import experiments as exp_store
+from dettui.master.store import trials as trial_store
+from dettui.master.store.records import Allocation, Experiment
+from dettui.models import ExperimentState
+
+log = logging.getLogger("dettui.master.cluster")
+
+
+def _request(trial_id: int, exp: Experiment) -> scheduler.Request:
+    return scheduler.Request(
+        key=trial_id, job_id=exp.job_id, slots=exp.slots_per_trial, priority=exp.priority,
+        queue_position=exp.queue_position, pool=exp.resource_pool, weight=exp.weight,
+        max_slots=exp.max_slots)
+
+
+class Scheduling:
+    def __init__(self, hub: Hub, allocations: Allocations) -> None:
+        self.hub = hub
+        self.db = hub.db
+        self.allocations = allocations
+        self._next_port = 30000 + (int(time.time()) % 5000)
+
+    async def loop(self) -> None:
+        while True:
+            await self.hub.kicked.wait()
+            self.hub.kicked.clear()
+            try:
+                await self.once()
+            except Exception:  # noqa: BLE001
+                log.exception("scheduling pass failed")
+            await asyncio.sleep(0.01)
+
+    async def once(self) -> None:
+        pending = await self.db.run(trial_store.pending)
+        live = await self.db.run(trial_store.live_allocations)
+        if not pending and not live:
+            if self.hub.unschedulable:
+                self.hub.notify("jobs")
+            self.hub.unschedulable = {}
+            return
+        exps = {e.id: e for e in await self.db.run(exp_store.live)}
+        requests = [_request(t.id, exps[t.experiment_id]) for t in pending
+                    if t.experiment_id in exps]
+        running = await self._running(live, exps)
+        decision = scheduler.schedule(requests, self.hub.links.views(live), running,
+                                      self.hub.settings.policies)
+        if dict(decision.unschedulable) != self.hub.unschedulable:
+            self.hub.notify("jobs")  # the queue shows why jobs wait
+        self.hub.unschedulable = dict(decision.unschedulable)
+        for alloc_id in decision.preempt:
+            if alloc_id not in self.hub.preempting:
+                log.info("preempting allocation %s for a more urgent job", alloc_id)
+                await self.allocations.preempt(alloc_id)
+        for assignment in decision.start:
+            await self._start(assignment)
+
+    async def _running(self, live: list[Allocation],
+                       exps: dict[int, Experiment]) -> list[scheduler.Running]:
+        out = []
+        for alloc in live:
+            if alloc.kill_requested:
+                continue
+            trial = await self.db.run(trial_store.get, alloc.trial_id)
+            exp = exps.get(trial.experiment_id)
+            if exp is None or exp.state is not ExperimentState.ACTIVE:
+                continue
+            out.append(scheduler.Running(
+                key=alloc.id, job_id=exp.job_id, slots=exp.slots_per_trial,
+                priority=exp.priority, queue_position=exp.queue_position,
+                pool=exp.resource_pool, started=alloc.start_time, weight=exp.weight,
+                max_slots=exp.max_slots,
+                placement=tuple((a, tuple(sl)) for a, sl in alloc.parts),
+                preempting=alloc.id in self.hub.preempting))
+        return out
+
+    async def _start(self, assignment: scheduler.Assignment) -> None:
+        parts = [(a, list(sl)) for a, sl in assignment.parts] or None
+        port = self._port() if parts else None
+        alloc = await self.db.run(trial_store.allocate, assignment.key, assignment.agent_id,
+                                  list(assignment.slots), parts, port)
+        if assignment.backfilled:
+            self.hub.backfilled.add(alloc.id)
+        trial = await self.db.run(trial_store.get, alloc.trial_id)
+        self.hub.notify(f"trial:{trial.id}", f"experiment:{trial.experiment_id}", "jobs")
+        for agent_id in alloc.agents:
+            link = self.hub.links.get(agent_id)
+            if link is not None:
+                await self.hub.send_start(link, alloc)
+
+    def _port(self) -> int:
+        """A rendezvous port for a trial spanning agents (torchrun's master port on the chief)."""
+        self._next_port = 30000 + (self._next_port - 30000 + 1) % 5000
+        return self._next_port
