@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from dettui import telemetry
-from dettui.agent import process
-from dettui.agent.allocation import AllocationRun
+from dettui.agent import process, spool
+from dettui.agent.allocation import AllocationRun, ship
 from dettui.client import Client
 from dettui.errors import DettuiError, NotFound
 
@@ -21,6 +21,7 @@ SAMPLE_SECONDS = 1.0
 TELEMETRY_SECONDS = 2.0  # heartbeats (which carry telemetry) come at least this often
 SAMPLES_KEPT = 30  # telemetry kept while the master is unreachable
 POLL_SECONDS = 30.0
+LEFTOVER_SECONDS = 5.0  # between looks for log lines left to ship
 
 
 @dataclass(frozen=True)
@@ -75,7 +76,8 @@ class Agent:
         await self._register()
         tasks = [asyncio.create_task(self._heartbeat_loop()),
                  asyncio.create_task(self._sample_loop()),
-                 asyncio.create_task(self._work_loop())]
+                 asyncio.create_task(self._work_loop()),
+                 asyncio.create_task(self._leftovers_loop())]
         try:
             await self._stopping.wait()
         finally:
@@ -126,6 +128,21 @@ class Agent:
                 log.warning("agent %s: heartbeat failed: %s", self.id, exc)
             except Exception:  # noqa: BLE001 - the heartbeat must go on
                 log.exception("agent %s: heartbeat failed", self.id)
+
+    async def _leftovers_loop(self) -> None:
+        """Ship the log lines that allocations which are no longer running left in their
+        spools (the master was away when they ended, or this agent was killed)."""
+        directory = self.options.work_root / spool.DIRECTORY
+        while True:
+            try:
+                for path, lines in await asyncio.to_thread(spool.leftovers, directory,
+                                                           set(self.runs)):
+                    if await ship(self.client, self.id, lambda n, q=lines: q[:n],
+                                  lambda upto, q=lines: _drop_upto(q, upto), LEFTOVER_SECONDS):
+                        path.unlink(missing_ok=True)
+            except Exception:  # noqa: BLE001 - shipping old lines must never stop the agent
+                log.exception("agent %s: shipping leftover log lines failed", self.id)
+            await asyncio.sleep(LEFTOVER_SECONDS)
 
     async def _sample_loop(self) -> None:
         """Telemetry every second (NVML when present, psutil always), shipped in batches with
@@ -239,6 +256,12 @@ class Agent:
             await asyncio.wait(self._supervisors, timeout=15)
         with contextlib.suppress(DettuiError):
             await self.client.request("POST", f"/api/v1/agents/{self.id}/leave", timeout=5)
+
+
+def _drop_upto(lines: list[dict[str, Any]], upto: int) -> None:
+    """Remove the acknowledged lines (sequence numbers up to `upto`) from the front."""
+    while lines and int(lines[0]["seq"]) <= upto:
+        lines.pop(0)
 
 
 def _addresses(master_url: str) -> list[str]:

@@ -11,13 +11,14 @@ import os
 import shutil
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import psutil
 
-from dettui import context, paths
-from dettui.agent import logship, process
+from dettui import context, paths, retry
+from dettui.agent import logship, process, spool
 from dettui.client import Client
 from dettui.errors import DettuiError
 from dettui.launch import spec
@@ -25,6 +26,7 @@ from dettui.launch import spec
 log = logging.getLogger("dettui.agent")
 SHIP_INTERVAL = 0.25
 SHIP_BATCH = 1000
+SHIP_GRACE = 30.0  # seconds to keep trying to ship the last lines before the exit report
 KILL_GRACE = 5.0
 OUTPUT_GRACE = 2.0  # seconds to read the last output after the entrypoint exits
 
@@ -45,8 +47,7 @@ class AllocationRun:
         self.kill_reason = ""
         self.exit_code: int | None = None
         self.reason = ""
-        self._lines: list[logship.Line] = []
-        self._shipped = asyncio.Event()
+        self.spool = spool.Spool(work_root / spool.DIRECTORY, self.id)
 
     # --- running --------------------------------------------------------------------------
 
@@ -68,7 +69,8 @@ class AllocationRun:
             shipper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await shipper
-            await self._flush()
+            shipped = await self._ship(give_up_after=SHIP_GRACE)
+            self.spool.close(shipped)  # the agent ships what is left later
             self._cleanup()
         if self.killed:
             return self.exit_code, self.kill_reason or "killed"
@@ -152,9 +154,10 @@ class AllocationRun:
             if not chunk:
                 break
             pieces, rest = logship.split_chunks(rest + chunk)
-            self._lines.extend(logship.parse(p, stdtype) for p in pieces)
+            for piece in pieces:
+                self.spool.append(logship.parse(piece, stdtype))
         if rest:
-            self._lines.append(logship.parse(rest, stdtype))
+            self.spool.append(logship.parse(rest, stdtype))
 
     async def _track_tree(self) -> None:
         """Remember descendants while the root lives, so re-parented ones are found later.
@@ -191,32 +194,47 @@ class AllocationRun:
                 log.error("allocation %s: process %d survived SIGKILL", self.id, p.pid)
 
     def _system_line(self, text: str) -> None:
-        self._lines.append(logship.Line(time.time(), "stderr", text + "\n", None, "ERROR"))
+        self.spool.append(logship.Line(time.time(), "stderr", text + "\n", None, "ERROR"))
 
     async def _ship_loop(self) -> None:
         while True:
             await asyncio.sleep(SHIP_INTERVAL)
-            await self._flush()
+            await self._ship()
 
-    async def _flush(self) -> None:
-        while self._lines:
-            batch, self._lines = self._lines[:SHIP_BATCH], self._lines[SHIP_BATCH:]
-            body = {"logs": [ln.wire(self.id) for ln in batch]}
-            for attempt in range(20):
-                try:
-                    await self.client.request("POST", f"/api/v1/agents/{self.agent_id}/logs",
-                                              body=body, timeout=30)
-                    break
-                except DettuiError as exc:
-                    if attempt == 19 or exc.http_status in (400, 404):
-                        log.warning("dropping %d log lines of %s: %s", len(batch), self.id, exc)
-                        break
-                    await asyncio.sleep(min(0.2 * 2**attempt, 5.0))
+    async def _ship(self, give_up_after: float | None = None) -> bool:
+        """Ship the spool's lines until none is left (True) or `give_up_after` seconds of
+        failures have passed (False). A batch leaves the spool only once acknowledged."""
+        self.spool.sync()
+        return await ship(self.client, self.agent_id, self.spool.batch, self.spool.ack,
+                          give_up_after)
 
     def _cleanup(self) -> None:
         if os.environ.get("DETTUI_KEEP_WORKDIRS"):
             return
         shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+async def ship(client: Client, agent_id: str, batch: Callable[[int], list[dict[str, Any]]],
+               ack: Callable[[int], None], give_up_after: float | None = None) -> bool:
+    """POST batches of log lines until `batch` has none left (True), retrying with backoff
+    while the master is away, for at most `give_up_after` seconds (False)."""
+    waits = retry.delays(give_up_after=give_up_after)
+    while lines := batch(SHIP_BATCH):
+        try:
+            await client.request("POST", f"/api/v1/agents/{agent_id}/logs",
+                                 body={"logs": lines}, timeout=30)
+        except DettuiError as exc:
+            if exc.http_status not in (400, 404, 413):
+                wait = next(waits, None)
+                if wait is None:
+                    return False
+                await asyncio.sleep(wait)
+                continue
+            log.warning("dropping %d log lines of %s: %s", len(lines),
+                        lines[0].get("allocationId"), exc)
+        ack(int(lines[-1]["seq"]))
+        waits = retry.delays(give_up_after=give_up_after)
+    return True
 
 
 def _runnable(program: str, cwd: Path, path: str) -> bool:

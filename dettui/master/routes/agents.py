@@ -204,7 +204,7 @@ async def agent_logs(request: web.Request) -> web.Response:
                      "container_id": f"{line.allocation_id}.0".split(".", 1)[-1],
                      "rank_id": line.rank_id, "stdtype": line.stdtype, "source": "task",
                      "level": level if level in LEVELS else None, "timestamp": line.timestamp,
-                     "log": line.log})
+                     "log": line.log, "seq": line.seq})
     await db.run(log_store.insert, rows)
     request.app[keys.NOTIFIER].notify(*{f"logs:{t}" for t, _ in trial_of.values()})
     return web.json_response({})

@@ -21,17 +21,20 @@ class LogFilter:
 
 
 def insert(conn: sqlite3.Connection, lines: list[dict[str, Any]]) -> int:
-    """Insert log lines (dicts with the column names); return how many were stored."""
+    """Insert log lines (dicts with the column names); return how many were stored. A line whose
+    allocation and sequence number are already stored (an agent's retry) is not stored again."""
     if not lines:
         return 0
     cols = ("trial_id", "task_id", "allocation_id", "agent_id", "container_id", "rank_id",
-            "stdtype", "source", "level", "timestamp", "log")
+            "stdtype", "source", "level", "timestamp", "log", "seq")
     with transaction(conn):
+        before = conn.total_changes
         conn.executemany(
-            f"INSERT INTO logs ({', '.join(cols)}) VALUES ({','.join('?' * len(cols))})",
+            f"INSERT OR IGNORE INTO logs ({', '.join(cols)}) "
+            f"VALUES ({','.join('?' * len(cols))})",
             [tuple(line.get(c) for c in cols) for line in lines],
         )
-    return len(lines)
+        return conn.total_changes - before
 
 
 def _where(trial_id: int, flt: LogFilter) -> tuple[str, list[Any]]:
