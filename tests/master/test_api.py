@@ -334,3 +334,20 @@ async def test_a_kill_lost_with_the_master_is_sent_again_when_the_agent_returns(
         "id": "a1", "slots": [{"id": 0, "type": "cpu"}], "runningAllocations": [alloc.id]})
     work = await api.call("GET", "/api/v1/agents/a1/work?timeout_seconds=0")
     assert {"kind": "kill", "allocationId": alloc.id, "reason": "killed"} in work["work"]
+
+
+async def test_ids_are_never_given_twice(api: Api) -> None:
+    """Deleting the newest experiment does not free its id (nor its trials' ids)."""
+    await create(api)
+    await create(api)
+    await api.call("POST", "/api/v1/experiments/2/kill")
+    for _ in range(100):
+        if (await api.call("GET", "/api/v1/experiments/2"))["experiment"]["state"] == \
+                "STATE_CANCELED":
+            break
+        await asyncio.sleep(0.05)
+    await api.call("DELETE", "/api/v1/experiments/2")
+    third = (await create(api))["experiment"]
+    assert third["id"] == 3
+    trials = (await api.call("GET", "/api/v1/experiments/3/trials"))["trials"]
+    assert [t["id"] for t in trials] == [3]

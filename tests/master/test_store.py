@@ -49,3 +49,29 @@ def test_passwords_are_salted_and_checked(tmp_path: Path) -> None:
     determined = users.by_name(conn, "determined")
     assert determined is not None and users.password_matches(determined,
                                                              users.client_hash("s3cret"))
+
+
+def test_the_id_high_water_mark_starts_from_existing_rows(tmp_path: Path) -> None:
+    """A store made before ids were tracked (version 8) keeps its biggest ids as the floor."""
+    import sqlite3
+
+    conn = sqlite3.connect(tmp_path / "old.db", isolation_level=None)
+    for number, _name, sql in dbmod._migrations():
+        if number <= 8:
+            for statement in dbmod._split(sql):
+                conn.execute(statement)
+    conn.execute("PRAGMA user_version=8")
+    conn.execute("INSERT INTO users (id, username) VALUES (1, 'u')")
+    for exp_id in (1, 2, 7):
+        conn.execute("INSERT INTO experiments (id, name, state, owner_id, config, "
+                     "original_config, searcher_type, job_id, resource_pool, priority, "
+                     "queue_position, start_time) VALUES (?, 'e', 'STATE_COMPLETED', 1, '{}', "
+                     "'', 'single', ?, 'default', 42, 0, 0)", (exp_id, f"job-{exp_id}"))
+    conn.close()
+    conn = dbmod.connect(tmp_path / "old.db")
+    conn.execute("DELETE FROM experiments WHERE id=7")
+    from dettui.master.store import ids
+
+    assert ids.next_id(conn, "experiments") == 8
+    assert ids.next_id(conn, "trials") == 1
+    conn.close()

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dettui.errors import NotFound
+from dettui.master.store import ids
 from dettui.master.store.records import Experiment, Trial
 from dettui.master.store.tx import transaction
 from dettui.models import ExperimentState, TrialState
@@ -55,14 +56,15 @@ def create(
     trial_state = TrialState.QUEUED if new.activate else TrialState.PAUSED
     with transaction(conn):
         cur = conn.execute(
-            "INSERT INTO experiments (name, description, labels, state, owner_id, config, "
+            "INSERT INTO experiments (id, name, description, labels, state, owner_id, config, "
             "original_config, searcher_type, job_id, resource_pool, priority, weight, max_slots, "
             "queue_position, start_time, unmanaged, context) "
-            "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-            (new.name, new.description, json.dumps(new.labels), state.value, new.owner_id,
-             json.dumps(new.config), new.original_config, new.searcher_type, str(uuid.uuid4()),
-             new.resource_pool, new.priority, new.weight, new.max_slots, now * 1e6, now,
-             int(new.unmanaged), new.context),
+            "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            (ids.next_id(conn, "experiments"), new.name, new.description,
+             json.dumps(new.labels), state.value, new.owner_id, json.dumps(new.config),
+             new.original_config, new.searcher_type, str(uuid.uuid4()), new.resource_pool,
+             new.priority, new.weight, new.max_slots, now * 1e6, now, int(new.unmanaged),
+             new.context),
         )
         exp_id = int(cur.lastrowid or 0)
         trial_ids = [_insert_trial(conn, exp_id, hp, seed, trial_state, now) for hp, seed in trials]
@@ -80,9 +82,10 @@ def _insert_trial(
 ) -> int:
     request_id = str(uuid.uuid4())
     cur = conn.execute(
-        "INSERT INTO trials (experiment_id, request_id, task_id, hparams, seed, state, start_time)"
-        " VALUES (?,?,?,?,?,?,?)",
-        (exp_id, request_id, f"{exp_id}.{request_id}", json.dumps(hparams), seed, state.value, now),
+        "INSERT INTO trials (id, experiment_id, request_id, task_id, hparams, seed, state, "
+        "start_time) VALUES (?,?,?,?,?,?,?,?)",
+        (ids.next_id(conn, "trials"), exp_id, request_id, f"{exp_id}.{request_id}",
+         json.dumps(hparams), seed, state.value, now),
     )
     return int(cur.lastrowid or 0)
 

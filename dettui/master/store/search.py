@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dettui.master import searcher as search
+from dettui.master.store import ids
 from dettui.master.store import trials as trial_store
 from dettui.master.store.records import Experiment, Trial
 from dettui.master.store.tx import transaction
@@ -71,10 +72,10 @@ def insert_trial(conn: sqlite3.Connection, exp_id: int, create: search.Create,
                  state: TrialState, now: float) -> int:
     request_id = str(uuid.uuid4())
     cur = conn.execute(
-        "INSERT INTO trials (experiment_id, request_id, task_id, hparams, seed, state, "
-        "start_time, search_id) VALUES (?,?,?,?,?,?,?,?)",
-        (exp_id, request_id, f"{exp_id}.{request_id}", json.dumps(create.hparams), create.seed,
-         state.value, now, create.request_id))
+        "INSERT INTO trials (id, experiment_id, request_id, task_id, hparams, seed, state, "
+        "start_time, search_id) VALUES (?,?,?,?,?,?,?,?,?)",
+        (ids.next_id(conn, "trials"), exp_id, request_id, f"{exp_id}.{request_id}",
+         json.dumps(create.hparams), create.seed, state.value, now, create.request_id))
     return int(cur.lastrowid or 0)
 
 

@@ -17,6 +17,7 @@ from typing import Any
 from dettui.errors import FailedPrecondition
 from dettui.master.store import checkpoints as ckpt_store
 from dettui.master.store import experiments as exp_store
+from dettui.master.store import ids
 from dettui.master.store import trials as trial_store
 from dettui.master.store.experiments import NewExperiment
 from dettui.master.store.records import Checkpoint, Experiment, Trial
@@ -42,12 +43,13 @@ def create_experiment(
                 return exp_store.get(conn, int(row["id"]))
         now = time.time()
         cur = conn.execute(
-            "INSERT INTO experiments (name, description, labels, state, owner_id, config, "
+            "INSERT INTO experiments (id, name, description, labels, state, owner_id, config, "
             "original_config, searcher_type, job_id, resource_pool, priority, weight, max_slots, "
             "queue_position, start_time, unmanaged, context, external_id) "
-            "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,1,NULL,?)",
-            (new.name, new.description, json.dumps(new.labels), ExperimentState.PAUSED.value,
-             new.owner_id, json.dumps(new.config), new.original_config, new.searcher_type,
+            "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,1,NULL,?)",
+            (ids.next_id(conn, "experiments"), new.name, new.description,
+             json.dumps(new.labels), ExperimentState.PAUSED.value, new.owner_id,
+             json.dumps(new.config), new.original_config, new.searcher_type,
              str(uuid.uuid4()), new.resource_pool, new.priority, new.weight, new.max_slots,
              now * 1e6, now, external_id),
         )
@@ -69,9 +71,10 @@ def create_trial(
                 return Trial.from_row(row)
         request_id = str(uuid.uuid4())
         cur = conn.execute(
-            "INSERT INTO trials (experiment_id, request_id, task_id, hparams, seed, state, "
-            "start_time, external_id) VALUES (?,?,?,?,0,?,?,?)",
-            (exp_id, request_id, f"{exp_id}.{external_id or request_id}", json.dumps(hparams),
+            "INSERT INTO trials (id, experiment_id, request_id, task_id, hparams, seed, state, "
+            "start_time, external_id) VALUES (?,?,?,?,?,0,?,?,?)",
+            (ids.next_id(conn, "trials"), exp_id, request_id,
+             f"{exp_id}.{external_id or request_id}", json.dumps(hparams),
              TrialState.PAUSED.value, time.time(), external_id),
         )
         trial_id = int(cur.lastrowid or 0)
