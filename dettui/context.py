@@ -16,6 +16,7 @@ import gzip
 import io
 import os
 import shutil
+import stat
 import tarfile
 import warnings
 import zlib
@@ -31,6 +32,9 @@ MAX_CONTEXT_SIZE = 128 * 1024 * 1024 // 8 * 6 - 1024 * 1024  # 99,614,720 bytes,
 MAX_EXTRACTED_BYTES = 1024**3  # refuse archives that would expand beyond 1 GiB
 MAX_MEMBERS = 100_000
 MAX_LINK_DEPTH = 40
+MAX_PATH_BYTES = 1024  # of a path inside a context (the work dir's own path comes on top)
+MAX_PATH_DEPTH = 64  # directories deep
+MTIME_RANGE = (0, 2**33)  # seconds since the epoch a context file may claim (until year 2242)
 DEFAULT_DETIGNORE = [
     "__pycache__/", "*.py[co]", "*$py.class", "terraform", "terraform_data",
     "terraform.tfstate*", "terraform.tfvars*", ".terraform*", ".git/", ".vscode/", ".idea/",
@@ -143,7 +147,7 @@ def pack(context_dir: Path | None, includes: Sequence[Path] = (), *,
     files: list[dict[str, Any]] = []
     total = done = 0
     for source in sources:
-        entry = _entry(source)
+        entry = _entry(source, MAX_CONTEXT_SIZE - total)
         if entry is None:
             continue
         files.append(entry)
@@ -156,17 +160,62 @@ def pack(context_dir: Path | None, includes: Sequence[Path] = (), *,
     return files
 
 
-def _entry(source: _Source) -> dict[str, Any] | None:
-    """A v1File like Determined's `v1File_from_local_*` (uid/gid 0); None if unreadable."""
+def _entry(source: _Source, budget: int) -> dict[str, Any] | None:
+    """A v1File like Determined's `v1File_from_local_*` (uid/gid 0); None if unreadable or not
+    a regular file (a FIFO, socket or device, even behind a symlink, is skipped with a warning,
+    never opened for reading: it could block forever or never end). At most `budget` + 1 bytes
+    are read, so a file that grows while it is read cannot exhaust memory."""
+    _check_path(source.path, source.path)
     try:
-        data = b"" if source.is_dir else source.local.read_bytes()
-        st = source.local.stat()
+        if source.is_dir:
+            data, st = b"", source.local.stat()
+        else:
+            data, st = _read_regular(source.local, budget + 1)
+    except _NotRegular:
+        warnings.warn(f"'{source.path}' is not a regular file (a FIFO, socket or device?), "
+                      "skipping it.", stacklevel=3)
+        return None
     except OSError:
         warnings.warn(f"Error reading '{source.path}', skipping this file.", stacklevel=3)
         return None
+    mtime = min(max(int(st.st_mtime), MTIME_RANGE[0]), MTIME_RANGE[1])
     return {"path": source.path, "type": DIRECTORY if source.is_dir else FILE,
-            "content": base64.b64encode(data).decode(), "mtime": str(int(st.st_mtime)),
+            "content": base64.b64encode(data).decode(), "mtime": str(mtime),
             "mode": st.st_mode, "uid": 0, "gid": 0}
+
+
+class _NotRegular(Exception):
+    pass
+
+
+def _read_regular(path: Path, limit: int) -> tuple[bytes, os.stat_result]:
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO must not block the open
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise _NotRegular()
+        chunks, size = [], 0
+        while size < limit:
+            chunk = os.read(fd, min(1024 * 1024, limit - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        return b"".join(chunks), st
+    finally:
+        os.close(fd)
+
+
+def _check_path(path: str, where: str) -> None:
+    """A context path the agent can recreate: not too long, not too deep."""
+    size = len(path.encode("utf-8", "surrogateescape"))
+    if size > MAX_PATH_BYTES:
+        raise ContextError(f"{where}: the path is {size} bytes long, over the limit of "
+                           f"{MAX_PATH_BYTES}; list it in .detignore")
+    depth = path.count("/")
+    if depth > MAX_PATH_DEPTH:
+        raise ContextError(f"{where}: the path is {depth} directories deep, over the limit of "
+                           f"{MAX_PATH_DEPTH}; list it in .detignore")
 
 
 def _size(path: Path) -> int:
@@ -233,8 +282,12 @@ def _check_v1file(f: object, where: str) -> None:
         base64.b64decode(f["content"], validate=True)
     except (binascii.Error, ValueError) as exc:
         raise ContextError(f"{where}.content: not valid base64") from exc
-    if not f["mtime"].removeprefix("-").isdigit():
-        raise ContextError(f"{where}.mtime: must be a decimal string")
+    mtime = f["mtime"]
+    if not (len(mtime) <= 20 and mtime.isascii() and mtime.removeprefix("-").isdigit()) or not (
+            MTIME_RANGE[0] <= int(mtime) <= MTIME_RANGE[1]):
+        raise ContextError(f"{where}.mtime: must be a decimal string of seconds from "
+                           f"{MTIME_RANGE[0]} to {MTIME_RANGE[1]}")
+    _check_path(f["path"], f"{where}.path")
 
 
 def _is_safe_relative(path: str) -> bool:

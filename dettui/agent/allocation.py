@@ -20,7 +20,7 @@ import psutil
 from dettui import context, paths, retry
 from dettui.agent import logship, process, spool
 from dettui.client import Client
-from dettui.errors import DettuiError
+from dettui.errors import ContextError, DettuiError
 from dettui.launch import spec
 
 log = logging.getLogger("dettui.agent")
@@ -82,7 +82,13 @@ class AllocationRun:
             "GET", f"/api/v1/tasks/{self.spec['taskId']}/context_directory", timeout=300)
         data = base64.b64decode(body.get("b64Tgz") or "")
         if data:
-            await asyncio.to_thread(context.extract, data, self.workdir)
+            try:
+                await asyncio.to_thread(context.extract, data, self.workdir)
+            except DettuiError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - any failure here is the user's to see
+                raise ContextError(f"could not extract the model context: "
+                                   f"{type(exc).__name__}: {exc}") from exc
 
     def _argv(self) -> list[str]:
         try:

@@ -8,6 +8,7 @@ import random
 from typing import Any
 
 TYPES = ("const", "int", "double", "log", "categorical")
+MAX_GRID = 100_000  # trials a grid search may have
 
 
 def normalize(raw: Any) -> dict[str, Any]:
@@ -31,11 +32,39 @@ def is_leaf(spec: Any) -> bool:
 
 
 def problems(hps: dict[str, Any], grid: bool, prefix: str = "hyperparameters") -> list[str]:
+    found = _problems(hps, grid, prefix)
+    if grid and not found and prefix == "hyperparameters":
+        size = grid_size(hps)
+        if size > MAX_GRID:
+            found.append(f"hyperparameters: the grid has {_count(size)} points, over the limit "
+                         f"of {MAX_GRID:,} trials; lower some counts")
+    return found
+
+
+def _count(n: int) -> str:
+    return f"{n:,}" if n < 10**15 else f"about 10^{len(str(n)) - 1}"
+
+
+def grid_size(hps: dict[str, Any]) -> int:
+    """How many points `grid(hps)` has, computed without building any of them."""
+    size = 1
+    for _, spec in _flatten(hps):
+        kind = spec["type"]
+        if kind == "categorical":
+            size *= len(spec["vals"])
+        elif kind == "int":
+            size *= min(int(spec["count"]), int(spec["maxval"]) - int(spec["minval"]) + 1)
+        elif kind != "const":
+            size *= int(spec["count"])
+    return size
+
+
+def _problems(hps: dict[str, Any], grid: bool, prefix: str) -> list[str]:
     found: list[str] = []
     for name, spec in hps.items():
         path = f"{prefix}.{name}"
         if not is_leaf(spec):
-            found += problems(spec, grid, path)
+            found += _problems(spec, grid, path)
             continue
         found += _leaf_problems(spec, grid, path)
     return found

@@ -46,23 +46,35 @@ def paginate(items: list[Any], request: web.Request) -> tuple[list[Any], dict[st
 
 
 def query_int(request: web.Request, name: str, default: int) -> int:
+    """An integer query parameter: ASCII digits with an optional '-', within 64 bits."""
     raw = request.query.get(name)
     if raw in (None, ""):
         return default
-    try:
-        return int(raw)
-    except ValueError as exc:
-        raise InvalidArgument(f"query parameter {name}: expected an integer, got {raw!r}") from exc
+    assert raw is not None
+    digits = raw.removeprefix("-")
+    if not (digits.isascii() and digits.isdigit()) or abs(int(raw)) >= 2**63:
+        raise InvalidArgument(f"query parameter {name}: expected an integer, got {_shown(raw)}")
+    return int(raw)
 
 
 def query_float(request: web.Request, name: str, default: float) -> float:
+    """A finite number from the query (NaN and infinities are refused)."""
     raw = request.query.get(name)
     if raw in (None, ""):
         return default
+    assert raw is not None
     try:
-        return float(raw)
-    except ValueError as exc:
-        raise InvalidArgument(f"query parameter {name}: expected a number, got {raw!r}") from exc
+        value = float(raw) if raw.isascii() else math.nan
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value):
+        raise InvalidArgument(f"query parameter {name}: expected a finite number, got "
+                              f"{_shown(raw)}")
+    return value
+
+
+def _shown(raw: str) -> str:
+    return repr(raw) if len(raw) <= 40 else repr(raw[:37] + "...")
 
 
 def query_bool(request: web.Request, name: str) -> bool | None:
@@ -83,8 +95,7 @@ def path_int(request: web.Request, name: str) -> int:
 def parse_id(raw: str, name: str) -> int:
     """An id from a path or query: ASCII digits only, within SQLite's 64-bit integers."""
     if not (raw.isascii() and raw.isdigit()) or int(raw) >= 2**63:
-        shown = raw if len(raw) <= 40 else raw[:37] + "..."
-        raise InvalidArgument(f"{name}: expected an integer id, got {shown!r}")
+        raise InvalidArgument(f"{name}: expected an integer id, got {_shown(raw)}")
     return int(raw)
 
 

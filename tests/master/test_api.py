@@ -351,3 +351,20 @@ async def test_ids_are_never_given_twice(api: Api) -> None:
     assert third["id"] == 3
     trials = (await api.call("GET", "/api/v1/experiments/3/trials"))["trials"]
     assert [t["id"] for t in trials] == [3]
+
+
+@pytest.mark.parametrize("path", [
+    "/api/v1/experiments/99999999999999999999999", "/api/v1/experiments/+1",
+    "/api/v1/experiments/%201", "/api/v1/experiments/%D9%A1", "/api/v1/trials/-1",
+    "/api/v1/experiments?offset=%2B1", "/api/v1/experiments?limit=%D9%A1",
+    "/api/v1/experiments?offset=99999999999999999999999",
+    "/api/v1/agents/a/work?timeout_seconds=nan", "/api/v1/agents/a/work?timeout_seconds=inf",
+    "/api/v1/allocations/x/signals/preemption?timeout_seconds=-inf",
+    "/api/v1/trials/1/logs?rankIds=%2B1",
+])
+async def test_ids_and_numbers_are_plain_and_in_range(api: Api, path: str) -> None:
+    """`+1`, ` 1`, `١` and ids beyond 64 bits are 400s (they were 500s or read as 1), and a
+    NaN timeout is refused instead of waiting forever."""
+    await create(api)
+    body = await api.call("GET", path, status=400)
+    assert "expected" in body["message"]

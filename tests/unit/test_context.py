@@ -236,7 +236,11 @@ V1 = {"path": "a.py", "type": 48, "content": "eAo=", "mtime": "1", "mode": 33188
     ([{**V1, "path": "./"}], r"^modelDefinition\[0\]\.path: must be a relative path"),
     ([{**V1, "content": "!!"}], r"^modelDefinition\[0\]\.content: not valid base64$"),
     ([{**V1, "type": 50}], r"^modelDefinition\[0\]\.type: must be 48 \(file\) or 53"),
-    ([{**V1, "mtime": "soon"}], r"^modelDefinition\[0\]\.mtime: must be a decimal string$"),
+    ([{**V1, "mtime": "soon"}], r"^modelDefinition\[0\]\.mtime: must be a decimal string of"),
+    ([{**V1, "mtime": "9" * 30}], r"^modelDefinition\[0\]\.mtime: must be a decimal string of"),
+    ([{**V1, "mtime": "9" * 5000}], r"^modelDefinition\[0\]\.mtime: must be a decimal string"),
+    ([{**V1, "path": "a/" * 2000 + "x"}], r"^modelDefinition\[0\]\.path: the path is"),
+    ([{**V1, "path": "x" * 1500}], r"^modelDefinition\[0\]\.path: the path is 1500 bytes"),
 ])
 def test_validate_v1files_names_the_index_and_field(files: object, message: str) -> None:
     with pytest.raises(ContextError, match=message):
@@ -413,3 +417,37 @@ def test_not_an_archive_and_empty(tmp_path: Path) -> None:
     with pytest.raises(ContextError, match="not a valid tar.gz"):
         context.extract(gzip.compress(b"\x01" * 1024), tmp_path / "x")
     assert context.extract(b"", tmp_path / "y") == []
+
+
+@pytest.mark.timeout(30)
+def test_packing_skips_fifos_and_devices_instead_of_hanging(tmp_path: Path) -> None:
+    """A FIFO (open blocks forever) and a symlink to /dev/zero (never ends) are skipped with a
+    warning; a file that grows while it is read is read at most up to the cap."""
+    import os
+    import warnings
+
+    (tmp_path / "train.py").write_text("print(1)\n")
+    os.mkfifo(tmp_path / "pipe")
+    (tmp_path / "zero").symlink_to("/dev/zero")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        files = context.pack(tmp_path)
+    assert [f["path"] for f in files] == ["train.py"]
+    assert sum("not a regular file" in str(w.message) for w in caught) == 2
+
+
+def test_packing_refuses_a_too_deep_tree_and_clamps_mtimes(tmp_path: Path) -> None:
+    import os
+
+    deep = tmp_path / "ctx" / "/".join(["d"] * 70)
+    deep.mkdir(parents=True)
+    (deep / "x.py").write_text("x")
+    with pytest.raises(ContextError, match="directories deep, over the limit of 64"):
+        context.pack(tmp_path / "ctx")
+    flat = tmp_path / "flat"
+    flat.mkdir()
+    (flat / "f.py").write_text("x")
+    os.utime(flat / "f.py", (2**40, 2**40))
+    [entry] = context.pack(flat)
+    assert int(entry["mtime"]) == context.MTIME_RANGE[1]
+    context.validate_v1files([entry])

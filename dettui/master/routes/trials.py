@@ -292,10 +292,7 @@ routes.post("/api/v1/trials/{id}/runner/metadata")(runner_metadata)
 
 
 def _filter(request: web.Request) -> log_store.LogFilter:
-    try:
-        ranks = tuple(int(r) for r in request.query.getall("rankIds", []))
-    except ValueError as exc:
-        raise InvalidArgument("rankIds: expected integers") from exc
+    ranks = tuple(parse_id(r, "rankIds") for r in request.query.getall("rankIds", []))
     levels = tuple(lv.removeprefix("LOG_LEVEL_") for lv in request.query.getall("levels", []))
     return log_store.LogFilter(
         rank_ids=ranks, stdtypes=tuple(request.query.getall("stdtypes", [])), levels=levels,
