@@ -171,7 +171,7 @@ class TelemetrySample(Body):
 
 class AgentLogLine(Body):
     allocation_id: str
-    seq: int | None = None  # the line's number within its allocation: sent twice, stored once
+    seq: int | None = None  # its number within the agent's part: sent twice, stored once
     timestamp: float
     rank_id: int | None = None
     stdtype: str = "stdout"

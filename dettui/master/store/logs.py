@@ -22,7 +22,8 @@ class LogFilter:
 
 def insert(conn: sqlite3.Connection, lines: list[dict[str, Any]]) -> int:
     """Insert log lines (dicts with the column names); return how many were stored. A line whose
-    allocation and sequence number are already stored (an agent's retry) is not stored again."""
+    allocation, agent and sequence number are stored already (an agent's retry) is not stored
+    again."""
     if not lines:
         return 0
     cols = ("trial_id", "task_id", "allocation_id", "agent_id", "container_id", "rank_id",
