@@ -58,6 +58,13 @@ class NotFound(DettuiError):
     grpc_reason = "NotFound"
 
 
+class Gone(NotFound):
+    """Something that was there is not any more: an agent the master declared lost."""
+
+    title = "Gone"
+    http_status = 410
+
+
 class Conflict(DettuiError):
     title = "Conflict"
     http_status = 409
@@ -127,6 +134,7 @@ _BY_STATUS: dict[int, type[DettuiError]] = {
     401: Unauthenticated,
     403: PermissionDenied,
     404: NotFound,
+    410: Gone,
     409: Conflict,
     413: TooLarge,
     503: Unavailable,

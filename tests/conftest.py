@@ -10,14 +10,34 @@ import subprocess
 import sys
 import time
 import urllib.request
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import psutil
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLE = REPO / "sample_ctx"
+# Every process this test run starts carries this mark (agents pass it down to trials), so that
+# tests look at their own processes only: two suites on one machine never see each other's.
+TEST_MARK = "DETTUI_TEST_RUN"
+RUN = os.environ.setdefault(TEST_MARK, uuid.uuid4().hex)
+
+
+def marked_processes() -> list[int]:
+    """Live processes of allocations started by this test run."""
+    out = []
+    for proc in psutil.process_iter():
+        try:
+            env = proc.environ()
+            if ("DETTUI_ALLOCATION_ID" in env and env.get(TEST_MARK) == RUN
+                    and proc.status() != psutil.STATUS_ZOMBIE):
+                out.append(proc.pid)
+        except psutil.Error:
+            continue
+    return out
 
 
 @dataclass

@@ -13,8 +13,8 @@ from typing import Any
 from dettui import telemetry
 from dettui.agent import process, spool
 from dettui.agent.allocation import AllocationRun, ship
-from dettui.client import Client
-from dettui.errors import DettuiError, NotFound
+from dettui.client import Client, token_path
+from dettui.errors import DettuiError, Gone, NotFound
 
 log = logging.getLogger("dettui.agent")
 SAMPLE_SECONDS = 1.0
@@ -33,6 +33,7 @@ class AgentOptions:
     work_root: Path = Path("agent-work")
     token: str | None = None
     address: str | None = None  # what peers use to reach this machine (rendezvous)
+    hidden: tuple[Path, ...] = ()  # paths trials must not read (besides the work root)
 
 
 def discover_slots(cpu_slots: int) -> tuple[list[dict[str, Any]], str | None]:
@@ -122,12 +123,25 @@ class Agent:
                 await self.client.request("POST", f"/api/v1/agents/{self.id}/heartbeat", body={
                     "runningAllocations": list(self.runs), "telemetry": self.latest_sample,
                     "samples": samples}, timeout=10)
+            except Gone as exc:
+                await self._gone(exc)
             except NotFound:
                 await self._register()
             except DettuiError as exc:
                 log.warning("agent %s: heartbeat failed: %s", self.id, exc)
             except Exception:  # noqa: BLE001 - the heartbeat must go on
                 log.exception("agent %s: heartbeat failed", self.id)
+
+    async def _gone(self, exc: Gone) -> None:
+        """The master declared this agent lost (it was stopped, or cut off, for longer than
+        the agent timeout) and gave its allocations to other agents: the copies here end at
+        once, before the agent registers again (the master refuses their reports anyway)."""
+        if self.runs:
+            log.warning("agent %s: %s; ending %d allocation(s)", self.id, exc, len(self.runs))
+            why = "the master declared this agent lost; the allocation runs elsewhere now"
+            await asyncio.gather(*(run.kill(why) for run in list(self.runs.values())),
+                                 return_exceptions=True)
+        await self._register()
 
     async def _leftovers_loop(self) -> None:
         """Ship the log lines that allocations which are no longer running left in their
@@ -177,6 +191,9 @@ class Agent:
                 body = await self.client.request(
                     "GET", f"/api/v1/agents/{self.id}/work",
                     params={"timeout_seconds": str(POLL_SECONDS)}, timeout=POLL_SECONDS + 15)
+            except Gone as exc:
+                await self._gone(exc)
+                continue
             except NotFound:
                 await self._register()
                 continue
@@ -200,7 +217,8 @@ class Agent:
                 await self._report(alloc_id, *self.finished[alloc_id])
                 return
             run = AllocationRun(item, self.client, self.id, self.options.work_root,
-                                self.options.master_url, self.own_pids)
+                                self.options.master_url, self.own_pids,
+                                (*self.options.hidden, token_path().parent))
             self.runs[alloc_id] = run
             self._supervisors.add(asyncio.create_task(self._supervise(run)))
         elif kind == "kill":

@@ -6,22 +6,24 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import json
 import logging
 import os
 import shutil
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import psutil
 
 from dettui import context, paths, retry
-from dettui.agent import logship, process, spool
+from dettui.agent import logship, process, sandbox, spool
 from dettui.client import Client
 from dettui.errors import ContextError, DettuiError
 from dettui.launch import spec
+from dettui.storage import storage_base
 
 log = logging.getLogger("dettui.agent")
 SHIP_INTERVAL = 0.25
@@ -33,8 +35,9 @@ OUTPUT_GRACE = 2.0  # seconds to read the last output after the entrypoint exits
 
 class AllocationRun:
     def __init__(self, spec: dict[str, Any], client: Client, agent_id: str, work_root: Path,
-                 master_url: str, own_pids: set[int]) -> None:
+                 master_url: str, own_pids: set[int], hidden: Sequence[Path] = ()) -> None:
         self.spec = spec
+        self.hidden = [*hidden, work_root]  # what the trial must not read
         self.id: str = spec["allocationId"]
         self.client = client
         self.agent_id = agent_id
@@ -97,9 +100,9 @@ class AllocationRun:
             raise DettuiError(str(exc)) from exc
 
     def _env(self) -> dict[str, str]:
-        env = dict(os.environ)
-        for key in [k for k in env if k.startswith("DET_")]:
-            del env[key]
+        """The trial's environment: the allow-listed part of the agent's (never its secrets),
+        then the master's DET_* variables and the experiment's own."""
+        env = {k: v for k, v in os.environ.items() if allowed(k)}
         env.update(self.spec.get("env") or {})
         env.update({
             "DET_MASTER": self.master_url,
@@ -126,6 +129,11 @@ class AllocationRun:
         # so that it still fails to spawn instead of exiting 127.
         found = _runnable(argv[0], self.workdir, env["PATH"])
         prefix = process.pdeathsig_prefix() if found else ()
+        support = sandbox.probe()
+        if found:
+            argv = sandbox.wrap(support, argv, self.workdir, self.hidden, self._kept(env))
+        if not support.on:
+            self._system_line(f"note: {support.note}")
         self.proc = await asyncio.create_subprocess_exec(
             *prefix, *argv, cwd=self.workdir, env=env, stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
@@ -152,6 +160,13 @@ class AllocationRun:
             self.own_pids.discard(self.proc.pid)
         self.exit_code = code if code >= 0 else 128 - code
         self.reason = "" if code == 0 else ("error" if code > 0 else f"signal {-code}")
+
+    def _kept(self, env: dict[str, str]) -> list[Path]:
+        """What the trial needs of the hidden paths: its work dir and checkpoint storage."""
+        kept = [self.workdir]
+        with contextlib.suppress(ValueError, KeyError, TypeError):
+            kept.append(storage_base(json.loads(env["DET_EXPERIMENT_CONFIG"])))
+        return kept
 
     async def _pump(self, stream: asyncio.StreamReader, stdtype: str) -> None:
         rest = b""
@@ -241,6 +256,19 @@ async def ship(client: Client, agent_id: str, batch: Callable[[int], list[dict[s
         ack(int(lines[-1]["seq"]))
         waits = retry.delays(give_up_after=give_up_after)
     return True
+
+
+# What a trial may inherit of the agent's environment; everything else (tokens, passwords,
+# the agent's own settings) stays with the agent.
+ALLOWED = {"PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TERM", "TZ",
+           "TMPDIR", "HOSTNAME", "PYTHONPATH", "PYTHONHASHSEED", "VIRTUAL_ENV", "CONDA_PREFIX",
+           "CONDA_DEFAULT_ENV", "LD_LIBRARY_PATH", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY",
+           "http_proxy", "https_proxy", "no_proxy", process.TEST_MARK}
+ALLOWED_PREFIXES = ("LC_", "CUDA_", "NCCL_", "GLOO_", "NVIDIA_", "OMP_", "MKL_", "TORCH_")
+
+
+def allowed(name: str) -> bool:
+    return name in ALLOWED or name.startswith(ALLOWED_PREFIXES)
 
 
 def _runnable(program: str, cwd: Path, path: str) -> bool:

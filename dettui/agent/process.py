@@ -27,6 +27,7 @@ PR_SET_CHILD_SUBREAPER = 36
 MARK = "DETTUI_ALLOCATION_ID"
 AGENT_MARK = "DETTUI_AGENT_ID"
 INSTANCE_MARK = "DETTUI_AGENT_INSTANCE"  # "<pid>:<start time>" of the agent process
+TEST_MARK = "DETTUI_TEST_RUN"  # set by a test run on what it starts, passed down to trials
 PR_SET_PDEATHSIG = 1
 
 

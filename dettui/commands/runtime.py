@@ -59,7 +59,8 @@ async def embedded_agent(runner: web.AppRunner, url: str, settings: MasterSettin
     assert admin is not None
     client = api.Client(url, await db.run(users.new_session, admin.id))
     options = AgentOptions(master_url=url, agent_id=f"{socket.gethostname()}-local",
-                           pool=pool, cpu_slots=slots, work_root=settings.state_dir / "agent")
+                           pool=pool, cpu_slots=slots, work_root=settings.state_dir / "agent",
+                           hidden=(settings.state_dir,))  # the master's database is in it
     return Agent(options, client)
 
 

@@ -21,6 +21,7 @@ from dettui.master import keys, offload
 from dettui.master.openapi import op_of
 from dettui.master.store import trials, users
 from dettui.master.store.records import Allocation, User
+from dettui.models import AllocationState
 
 log = logging.getLogger("dettui.master")
 
@@ -96,7 +97,7 @@ async def auth(request: web.Request, handler: Handler) -> web.StreamResponse:
         user_token = request.query.get("token") or None
     if task_token:
         alloc = await db.run(trials.allocation_by_token, task_token)
-        if alloc is not None:
+        if alloc is not None and alloc.state is not AllocationState.EXITED:  # revoked at exit
             owner = await db.run(_owner_of_allocation, alloc)
             principal = Principal(owner, task_token, alloc)
     if principal is None and user_token:

@@ -7,10 +7,9 @@ import textwrap
 import time
 from pathlib import Path
 
-import psutil
 import pytest
 
-from tests.conftest import SAMPLE, Served
+from tests.conftest import SAMPLE, Served, marked_processes
 
 pytestmark = pytest.mark.slow
 
@@ -102,15 +101,7 @@ def test_kill_ends_the_whole_process_tree(served: Served, tmp_path: Path) -> Non
         time.sleep(0.2)
 
 
-def _marked_processes() -> list[int]:
-    out = []
-    for proc in psutil.process_iter():
-        try:
-            if "DETTUI_ALLOCATION_ID" in proc.environ() and proc.status() != "zombie":
-                out.append(proc.pid)
-        except psutil.Error:
-            continue
-    return out
+_marked_processes = marked_processes
 
 
 def test_master_restart_keeps_everything(served: Served) -> None:

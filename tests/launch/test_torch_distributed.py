@@ -14,6 +14,7 @@ import psutil
 import pytest
 
 from dettui.launch import spec
+from tests.conftest import RUN
 
 pytestmark = pytest.mark.slow
 
@@ -28,7 +29,7 @@ def launch(tmp_path: Path, script: str, *extra: str,
            timeout: float = 120) -> subprocess.CompletedProcess[str]:
     (tmp_path / "w.py").write_text(textwrap.dedent(script))
     env = {**os.environ, "DET_SLOT_IDS": "[0,1]", "DETTUI_C10D_PORT": str(free_port()),
-           "DETTUI_ALLOCATION_ID": f"test-{tmp_path.name}"}
+           "DETTUI_ALLOCATION_ID": f"test-{RUN}-{tmp_path.name}"}
     return subprocess.run([sys.executable, "-m", "dettui.launch.torch_distributed", *extra,
                            sys.executable, "w.py"], cwd=tmp_path, env=env, capture_output=True,
                           text=True, timeout=timeout)
@@ -71,7 +72,7 @@ def test_one_failing_worker_ends_the_rest_with_its_code(tmp_path: Path) -> None:
     assert res.returncode == 3, res.stderr
     assert time.monotonic() - t0 < 60
     assert "rank 1 exited with 3" in res.stderr
-    assert leftovers(f"test-{tmp_path.name}") == []
+    assert leftovers(f"test-{RUN}-{tmp_path.name}") == []
 
 
 def test_bad_arguments_match_determined(tmp_path: Path) -> None:
@@ -128,7 +129,7 @@ def test_entrypoints_written_for_determined_run_through_ours(
 def test_sigkill_of_the_launcher_leaves_no_worker(tmp_path: Path) -> None:
     """torchrun starts workers in sessions of their own; each worker watches the launcher."""
     (tmp_path / "w.py").write_text("import time\nprint('ready', flush=True)\ntime.sleep(600)\n")
-    tag = f"test-{tmp_path.name}"
+    tag = f"test-{RUN}-{tmp_path.name}"
     env = {**os.environ, "DET_SLOT_IDS": "[0,1]", "DETTUI_C10D_PORT": str(free_port()),
            "DETTUI_ALLOCATION_ID": tag}
     proc = subprocess.Popen([sys.executable, "-m", "dettui.launch.torch_distributed",

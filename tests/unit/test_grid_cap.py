@@ -30,5 +30,5 @@ def test_grid_size_is_the_number_of_points() -> None:
                            "c": {"type": "log", "minval": -3, "maxval": -1, "count": 3}},
                      "d": 5})
     assert grid_size(hps) == len(grid(hps)) == 3 * 2 * 3
-    ok = BASE + "  a: {type: int, minval: 0, maxval: 100000, count: %d}\n" % MAX_GRID
+    ok = BASE + f"  a: {{type: int, minval: 0, maxval: 100000, count: {MAX_GRID}}}\n"
     assert load_config(ok).searcher.name == "grid"

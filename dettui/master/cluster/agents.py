@@ -155,7 +155,8 @@ class Agents:
             if now - link.last_seen > self.hub.settings.agent_timeout:
                 log.warning("agent %s missed its heartbeats; its allocations are lost",
                             link.agent.id)
-                self.hub.links.drop(link.agent.id)
+                self.hub.links.drop(link.agent.id, lost="silent for more than "
+                                    f"{self.hub.settings.agent_timeout:g} s")
                 self.hub.notify("agents")
         await self.allocations.enforce_preemption_timeouts(now)
         if now - self._lost_checked > LOST_CHECK_EVERY:

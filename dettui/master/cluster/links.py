@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from dettui.errors import NotFound
+from dettui.errors import Gone, NotFound
 from dettui.master import scheduler
 from dettui.master.store.records import Agent, Allocation
 from dettui.master.telemetry import AgentTelemetry
@@ -43,6 +43,7 @@ class Links:
 
     def __init__(self) -> None:
         self._links: dict[str, AgentLink] = {}
+        self._lost: dict[str, str] = {}  # agents declared lost since this master started
 
     def __contains__(self, agent_id: object) -> bool:
         return agent_id in self._links
@@ -58,12 +59,16 @@ class Links:
 
     def require(self, agent_id: str) -> AgentLink:
         link = self._links.get(agent_id)
+        if link is None and agent_id in self._lost:
+            raise Gone(f"agent {agent_id} was declared lost ({self._lost[agent_id]}); its "
+                       "allocations run elsewhere now: end them, then register again")
         if link is None:
             raise NotFound(f"agent {agent_id} is not registered (register again)")
         return link
 
     def put(self, link: AgentLink) -> AgentLink | None:
         """Connect `link`, replacing (and waking) an earlier link of the same agent."""
+        self._lost.pop(link.agent.id, None)
         old = self._links.get(link.agent.id)
         if old is not None:
             old.wake.set()
@@ -71,10 +76,14 @@ class Links:
         self._links[link.agent.id] = link
         return old
 
-    def drop(self, agent_id: str) -> AgentLink | None:
+    def drop(self, agent_id: str, lost: str | None = None) -> AgentLink | None:
+        """Disconnect an agent; `lost` says why the master gave up on it (its next request is
+        then told, with a 410, that its allocations run elsewhere)."""
         link = self._links.pop(agent_id, None)
         if link is not None:
             link.wake.set()
+        if lost is not None:
+            self._lost[agent_id] = lost
         return link
 
     def kill(self, alloc: Allocation, reason: str) -> bool:

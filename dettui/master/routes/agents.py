@@ -102,7 +102,8 @@ async def register(request: web.Request) -> web.Response:
         body.running_allocations, body.no_gpu_reason,
     )
     return web.json_response({"agentId": agent.id, "clusterId": request.app[keys.CLUSTER_ID],
-                              "heartbeatSeconds": settings.heartbeat_interval})
+                              "heartbeatSeconds": settings.heartbeat_interval,
+                              "agentTimeoutSeconds": settings.agent_timeout})
 
 
 @routes.post("/api/v1/agents/{agentId}/heartbeat")
