@@ -39,6 +39,20 @@ def _parser() -> argparse.ArgumentParser:
     ul = user.add_parser("login", help="log in and remember the token")
     ul.add_argument("username", nargs="?")
     ul.add_argument("--password", help="(default: prompt; empty for the default users)")
+    user.add_parser("list", aliases=["ls"], help="every user").add_argument(
+        "--json", action="store_true")
+    uc = user.add_parser("create", help="create a user (admins)")
+    uc.add_argument("username")
+    uc.add_argument("--admin", action="store_true", help="make the user an admin")
+    uc.add_argument("--password", help="(default: prompt)")
+    for verb, what in (("activate", "let a user log in again (admins)"),
+                       ("deactivate", "stop a user from logging in; ends its sessions "
+                                      "(admins)")):
+        user.add_parser(verb, help=what).add_argument("username")
+    up = user.add_parser("change-password", help="set a password (yours, or anyone's as an "
+                                                 "admin)")
+    up.add_argument("username", nargs="?", help="(default: you)")
+    up.add_argument("--password", help="(default: prompt)")
     return p
 
 
@@ -89,14 +103,19 @@ def _serve_args(s: argparse.ArgumentParser) -> None:
 
 
 def _agent_args(a: argparse.ArgumentParser) -> None:
-    a.add_argument("action", nargs="?", choices=["list", "ls", "enable", "disable"],
-                   help="list agents, or enable/disable one (no action: run an agent)")
-    a.add_argument("agent_id", nargs="?", help="the agent to enable or disable")
+    a.add_argument("action", nargs="?", choices=["list", "ls", "enable", "disable", "token"],
+                   help="list agents, enable/disable one, or manage agent credentials "
+                   "(`token create|list|revoke ID`; admins); no action: run an agent")
+    a.add_argument("agent_id", nargs="?", help="the agent to enable or disable; for `token`: "
+                   "create, list or revoke")
+    a.add_argument("credential", nargs="?", help="for `token revoke`: the credential's id")
+    a.add_argument("--description", default="", help="for `token create`: what it is for")
     a.add_argument("--slots", type=int, default=1, help="CPU slots when no GPU is found")
     a.add_argument("--pool", default="default", help="resource pool to join")
     a.add_argument("--id", help="agent id (default: hostname)")
     a.add_argument("--token", default=os.environ.get("DETTUI_AGENT_TOKEN"),
-                   help="a user token (default: log in like the CLI)")
+                   help="the agent's credential (from `dettui agent token create`; default "
+                   "$DETTUI_AGENT_TOKEN)")
     a.add_argument("--work-dir", type=Path, help="where allocations' work dirs go")
     a.add_argument("--address", help="address peers use to reach this agent (default: the one "
                    "on the route to the master)")
@@ -199,10 +218,17 @@ def _dispatch(args: argparse.Namespace) -> Callable[[api.Client], Awaitable[Any]
         return _job_action(args)
     if cmd == "task":
         return lambda c: cluster.task_list(c, as_json=args.json)
+    if cmd == "user":
+        from dettui.commands import user
+
+        return user.action(args)
     if cmd == "agent" and args.action in ("enable", "disable"):
         if not args.agent_id:
             raise InvalidArgument(f"dettui agent {args.action} needs an agent id")
         return lambda c: cluster.agent_enable(c, args.agent_id, args.action == "enable")
+    if cmd == "agent" and args.action == "token":
+        return lambda c: cluster.agent_token(c, args.agent_id, args.credential,
+                                             description=args.description, as_json=args.json)
     if cmd == "agent" and args.action:
         return lambda c: cluster.agent_list(c, as_json=args.json)
     return None
@@ -249,7 +275,7 @@ def _run(args: argparse.Namespace) -> int:
             address=args.address)
         asyncio.run(runtime.run_agent(options, args.token))
         return 0
-    if args.command == "user":
+    if args.command == "user" and args.verb == "login":
         asyncio.run(user.login(api.master_url(args.master), args.username, args.password))
         return 0
     if args.command is None:

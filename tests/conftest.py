@@ -97,12 +97,24 @@ class Served:
         with urllib.request.urlopen(req, timeout=10) as resp:
             return str(json.loads(resp.read())["token"])
 
-    def api(self, method: str, path: str, body: object = None) -> dict:
+    def api(self, method: str, path: str, body: object = None, *,
+            token: str | None = None) -> dict:
         data = json.dumps(body).encode() if body is not None else None
-        req = urllib.request.Request(self.url + path, data=data, method=method,
-                                     headers={"Authorization": f"Bearer {self.token()}"})
+        req = urllib.request.Request(self.url + path, data=data, method=method, headers={
+            "Authorization": f"Bearer {token or self.token()}"})
         with urllib.request.urlopen(req, timeout=30) as resp:
             return json.loads(resp.read())
+
+    def admin_token(self) -> str:
+        body = json.dumps({"username": "admin", "password": ""}).encode()
+        req = urllib.request.Request(self.url + "/api/v1/auth/login", data=body, method="POST")
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return str(json.loads(resp.read())["token"])
+
+    def agent_token(self, description: str = "test agent") -> str:
+        """A new agent credential, issued by the admin."""
+        return str(self.api("POST", "/api/v1/agent-credentials", {"description": description},
+                            token=self.admin_token())["token"])
 
     def cli(
         self, *args: str, timeout: float = 120, check: bool = True

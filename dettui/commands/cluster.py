@@ -124,3 +124,33 @@ async def agent_enable(c: Client, agent_id: str, enabled: bool) -> None:
                     body={"agentId": agent_id, "drain": True})
     what = "enabled" if enabled else "disabled (running work finishes, nothing new starts)"
     output.console.print(f"Agent {agent_id} {what}")
+
+
+async def agent_token(c: Client, verb: str | None, cred_id: str | None, *, description: str,
+                      as_json: bool) -> None:
+    """`dettui agent token create|list|revoke ID`: the credentials agents join with."""
+    if verb == "create":
+        body = await c.request("POST", "/api/v1/agent-credentials",
+                               body={"description": description})
+        if as_json:
+            output.print_json(body)
+            return
+        output.console.print(f"Agent credential {body['credential']['id']} (shown once; "
+                             "start an agent with it):")
+        output.console.print(body["token"], markup=False, highlight=False, soft_wrap=True)
+    elif verb in ("list", "ls"):
+        creds = (await c.request("GET", "/api/v1/agent-credentials"))["credentials"]
+        if as_json:
+            output.print_json(creds)
+            return
+        rows = [(x["id"], x["agentId"] or "(not used yet)", x["description"],
+                 output.when(x["createdAt"]), "revoked" if x["revoked"] else "")
+                for x in creds]
+        output.table("Agent credentials", ["ID", "Agent", "Description", "Created", ""], rows)
+    elif verb == "revoke":
+        if not cred_id or not cred_id.isdigit():
+            raise InvalidArgument("dettui agent token revoke needs a credential id")
+        await c.request("DELETE", f"/api/v1/agent-credentials/{cred_id}")
+        output.console.print(f"Agent credential {cred_id} revoked")
+    else:
+        raise InvalidArgument("dettui agent token: expected create, list or revoke ID")

@@ -10,6 +10,7 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 # Piped output keeps whole rows (ids, uuids) on one line instead of folding at 80 columns.
 console = Console(highlight=False, soft_wrap=False,
@@ -26,7 +27,7 @@ def table(title: str | None, columns: Sequence[str], rows: Sequence[Sequence[Any
     for col in columns:
         t.add_column(col, overflow="fold")
     for row in rows:
-        t.add_row(*("" if v is None else str(v) for v in row))
+        t.add_row(*(Text("" if v is None else str(v)) for v in row))  # never markup
     console.print(t)
 
 

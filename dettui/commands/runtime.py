@@ -13,10 +13,11 @@ from aiohttp import web
 
 from dettui import client as api
 from dettui.agent.agent import Agent, AgentOptions
+from dettui.errors import InvalidArgument
 from dettui.master import keys
 from dettui.master.app import start_master
 from dettui.master.settings import MasterSettings
-from dettui.master.store import users
+from dettui.master.store import credentials
 
 log = logging.getLogger("dettui")
 
@@ -53,22 +54,24 @@ async def serve(settings: MasterSettings, *, agent: bool, agent_slots: int,
 
 async def embedded_agent(runner: web.AppRunner, url: str, settings: MasterSettings, slots: int,
                          pool: str) -> Agent:
-    """The local agent started inside `dettui serve`, with a token minted for `admin`."""
+    """The local agent started inside `dettui serve`, with a credential of its own issued in
+    the master's process (bound to its id at once)."""
     db = runner.app[keys.DB]
-    admin = await db.run(users.by_name, "admin")
-    assert admin is not None
-    client = api.Client(url, await db.run(users.new_session, admin.id))
-    options = AgentOptions(master_url=url, agent_id=f"{socket.gethostname()}-local",
+    agent_id = f"{socket.gethostname()}-local"
+    _, secret = await db.run(credentials.issue, None, "the embedded agent", agent_id)
+    client = api.Client(url, secret)
+    options = AgentOptions(master_url=url, agent_id=agent_id,
                            pool=pool, cpu_slots=slots, work_root=settings.state_dir / "agent",
                            hidden=(settings.state_dir,))  # the master's database is in it
     return Agent(options, client)
 
 
 async def run_agent(options: AgentOptions, token: str | None) -> None:
-    if token:
-        client = api.Client(options.master_url, token)
-    else:
-        client = await api.authenticated(options.master_url)
+    if not token:
+        raise InvalidArgument(
+            "an agent needs a credential of its own: an admin issues one with `dettui agent "
+            "token create`; pass it with --token or DETTUI_AGENT_TOKEN")
+    client = api.Client(options.master_url, token)
     agent = Agent(options, client)
     stop = asyncio.Event()
     _on_signals(stop)

@@ -1,10 +1,14 @@
-"""`dettui user login`."""
+"""`dettui user login|list|create|activate|deactivate|change-password`."""
 
 from __future__ import annotations
 
+import argparse
 import getpass
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from dettui import client as api
+from dettui.commands import output
 from dettui.commands.output import console
 from dettui.errors import InvalidArgument
 
@@ -22,3 +26,59 @@ async def login(url: str, username: str | None, password: str | None) -> None:
         token = await c.login(name, password)
     api.store_token(url, name, token)
     console.print(f"Logged in as {name} at {url}")
+
+
+def _password(prompt: str, given: str | None) -> str:
+    if given is not None:
+        return given
+    try:
+        first = getpass.getpass(prompt)
+        if getpass.getpass("Again: ") != first:
+            raise InvalidArgument("the passwords do not match")
+        return first
+    except EOFError:
+        raise InvalidArgument("no password: the input ended before one was typed; pass "
+                              "--password") from None
+
+
+async def _user(c: api.Client, name: str) -> dict[str, Any]:
+    return dict((await c.request("GET", f"/api/v1/users/{name}/by-username"))["user"])
+
+
+def action(args: argparse.Namespace) -> Callable[[api.Client], Awaitable[None]]:
+    """The user command `args.verb` as a call on a logged-in client."""
+    verb = args.verb
+
+    async def list_(c: api.Client) -> None:
+        users = (await c.request("GET", "/api/v1/users"))["users"]
+        if args.json:
+            output.print_json(users)
+            return
+        output.table("Users", ["ID", "Username", "Admin", "Active"],
+                     [(u["id"], u["username"], "yes" if u["admin"] else "",
+                       "yes" if u["active"] else "no") for u in users])
+
+    async def create(c: api.Client) -> None:
+        password = _password(f"Password for the new user '{args.username}': ", args.password)
+        body = {"user": {"username": args.username, "admin": args.admin, "active": True},
+                "password": password, "isHashed": False}
+        made = (await c.request("POST", "/api/v1/users", body=body))["user"]
+        console.print(f"Created user {made['username']} (id {made['id']})", markup=False)
+
+    async def set_active(c: api.Client) -> None:
+        target = await _user(c, args.username)
+        await c.request("PATCH", f"/api/v1/users/{target['id']}",
+                        body={"active": verb == "activate"})
+        console.print(f"User {args.username} {verb}d", markup=False)
+
+    async def change_password(c: api.Client) -> None:
+        name = args.username or (await c.me())["username"]
+        target = await _user(c, name)
+        password = _password(f"New password for '{name}': ", args.password)
+        await c.request("PATCH", f"/api/v1/users/{target['id']}",
+                        body={"password": password, "isHashed": False})
+        console.print(f"Password of {name} changed", markup=False)
+
+    actions = {"list": list_, "ls": list_, "create": create, "activate": set_active,
+               "deactivate": set_active, "change-password": change_password}
+    return actions[verb]

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any, TypeVar
 
 from aiohttp import web
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
 from dettui.errors import InvalidArgument
@@ -255,3 +255,35 @@ class UpdateJobQueueBody(Body):
 
 class PasswordBody(Body):
     password: str
+
+
+class AgentCredentialBody(Body):
+    description: str = Field(default="", max_length=200)
+
+
+class NewUser(Body):
+    username: str = Field(max_length=128)
+    admin: bool | None = False
+    active: bool | None = True
+    display_name: str | None = Field(default=None, max_length=256)
+    remote: bool | None = False
+
+
+class PostUserBody(Body):
+    """POST /api/v1/users (Determined's PostUserRequest)."""
+
+    user: NewUser
+    password: str | None = Field(default=None, max_length=1024)
+    is_hashed: bool = False
+
+
+class PatchUserBody(Body):
+    """PATCH /api/v1/users/{id} (Determined's PatchUser)."""
+
+    active: bool | None = None
+    admin: bool | None = None
+    display_name: str | None = Field(default=None, max_length=256)
+    password: str | None = Field(default=None, max_length=1024)
+    is_hashed: bool = False
+    username: str | None = None
+    remote: bool | None = None

@@ -19,7 +19,8 @@ from dettui.errors import (
 )
 from dettui.master import keys, offload
 from dettui.master.openapi import op_of
-from dettui.master.store import trials, users
+from dettui.master.store import credentials, trials, users
+from dettui.master.store.credentials import AgentCredential
 from dettui.master.store.records import Allocation, User
 from dettui.models import AllocationState
 
@@ -36,6 +37,10 @@ PUBLIC = {("GET", "/info"), ("POST", "/api/v1/auth/login")}
 QUERY_TOKEN_PATHS = {"/api/v1/stream"}
 # Handlers a task's allocation token may call; each still checks the trial/allocation is its own.
 TASK_HANDLERS: set[Handler] = set()
+# The agent protocol: only an agent credential reaches these, and it reaches nothing else
+# (but for AGENT_TOO, which users and allocations may call as well).
+AGENT_HANDLERS: set[Handler] = set()
+AGENT_TOO: set[Handler] = set()
 
 
 def task_route(handler: Handler) -> Handler:
@@ -44,11 +49,24 @@ def task_route(handler: Handler) -> Handler:
     return handler
 
 
+def agent_route(handler: Handler) -> Handler:
+    """Mark a handler as part of the agent protocol: agent credentials only."""
+    AGENT_HANDLERS.add(handler)
+    return handler
+
+
+def agent_too(handler: Handler) -> Handler:
+    """Mark a handler that agents may call with their credential besides its usual callers."""
+    AGENT_TOO.add(handler)
+    return handler
+
+
 @dataclass(frozen=True)
 class Principal:
-    user: User
+    user: User | None  # None for an agent
     token: str
     allocation: Allocation | None = None  # set for allocation (task) tokens
+    agent: AgentCredential | None = None  # set for agent credentials
 
 
 def error_response(exc: DettuiError, request: web.Request) -> web.Response:
@@ -89,29 +107,44 @@ def _bearer(value: str | None) -> str | None:
 async def auth(request: web.Request, handler: Handler) -> web.StreamResponse:
     if (request.method, request.path) in PUBLIC or request.method == "OPTIONS":
         return await handler(request)
-    db = request.app[keys.DB]
-    principal: Principal | None = None
-    task_token = _bearer(request.headers.get("Grpc-Metadata-x-allocation-token"))
-    user_token = _bearer(request.headers.get("Authorization"))
-    if user_token is None and request.path in QUERY_TOKEN_PATHS:
-        user_token = request.query.get("token") or None
-    if task_token:
-        alloc = await db.run(trials.allocation_by_token, task_token)
-        if alloc is not None and alloc.state is not AllocationState.EXITED:  # revoked at exit
-            owner = await db.run(_owner_of_allocation, alloc)
-            principal = Principal(owner, task_token, alloc)
-    if principal is None and user_token:
-        user = await db.run(users.user_for_token, user_token)
-        if user is not None:
-            principal = Principal(user, user_token)
+    principal = await _principal(request)
     if principal is None:
         raise Unauthenticated("invalid credentials: log in first (dettui user login)")
-    if not principal.user.active:
+    route_handler = request.match_info.handler
+    if principal.agent is not None:
+        if route_handler not in AGENT_HANDLERS and route_handler not in AGENT_TOO:
+            raise PermissionDenied("an agent credential may only be used for the agent protocol")
+    elif route_handler in AGENT_HANDLERS:
+        raise PermissionDenied("the agent protocol needs an agent credential, not a user's "
+                               "token: an admin issues one with `dettui agent token create`")
+    if principal.user is not None and not principal.user.active:
         raise PermissionDenied("user is not active")
-    if principal.allocation is not None and request.match_info.handler not in TASK_HANDLERS:
+    if principal.allocation is not None and route_handler not in TASK_HANDLERS:
         raise PermissionDenied("an allocation token may only reach its own trial and allocation")
     request[keys.PRINCIPAL] = principal
     return await handler(request)
+
+
+async def _principal(request: web.Request) -> Principal | None:
+    """Who is calling: a trial's allocation (revoked once the allocation exits), an agent (its
+    credential), or a user (an unexpired session)."""
+    db = request.app[keys.DB]
+    task_token = _bearer(request.headers.get("Grpc-Metadata-x-allocation-token"))
+    token = _bearer(request.headers.get("Authorization"))
+    if token is None and request.path in QUERY_TOKEN_PATHS:
+        token = request.query.get("token") or None
+    if task_token:
+        alloc = await db.run(trials.allocation_by_token, task_token)
+        if alloc is not None and alloc.state is not AllocationState.EXITED:
+            return Principal(await db.run(_owner_of_allocation, alloc), task_token, alloc)
+    if token and token.startswith(credentials.PREFIX):
+        cred = await db.run(credentials.for_secret, token)
+        return Principal(None, token, agent=cred) if cred is not None else None
+    if token:
+        user = await db.run(users.user_for_token, token)
+        if user is not None:
+            return Principal(user, token)
+    return None
 
 
 def _owner_of_allocation(conn: sqlite3.Connection, alloc: Allocation) -> User:
@@ -141,14 +174,37 @@ def check_allocation(request: web.Request, alloc_id: str) -> None:
 
 
 def require_user(request: web.Request) -> User:
-    return principal(request).user
+    user = principal(request).user
+    if user is None:
+        raise PermissionDenied("this needs a user's token")
+    return user
 
 
 def require_admin(request: web.Request) -> User:
-    user = principal(request).user
+    user = require_user(request)
     if not user.admin:
         raise PermissionDenied("only an admin may do this")
     return user
+
+
+def require_owner(request: web.Request, owner_id: int, what: str) -> User:
+    """The caller owns `what` or is an admin (Determined's basic authorisation)."""
+    user = require_user(request)
+    if not user.admin and user.id != owner_id:
+        raise PermissionDenied(f"only the owner of {what} or an admin may change it")
+    return user
+
+
+def require_agent(request: web.Request, agent_id: str) -> AgentCredential:
+    """The calling agent's credential, which must be the one of `agent_id` (bound at its first
+    registration): one agent cannot act as another."""
+    cred = principal(request).agent
+    if cred is None:
+        raise PermissionDenied("the agent protocol needs an agent credential")
+    if cred.agent_id is not None and cred.agent_id != agent_id:
+        raise PermissionDenied(f"this agent credential belongs to agent {cred.agent_id}, "
+                               f"not {agent_id}")
+    return cred
 
 
 async def read_body(request: web.Request) -> bytes:

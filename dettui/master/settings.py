@@ -29,6 +29,7 @@ class MasterSettings:
     checkpoint_dir: Path | None = None  # default shared_fs host_path; state_dir/checkpoints
     policies: dict[str, PoolPolicy] = field(default_factory=lambda: {"default": PoolPolicy()})
     preemption_timeout: float = 3600.0  # seconds a preempted trial has to checkpoint and exit
+    session_lifetime: float = 7 * 24 * 3600.0  # seconds a login lasts (Determined: 7 days)
 
     @property
     def pools(self) -> tuple[str, ...]:
@@ -97,6 +98,7 @@ class MasterConfig(_Strict):
     cluster_name: str | None = None
     default_compute_pool: str | None = None
     preemption_timeout: float | None = Field(default=None, ge=0)
+    session_lifetime: float | None = Field(default=None, gt=0)  # seconds a login lasts
     resource_pools: list[PoolConfig] = Field(default_factory=list)
 
 
@@ -135,7 +137,7 @@ def policies_of(cfg: MasterConfig, preemption: bool = False) -> dict[str, PoolPo
 def settings_from(cfg: MasterConfig, **overrides: Any) -> dict[str, Any]:
     """MasterSettings keyword arguments from a config file; explicit flags win."""
     out: dict[str, Any] = {}
-    for key in ("host", "port", "cluster_name", "preemption_timeout"):
+    for key in ("host", "port", "cluster_name", "preemption_timeout", "session_lifetime"):
         value = getattr(cfg, key)
         if value is not None:
             out[key] = value

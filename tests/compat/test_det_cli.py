@@ -99,3 +99,31 @@ def test_real_det_cli_queue_and_experiment_settings(served: Served, tmp_path: Pa
     preview = det(served, home, "e", "set", "gc-policy", "1", "--save-experiment-best", "1",
                   "--save-trial-best", "1", "--save-trial-latest", "1", stdin="n\n")
     assert "Traceback" not in preview.stderr, preview.stderr
+
+
+@pytest.mark.skipif(not DET_VENV, reason="run through `make test` (needs the determined venv)")
+def test_real_det_cli_manages_users(served: Served, tmp_path: Path) -> None:
+    """`det user create|deactivate|activate|change-password` as an admin; the new user logs in
+    and changes their own password; a deactivated user cannot log in."""
+    home = tmp_path / "home"
+    home.mkdir()
+    assert det(served, home, "user", "login", "admin", stdin="\n").returncode == 0
+    made = det(served, home, "user", "create", "alice", "--password", "Secret-123")
+    assert made.returncode == 0, made.stdout + made.stderr
+    assert "alice" in det(served, home, "user", "list").stdout
+    changed = det(served, home, "user", "change-password", "alice",
+                  stdin="Other-456\nOther-456\n")
+    assert changed.returncode == 0, changed.stdout + changed.stderr
+    alice = tmp_path / "alice"
+    alice.mkdir()
+    logged = det(served, alice, "user", "login", "alice", stdin="Other-456\n")
+    assert logged.returncode == 0, logged.stdout + logged.stderr
+    refused = det(served, alice, "user", "create", "bob", "--password", "Secret-123")
+    assert refused.returncode != 0 and "admin" in (refused.stdout + refused.stderr).lower()
+    off = det(served, home, "user", "deactivate", "alice")
+    assert off.returncode == 0, off.stdout + off.stderr
+    again = det(served, alice, "user", "login", "alice", stdin="Other-456\n")
+    assert again.returncode != 0
+    on = det(served, home, "user", "activate", "alice")
+    assert on.returncode == 0, on.stdout + on.stderr
+    assert det(served, alice, "user", "login", "alice", stdin="Other-456\n").returncode == 0

@@ -19,9 +19,10 @@ pytestmark = pytest.mark.slow
 
 
 def start_agent(s: Served, tmp_path: Path, *args: str) -> subprocess.Popen[str]:
+    """A `dettui agent` with a credential of its own (issued by the admin)."""
     return subprocess.Popen(
         [sys.executable, "-m", "dettui.cli", "-m", s.url, "agent", "--work-dir",
-         str(tmp_path / "agent-work"), *args],
+         str(tmp_path / "agent-work"), "--token", s.agent_token(), *args],
         env=s.env(), stdout=subprocess.DEVNULL, stderr=open(tmp_path / "agent.log", "a"),  # noqa: SIM115
         text=True)
 
@@ -136,6 +137,38 @@ def test_disabled_agent_takes_no_new_work(headless: Served, tmp_path: Path) -> N
         assert agents[0]["enabled"] is False
         headless.cli("-u", "admin", "agent", "enable", "w1")
         assert headless.wait_experiment(1, timeout=60)["state"] == "STATE_COMPLETED"
+    finally:
+        agent.terminate()
+        agent.wait(30)
+
+
+def test_agents_join_with_a_credential_an_admin_issued(headless: Served,
+                                                       tmp_path: Path) -> None:
+    no_token = subprocess.run(
+        [sys.executable, "-m", "dettui.cli", "-m", headless.url, "agent", "--id", "x"],
+        env={k: v for k, v in headless.env().items() if k != "DETTUI_AGENT_TOKEN"},
+        capture_output=True, text=True, timeout=60)
+    assert no_token.returncode == 1 and "dettui agent token create" in no_token.stderr
+    refused = headless.cli("agent", "token", "create", check=False)
+    assert refused.returncode == 1 and "only an admin" in refused.stderr
+    made = headless.cli("-u", "admin", "agent", "token", "create", "--description", "gpu box")
+    secret = made.stdout.strip().splitlines()[-1]
+    assert secret.startswith("dettui-agent-")
+    agent = subprocess.Popen(
+        [sys.executable, "-m", "dettui.cli", "-m", headless.url, "agent", "--work-dir",
+         str(tmp_path / "w"), "--id", "gpu-box"], env={**headless.env(),
+                                                       "DETTUI_AGENT_TOKEN": secret},
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        headless.wait_for_agents(1)
+        listed = headless.cli("-u", "admin", "agent", "token", "list").stdout
+        assert "gpu-box" in listed and "gpu box" in listed
+        cred = json.loads(headless.cli("-u", "admin", "agent", "token", "list", "--json")
+                          .stdout)[0]["id"]
+        headless.cli("-u", "admin", "agent", "token", "revoke", str(cred))
+        made = headless.cli("-u", "admin", "user", "create", "bob", "--password", "Secret-123")
+        assert "Created user bob" in made.stdout
+        assert "bob" in headless.cli("user", "list").stdout
     finally:
         agent.terminate()
         agent.wait(30)

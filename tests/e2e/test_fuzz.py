@@ -1,6 +1,7 @@
 """Property-based fuzzing of every operation of the master's published OpenAPI document, against a
 real `dettui serve`: valid and invalid bodies (from the operation's schema, arbitrary JSON, raw
-bytes), ids and query strings, as an admin, a plain user, a trial's allocation and nobody.
+bytes), ids and query strings, as an admin, a plain user, an agent, a trial's allocation and
+nobody.
 
 Every answer must be below 500 and arrive within 5 s, and the master's memory must stay bounded.
 Examples are derandomized (the same in every run) and bounded per operation.
@@ -72,15 +73,16 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     w = World(served)
     try:
         admin, user = login(served.url, "admin"), login(served.url, "determined")
-        w.tokens = {"admin": admin, "user": user, "none": None}
+        agent = served.agent_token("fuzz")
+        w.tokens = {"admin": admin, "user": user, "agent": agent, "none": None}
         exp = served.api("POST", "/api/v1/experiments", {"config": CONFIG, "activate": True,
                                                          "modelDefinition": []})["experiment"]
-        call_json(served.url, "POST", "/api/v1/agents/register", admin, {
+        call_json(served.url, "POST", "/api/v1/agents/register", agent, {
             "id": "fuzz-agent", "slots": [{"id": 0, "type": "cpu"}]})
         work: list[dict[str, Any]] = []
         for _ in range(50):
             work = call_json(served.url, "GET",
-                             "/api/v1/agents/fuzz-agent/work?timeout_seconds=0.2", admin)["work"]
+                             "/api/v1/agents/fuzz-agent/work?timeout_seconds=0.2", agent)["work"]
             if work:
                 break
         start = work[0]

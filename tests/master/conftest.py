@@ -42,6 +42,17 @@ async def api(aiohttp_client: Any, tmp_path: Path) -> Api:
     return Api(client, token)
 
 
+async def agent_headers(api: Api) -> dict[str, str]:
+    """Headers of a new agent credential, issued by the admin (agents need their own)."""
+    resp = await api.client.post("/api/v1/auth/login",
+                                 data='{"username":"admin","password":""}')
+    admin = (await resp.json())["token"]
+    resp = await api.client.post("/api/v1/agent-credentials", data="{}",
+                                 headers={"Authorization": f"Bearer {admin}"})
+    assert resp.status == 200, await resp.text()
+    return {"Authorization": f"Bearer {(await resp.json())['token']}"}
+
+
 def ckpt_uuid(n: int) -> str:
     """A checkpoint uuid for tests, readable by its number."""
     return f"00000000-0000-4000-8000-{n:012d}"

@@ -73,6 +73,7 @@ class Scenario:
     acked_checkpoints: set[str] = field(default_factory=set)
     done: dict[str, bool] = field(default_factory=dict)  # milestones of the script
     restarts: int = 0
+    agent_token: str = ""
 
     # --- the master -----------------------------------------------------------------------
 
@@ -91,6 +92,9 @@ class Scenario:
             raise MasterDown(str(exc)) from exc
         self.token = (await self.call("POST", "/api/v1/auth/login",
                                       {"username": "admin", "password": ""}))["token"]
+        if not self.agent_token:  # an agent's credential outlives master restarts
+            self.agent_token = (await self.call("POST", "/api/v1/agent-credentials",
+                                                {"description": "sim"}))["token"]
         await self.call("POST", "/api/v1/agents/register", {
             "id": AGENT, "slots": [{"id": 0, "type": "cpu"}, {"id": 1, "type": "cpu"}],
             "runningAllocations": [r.alloc_id for r in self.runs.values()
@@ -117,6 +121,8 @@ class Scenario:
         if self.crashed:
             raise MasterDown("crashed")
         headers = {"Authorization": f"Bearer {self.token}"}
+        if path.startswith("/api/v1/agents/"):  # the agent protocol
+            headers = {"Authorization": f"Bearer {self.agent_token}"}
         if task is not None:
             headers = {"Grpc-Metadata-x-allocation-token": f"Bearer {task}"}
         try:

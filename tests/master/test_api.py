@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.master.conftest import SIMPLE_CONFIG, Api, ckpt_uuid
+from tests.master.conftest import SIMPLE_CONFIG, Api, agent_headers, ckpt_uuid
 
 
 async def create(api: Api, config: str = SIMPLE_CONFIG) -> dict:
@@ -330,9 +330,11 @@ async def test_a_kill_lost_with_the_master_is_sent_again_when_the_agent_returns(
     db = api.client.server.app[keys.DB]
     alloc = await db.run(trial_store.allocate, 1, "a1", [0])
     await db.run(trial_store.set_allocation, alloc.id, kill_requested=1)  # then the crash
+    agent = await agent_headers(api)
     await api.call("POST", "/api/v1/agents/register", {
-        "id": "a1", "slots": [{"id": 0, "type": "cpu"}], "runningAllocations": [alloc.id]})
-    work = await api.call("GET", "/api/v1/agents/a1/work?timeout_seconds=0")
+        "id": "a1", "slots": [{"id": 0, "type": "cpu"}], "runningAllocations": [alloc.id]},
+        headers=agent)
+    work = await api.call("GET", "/api/v1/agents/a1/work?timeout_seconds=0", headers=agent)
     assert {"kind": "kill", "allocationId": alloc.id, "reason": "killed"} in work["work"]
 
 
@@ -366,5 +368,6 @@ async def test_ids_and_numbers_are_plain_and_in_range(api: Api, path: str) -> No
     """`+1`, ` 1`, `١` and ids beyond 64 bits are 400s (they were 500s or read as 1), and a
     NaN timeout is refused instead of waiting forever."""
     await create(api)
-    body = await api.call("GET", path, status=400)
+    headers = await agent_headers(api) if path.startswith("/api/v1/agents/") else None
+    body = await api.call("GET", path, status=400, headers=headers)
     assert "expected" in body["message"]

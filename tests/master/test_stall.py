@@ -16,10 +16,11 @@ from dettui.master.app import create_app
 from dettui.master.settings import MasterSettings
 from dettui.master.store import trials as trial_store
 from dettui.models import AllocationState
-from tests.master.conftest import Api
+from tests.master.conftest import Api, agent_headers
 from tests.master.test_api import create
 
 TIMEOUT = 1.0  # the agent timeout of these masters
+AGENT: dict[str, str] = {}  # the agent credential's headers
 
 
 @pytest.fixture
@@ -29,11 +30,14 @@ async def running(aiohttp_client: Any, tmp_path: Path) -> tuple[Api, str]:
     client = await aiohttp_client(create_app(settings))
     resp = await client.post("/api/v1/auth/login", data='{"username":"admin","password":""}')
     api = Api(client, (await resp.json())["token"])
+    AGENT.update(await agent_headers(api))
     await api.call("POST", "/api/v1/agents/register", {
-        "id": "a1", "slots": [{"id": 0, "type": "cpu"}], "runningAllocations": []})
+        "id": "a1", "slots": [{"id": 0, "type": "cpu"}], "runningAllocations": []},
+        headers=AGENT)
     await create(api)
     for _ in range(100):
-        work = await api.call("GET", "/api/v1/agents/a1/work?timeout_seconds=0.1")
+        work = await api.call("GET", "/api/v1/agents/a1/work?timeout_seconds=0.1",
+                              headers=AGENT)
         if work["work"]:
             break
     alloc_id = work["work"][0]["allocationId"]
@@ -42,7 +46,8 @@ async def running(aiohttp_client: Any, tmp_path: Path) -> tuple[Api, str]:
 
 
 async def beat(api: Api, alloc_id: str) -> None:
-    await api.call("POST", "/api/v1/agents/a1/heartbeat", {"runningAllocations": [alloc_id]})
+    await api.call("POST", "/api/v1/agents/a1/heartbeat", {"runningAllocations": [alloc_id]},
+                   headers=AGENT)
 
 
 async def still_running(api: Api, alloc_id: str) -> bool:

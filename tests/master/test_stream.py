@@ -13,7 +13,7 @@ from dettui import errors
 from dettui.client import Client
 from dettui.master import keys
 from dettui.master.routes import stream as stream_routes
-from tests.master.conftest import Api
+from tests.master.conftest import Api, agent_headers
 from tests.master.test_api import create
 
 QUICK = 3.0  # seconds: well under the stream's idle re-read, so a diff must come from a signal
@@ -264,8 +264,10 @@ def sample(when: float, cpu: float) -> dict[str, Any]:
 
 
 async def test_heartbeats_carry_telemetry_with_a_bounded_history(api: Api) -> None:
+    creds = await agent_headers(api)
     await api.call("POST", "/api/v1/agents/register",
-                   {"id": "box", "slots": [{"id": 0, "type": "cuda"}], "hostname": "box"})
+                   {"id": "box", "slots": [{"id": 0, "type": "cuda"}], "hostname": "box"},
+                   headers=creds)
     inbox = await connect(api, "agents")
     snap = await inbox.next("agents")
     assert [(a["id"], a["telemetry"], a["noGpuReason"]) for a in snap["upsert"]] == [
@@ -276,7 +278,7 @@ async def test_heartbeats_carry_telemetry_with_a_bounded_history(api: Api) -> No
         samples = [sample(1000.0 + 2 * beat + i, float(beat)) for i in range(2)]
         await api.call("POST", "/api/v1/agents/box/heartbeat",
                        {"runningAllocations": [], "telemetry": samples[-1],
-                        "samples": samples})
+                        "samples": samples}, headers=creds)
     agent = (await api.call("GET", "/api/v1/agents"))["agents"][0]
     tel = agent["telemetry"]
     assert {k: v for k, v in tel.items() if k != "history"} == sample(1139.0, 69.0)
@@ -290,13 +292,15 @@ async def test_heartbeats_carry_telemetry_with_a_bounded_history(api: Api) -> No
 
 
 async def test_bad_telemetry_is_dropped_but_the_heartbeat_counts(api: Api) -> None:
+    creds = await agent_headers(api)
     await api.call("POST", "/api/v1/agents/register",
                    {"id": "cpu-box", "slots": [{"id": 0}], "hostname": "cpu-box",
-                    "noGpuReason": "no NVIDIA GPU found (NVMLError_LibraryNotFound)"})
+                    "noGpuReason": "no NVIDIA GPU found (NVMLError_LibraryNotFound)"},
+                   headers=creds)
     await api.call("POST", "/api/v1/agents/cpu-box/heartbeat",
                    {"samples": [{"time": "soon"}, {"cpuPercent": 1}, "x",
                                 {"time": 5.0, "gpus": "many"},
-                                {"time": 6.0, "cpuPercent": 12.5}]})
+                                {"time": 6.0, "cpuPercent": 12.5}]}, headers=creds)
     agent = (await api.call("GET", "/api/v1/agents"))["agents"][0]
     assert agent["noGpuReason"].startswith("no NVIDIA GPU found")
     assert agent["telemetry"]["cpuPercent"] == 12.5
@@ -304,11 +308,14 @@ async def test_bad_telemetry_is_dropped_but_the_heartbeat_counts(api: Api) -> No
                                              "gpuUtil": {}}
     # What the agent was sent before is not taken twice; a clock gone far back starts over.
     await api.call("POST", "/api/v1/agents/cpu-box/heartbeat",
-                   {"samples": [{"time": 6.0, "cpuPercent": 99}, {"time": 7.0}]})
-    await api.call("POST", "/api/v1/agents/cpu-box/heartbeat", {"samples": [{"time": 1.0}]})
+                   {"samples": [{"time": 6.0, "cpuPercent": 99}, {"time": 7.0}]},
+                   headers=creds)
+    await api.call("POST", "/api/v1/agents/cpu-box/heartbeat", {"samples": [{"time": 1.0}]},
+                   headers=creds)
     history = (await api.call("GET", "/api/v1/agents"))["agents"][0]["telemetry"]["history"]
     assert history["time"] == [6.0, 7.0]
-    await api.call("POST", "/api/v1/agents/cpu-box/heartbeat", {"samples": [{"time": -100.0}]})
+    await api.call("POST", "/api/v1/agents/cpu-box/heartbeat",
+                   {"samples": [{"time": -100.0}]}, headers=creds)
     history = (await api.call("GET", "/api/v1/agents"))["agents"][0]["telemetry"]["history"]
     assert history["time"] == [-100.0]
 

@@ -7,9 +7,10 @@ from typing import Any
 
 from aiohttp import web
 
-from dettui.errors import InvalidArgument, NotFound
+from dettui.errors import InvalidArgument, NotFound, PermissionDenied
 from dettui.master import keys
 from dettui.master.bodies import (
+    AgentCredentialBody,
     AgentLogsBody,
     AllocationExitBody,
     HeartbeatBody,
@@ -17,11 +18,18 @@ from dettui.master.bodies import (
     parse,
 )
 from dettui.master.cluster import AgentLink
-from dettui.master.middleware import check_allocation, require_admin, require_user, task_route
+from dettui.master.middleware import (
+    agent_route,
+    check_allocation,
+    require_admin,
+    require_agent,
+    task_route,
+)
 from dettui.master.openapi import op
+from dettui.master.store import credentials
 from dettui.master.store import logs as log_store
 from dettui.master.store import trials as trial_store
-from dettui.master.wire import query_float, ts
+from dettui.master.wire import path_int, query_float, ts
 
 routes = web.RouteTableDef()
 MAX_POLL = 60.0
@@ -90,11 +98,13 @@ async def list_agents(request: web.Request) -> web.Response:
 
 @routes.post("/api/v1/agents/register")
 @op(body=RegisterAgentBody)
+@agent_route
 async def register(request: web.Request) -> web.Response:
-    require_user(request)
     body = await parse(request, RegisterAgentBody)
-    if not body.id or "/" in body.id:
-        raise InvalidArgument("id: an agent id must be non-empty and contain no '/'")
+    if not body.id or "/" in body.id or len(body.id) > 255:
+        raise InvalidArgument("id: an agent id must be 1 to 255 characters, without '/'")
+    cred = require_agent(request, body.id)
+    await request.app[keys.DB].run(credentials.bind, cred.id, body.id)
     settings = request.app[keys.SETTINGS]
     agent = await request.app[keys.CLUSTER].agents.register(
         body.id, body.resource_pool or settings.default_pool,
@@ -108,7 +118,9 @@ async def register(request: web.Request) -> web.Response:
 
 @routes.post("/api/v1/agents/{agentId}/heartbeat")
 @op(body=HeartbeatBody)
+@agent_route
 async def heartbeat(request: web.Request) -> web.Response:
+    require_agent(request, request.match_info["agentId"])
     body = await parse(request, HeartbeatBody)
     await request.app[keys.CLUSTER].agents.heartbeat(request.match_info["agentId"],
                                               body.running_allocations, body.telemetry,
@@ -152,20 +164,26 @@ async def tasks(request: web.Request) -> web.Response:
 
 
 @routes.post("/api/v1/agents/{agentId}/drain")
+@agent_route
 async def drain(request: web.Request) -> web.Response:
+    require_agent(request, request.match_info["agentId"])
     request.app[keys.CLUSTER].agents.drain(request.match_info["agentId"])
     return web.json_response({})
 
 
 @routes.post("/api/v1/agents/{agentId}/leave")
+@agent_route
 async def leave(request: web.Request) -> web.Response:
+    require_agent(request, request.match_info["agentId"])
     await request.app[keys.CLUSTER].agents.leave(request.match_info["agentId"])
     return web.json_response({})
 
 
 @routes.get("/api/v1/agents/{agentId}/work")
 @op(query={"timeout_seconds": float}, long_poll="timeout_seconds")
+@agent_route
 async def work(request: web.Request) -> web.Response:
+    require_agent(request, request.match_info["agentId"])
     timeout = min(max(query_float(request, "timeout_seconds", 30.0), 0.0), MAX_POLL)
     items = await request.app[keys.CLUSTER].agents.poll_work(request.match_info["agentId"], timeout)
     return web.json_response({"work": items})
@@ -173,7 +191,9 @@ async def work(request: web.Request) -> web.Response:
 
 @routes.post("/api/v1/agents/{agentId}/allocations/{allocationId}/exit")
 @op(body=AllocationExitBody)
+@agent_route
 async def allocation_exit(request: web.Request) -> web.Response:
+    require_agent(request, request.match_info["agentId"])
     body = await parse(request, AllocationExitBody)
     alloc_id = request.match_info["allocationId"]
     alloc = await request.app[keys.DB].run(trial_store.allocation, alloc_id)
@@ -187,15 +207,19 @@ async def allocation_exit(request: web.Request) -> web.Response:
 
 @routes.post("/api/v1/agents/{agentId}/logs")
 @op(body=AgentLogsBody)
+@agent_route
 async def agent_logs(request: web.Request) -> web.Response:
+    agent_id = request.match_info["agentId"]
+    require_agent(request, agent_id)
     body = await parse(request, AgentLogsBody)
     db = request.app[keys.DB]
-    agent_id = request.match_info["agentId"]
     trial_of: dict[str, tuple[int, str]] = {}
     rows = []
     for line in body.logs:
         if line.allocation_id not in trial_of:
             alloc = await db.run(trial_store.allocation, line.allocation_id)
+            if agent_id not in alloc.agents:
+                raise PermissionDenied(f"allocation {alloc.id} has no part on agent {agent_id}")
             trial = await db.run(trial_store.get, alloc.trial_id)
             trial_of[line.allocation_id] = (trial.id, trial.task_id)
         trial_id, task_id = trial_of[line.allocation_id]
@@ -209,6 +233,39 @@ async def agent_logs(request: web.Request) -> web.Response:
     await db.run(log_store.insert, rows)
     request.app[keys.NOTIFIER].notify(*{f"logs:{t}" for t, _ in trial_of.values()})
     return web.json_response({})
+
+
+# --- agent credentials (admins issue them) ------------------------------------------------
+
+
+def credential_json(c: credentials.AgentCredential) -> dict[str, Any]:
+    return {"id": c.id, "description": c.description, "agentId": c.agent_id,
+            "createdAt": ts(c.created_at), "revoked": c.revoked}
+
+
+@routes.post("/api/v1/agent-credentials")
+@op(body=AgentCredentialBody)
+async def issue_credential(request: web.Request) -> web.Response:
+    """Issue a credential an agent joins the cluster with; its secret is shown only now."""
+    admin = require_admin(request)
+    body = await parse(request, AgentCredentialBody)
+    cred, secret = await request.app[keys.DB].run(credentials.issue, admin.id, body.description)
+    return web.json_response({"credential": credential_json(cred), "token": secret})
+
+
+@routes.get("/api/v1/agent-credentials")
+async def list_credentials(request: web.Request) -> web.Response:
+    require_admin(request)
+    found = await request.app[keys.DB].run(credentials.list_)
+    return web.json_response({"credentials": [credential_json(c) for c in found]})
+
+
+@routes.delete("/api/v1/agent-credentials/{id}")
+async def revoke_credential(request: web.Request) -> web.Response:
+    """Revoke a credential: the agent using it is refused from its next request on."""
+    require_admin(request)
+    cred = await request.app[keys.DB].run(credentials.revoke, path_int(request, "id"))
+    return web.json_response({"credential": credential_json(cred)})
 
 
 # --- allocation signals (Determined's Core API preemption) -------------------------------

@@ -10,9 +10,10 @@ from aiohttp import web
 from dettui.errors import InvalidArgument, PermissionDenied
 from dettui.master import keys, serialize
 from dettui.master.bodies import CheckpointBody, PatchCheckpointsBody, parse
-from dettui.master.middleware import principal, read_json, task_route
+from dettui.master.middleware import principal, read_json, require_owner, task_route
 from dettui.master.openapi import op
 from dettui.master.store import checkpoints as ckpt_store
+from dettui.master.store import experiments as exp_store
 from dettui.master.store import trials as trial_store
 from dettui.master.wire import parse_ts
 from dettui.paths import checkpoint_uuid
@@ -66,7 +67,7 @@ async def get(request: web.Request) -> web.Response:
 routes.get("/api/v1/checkpoints/{uuid}")(get)
 
 
-@routes.patch("/api/v1/checkpoints")
+@task_route
 @op(body=PatchCheckpointsBody)
 async def patch(request: web.Request) -> web.Response:
     """Record which files of each checkpoint are left (after GC or `checkpoint.delete()`)."""
@@ -77,8 +78,23 @@ async def patch(request: web.Request) -> web.Response:
     if len(items) > MAX_PATCH:
         raise InvalidArgument(f"checkpoints: at most {MAX_PATCH} per request")
     left = [_left(item, i) for i, item in enumerate(items)]
-    await request.app[keys.DB].run(ckpt_store.set_resources_many, left)
+    db = request.app[keys.DB]
+    p = principal(request)
+    mine = (await db.run(trial_store.get, p.allocation.trial_id)).experiment_id \
+        if p.allocation is not None else None
+    for uuid, _ in left:
+        ckpt = await db.run(ckpt_store.get, uuid)
+        if p.allocation is not None and ckpt.experiment_id != mine:
+            raise PermissionDenied("an allocation token may only change its experiment's "
+                                   "checkpoints")
+        if p.allocation is None and ckpt.experiment_id is not None:
+            exp = await db.run(exp_store.get, ckpt.experiment_id)
+            require_owner(request, exp.owner_id, f"checkpoint {uuid}")
+    await db.run(ckpt_store.set_resources_many, left)
     return web.json_response({})
+
+
+routes.patch("/api/v1/checkpoints")(patch)
 
 
 def _left(item: Any, i: int) -> tuple[str, dict[str, str]]:

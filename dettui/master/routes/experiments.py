@@ -9,13 +9,14 @@ from aiohttp import web
 
 from dettui.errors import FailedPrecondition, InvalidArgument
 from dettui.master import checkpoint_gc, intake, keys, offload, serialize
-from dettui.master.bodies import CreateExperimentBody, PatchExperimentBody
+from dettui.master.bodies import CreateExperimentBody, PatchExperimentBody, parse_obj
 from dettui.master.gc import GcPolicy
 from dettui.master.intake import Intake
 from dettui.master.middleware import (
     principal,
     read_body,
     read_json,
+    require_owner,
     require_user,
     task_route,
 )
@@ -175,11 +176,11 @@ async def get(request: web.Request) -> web.Response:
 async def patch(request: web.Request) -> web.Response:
     exp_id = path_int(request, "id")
     raw = await read_json(request)
-    body = PatchExperimentBody.model_validate(raw) if isinstance(raw, dict) else None
-    if body is None:
-        raise InvalidArgument("request body must be a JSON object")
+    body = parse_obj(raw, PatchExperimentBody)
+    assert isinstance(raw, dict)
     db = request.app[keys.DB]
     exp = await db.run(exp_store.get, exp_id)
+    require_owner(request, exp.owner_id, f"experiment {exp_id}")
     fields: dict[str, Any] = {}
     if body.name is not None:
         if not body.name.strip():
@@ -281,6 +282,7 @@ async def _action(request: web.Request, action: str) -> web.Response:
     db = request.app[keys.DB]
     cluster = request.app[keys.CLUSTER]
     exp = await db.run(exp_store.get, exp_id)
+    require_owner(request, exp.owner_id, f"experiment {exp_id}")
     if action in ("pause", "activate") and exp.state.is_terminal():
         raise FailedPrecondition("experiment in terminal state")
     if exp.unmanaged and action in ("pause", "activate", "cancel", "kill"):
@@ -331,6 +333,7 @@ async def delete(request: web.Request) -> web.Response:
     exp_id = path_int(request, "id")
     db = request.app[keys.DB]
     exp = await db.run(exp_store.get, exp_id)
+    require_owner(request, exp.owner_id, f"experiment {exp_id}")
     if not exp.state.is_terminal():
         raise FailedPrecondition(
             f"experiment {exp_id} is {exp.state.short}: only an ended experiment (completed, "

@@ -10,7 +10,7 @@ from dettui.errors import FailedPrecondition, InvalidArgument, NotFound
 from dettui.master import keys
 from dettui.master.bodies import UpdateJobQueueBody
 from dettui.master.cluster import Cluster
-from dettui.master.middleware import read_json
+from dettui.master.middleware import read_json, require_owner
 from dettui.master.openapi import op
 from dettui.master.queue import QueuedJob, move
 from dettui.master.scheduler import FAIR_SHARE, PoolPolicy, order
@@ -150,6 +150,7 @@ async def update_jobs(request: web.Request) -> web.Response:
             raise InvalidArgument(f"updates[{i}].jobId: must be a string")
         try:
             exp = await db.run(exp_store.by_job_id, upd["jobId"])
+            require_owner(request, exp.owner_id, f"job {upd['jobId']}")
             fields = await _job_update(request, exp, upd, i)
             await db.run(exp_store.update_fields, exp.id, **fields)
         except NotFound as exc:

@@ -6,10 +6,16 @@ import json
 
 from aiohttp import web
 
-from dettui.errors import PermissionDenied, Unauthenticated
+from dettui.errors import InvalidArgument, NotFound, PermissionDenied, Unauthenticated
 from dettui.master import keys, openapi, serialize
-from dettui.master.bodies import LoginBody, PasswordBody, parse
-from dettui.master.middleware import principal, require_admin, task_route
+from dettui.master.bodies import LoginBody, PasswordBody, PatchUserBody, PostUserBody, parse
+from dettui.master.middleware import (
+    principal,
+    read_json,
+    require_admin,
+    require_user,
+    task_route,
+)
 from dettui.master.openapi import op
 from dettui.master.store import users
 from dettui.master.store.records import User
@@ -67,7 +73,7 @@ async def login(request: web.Request) -> web.Response:
         raise Unauthenticated("invalid credentials")
     if not user.active:
         raise PermissionDenied("user is not active")
-    token = await db.run(users.new_session, user.id)
+    token = await db.run(users.new_session, user.id, request.app[keys.SETTINGS].session_lifetime)
     return web.json_response({"token": token, "user": user_json(user)})
 
 
@@ -79,7 +85,7 @@ async def logout(request: web.Request) -> web.Response:
 
 @task_route
 async def me(request: web.Request) -> web.Response:
-    return web.json_response({"user": user_json(principal(request).user)})
+    return web.json_response({"user": user_json(require_user(request))})
 
 
 routes.get("/api/v1/me")(me)
@@ -101,21 +107,64 @@ async def get_user(request: web.Request) -> web.Response:
     return web.json_response({"user": user_json(user)})
 
 
+@routes.get("/api/v1/users/{username}/by-username")
+async def get_user_by_name(request: web.Request) -> web.Response:
+    name = request.match_info["username"]
+    user = await request.app[keys.DB].run(users.by_name, name)
+    if user is None:
+        raise NotFound(f"user '{name}' not found")
+    return web.json_response({"user": user_json(user)})
+
+
+@routes.post("/api/v1/users")
+@op(body=PostUserBody)
+async def create_user(request: web.Request) -> web.Response:
+    """A new user (`det user create`, `dettui user create`): admins only."""
+    require_admin(request)
+    body = await parse(request, PostUserBody)
+    new = body.user
+    name = new.username.strip()
+    if not name or len(name) > 128 or any(c.isspace() or c == "/" for c in name):
+        raise InvalidArgument("user.username: 1 to 128 characters, without spaces or '/'")
+    hashed = "" if body.password is None else (
+        body.password if body.is_hashed else users.client_hash(body.password))
+    user = await request.app[keys.DB].run(
+        users.create, name, hashed, admin=bool(new.admin), active=new.active is not False,
+        display_name=new.display_name)
+    return web.json_response({"user": user_json(user)})
+
+
+@routes.patch("/api/v1/users/{id}")
+@op(body=PatchUserBody)
+async def patch_user(request: web.Request) -> web.Response:
+    """Change a user (`det user activate|deactivate|change-password|edit`): admins change
+    anyone; a user only their own password and display name."""
+    me_ = require_user(request)
+    user_id = path_int(request, "id")
+    body = await parse(request, PatchUserBody)
+    if user_id != me_.id or body.active is not None or body.admin is not None:
+        require_admin(request)
+    if body.username is not None or body.remote:
+        raise InvalidArgument("renaming users and remote users are not supported by dettui")
+    hashed = None
+    if body.password is not None:
+        hashed = body.password if body.is_hashed else users.client_hash(body.password)
+    user = await request.app[keys.DB].run(
+        users.update, user_id, active=body.active, admin=body.admin,
+        display_name=body.display_name, hashed_password=hashed)
+    return web.json_response({"user": user_json(user)})
+
+
 @routes.post("/api/v1/users/{username}/password")
 @op(body=PasswordBody)
 async def set_password(request: web.Request) -> web.Response:
     """Admins set anyone's password; users their own. Body: the raw JSON string or {password}."""
-    from dettui.master.middleware import read_json
-
     target = request.match_info["username"]
-    me_ = principal(request).user
-    if me_.username != target:
+    if require_user(request).username != target:
         require_admin(request)
     raw = await read_json(request)
     password = raw.get("password", "") if isinstance(raw, dict) else raw
     if not isinstance(password, str):
-        from dettui.errors import InvalidArgument
-
         raise InvalidArgument("password: must be a string")
     await request.app[keys.DB].run(users.set_password, target, users.client_hash(password))
     return web.json_response({})

@@ -26,7 +26,14 @@ from dettui.master.bodies import (
     TaskLogsBody,
     parse,
 )
-from dettui.master.middleware import check_trial, principal, read_json, task_route
+from dettui.master.middleware import (
+    agent_too,
+    check_trial,
+    principal,
+    read_json,
+    require_owner,
+    task_route,
+)
 from dettui.master.openapi import op
 from dettui.master.routes.views import trial_views
 from dettui.master.store import checkpoints as ckpt_store
@@ -390,10 +397,17 @@ routes.post("/api/v1/task/logs")(post_task_logs)
 
 
 @task_route
+@agent_too
 async def context_directory(request: web.Request) -> web.Response:
+    """A task's model definition: for the task itself, users, and agents running it."""
     db = request.app[keys.DB]
     trial = await db.run(trial_store.by_task_id, request.match_info["taskId"])
     check_trial(request, trial.id)
+    agent = principal(request).agent
+    if agent is not None and not any(
+            agent.agent_id in a.agents for a in await db.run(trial_store.live_allocations)
+            if a.trial_id == trial.id):
+        raise PermissionDenied(f"task {trial.task_id} does not run on agent {agent.agent_id}")
     return await b64_response("b64Tgz", await db.run(exp_store.context, trial.experiment_id))
 
 
@@ -431,6 +445,7 @@ async def _new_trial(request: web.Request, body: CreateTrialBody,
         raise InvalidArgument("only unmanaged trials are supported")
     db = request.app[keys.DB]
     exp = await db.run(exp_store.get, body.experiment_id)
+    require_owner(request, exp.owner_id, f"experiment {exp.id}")
     if not exp.unmanaged:
         raise InvalidArgument(f"only unmanaged trials are supported: experiment {exp.id} is "
                               "managed, its searcher creates its trials")
@@ -448,6 +463,7 @@ async def _unmanaged_trial(request: web.Request, body_trial_id: int | None) -> i
     db = request.app[keys.DB]
     trial = await db.run(trial_store.get, trial_id)
     exp = await db.run(exp_store.get, trial.experiment_id)
+    require_owner(request, exp.owner_id, f"experiment {exp.id}")
     if not exp.unmanaged:
         raise InvalidArgument("only unmanaged trials are supported")
     return trial_id

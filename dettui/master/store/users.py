@@ -9,12 +9,13 @@ import secrets
 import sqlite3
 import time
 
-from dettui.errors import NotFound
+from dettui.errors import Conflict, NotFound
 from dettui.master.store.records import User
 from dettui.master.store.tx import transaction
 
 # Determined's client-side salt (authentication.salt_and_hash).
 CLIENT_SALT = "GubPEmmotfiK9TMD6Zdw"
+SESSION_LIFETIME = 7 * 24 * 3600.0  # seconds a login lasts, as in Determined
 
 
 def client_hash(password: str) -> str:
@@ -83,28 +84,68 @@ def set_password(conn: sqlite3.Connection, username: str, hashed: str) -> None:
             raise NotFound(f"user '{username}' not found")
 
 
-def new_session(conn: sqlite3.Connection, user_id: int) -> str:
+def token_hash(token: str) -> str:
+    """How a secret is kept in the store: its SHA-256 (a stolen database gives no logins)."""
+    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def new_session(conn: sqlite3.Connection, user_id: int, lifetime: float = SESSION_LIFETIME,
+                now: float | None = None) -> str:
+    """A login session of `lifetime` seconds; the token (only its hash is stored)."""
     token = secrets.token_urlsafe(32)
+    now = time.time() if now is None else now
     with transaction(conn):
         conn.execute(
-            "INSERT INTO user_sessions (token, user_id, created_at) VALUES (?, ?, ?)",
-            (token, user_id, time.time()),
-        )
+            "INSERT INTO user_sessions (token_hash, user_id, created_at, expires_at) "
+            "VALUES (?, ?, ?, ?)", (token_hash(token), user_id, now, now + lifetime))
     return token
 
 
 def user_for_token(conn: sqlite3.Connection, token: str) -> User | None:
+    """The user of an unexpired session."""
     row = conn.execute(
         "SELECT users.* FROM user_sessions JOIN users ON users.id = user_sessions.user_id "
-        "WHERE token=?",
-        (token,),
-    ).fetchone()
+        "WHERE token_hash=? AND expires_at > ?", (token_hash(token), time.time())).fetchone()
     return User.from_row(row) if row else None
 
 
 def drop_session(conn: sqlite3.Connection, token: str) -> None:
     with transaction(conn):
-        conn.execute("DELETE FROM user_sessions WHERE token=?", (token,))
+        conn.execute("DELETE FROM user_sessions WHERE token_hash=? OR expires_at <= ?",
+                     (token_hash(token), time.time()))
+
+
+def create(conn: sqlite3.Connection, username: str, hashed: str, *, admin: bool,
+           active: bool = True, display_name: str | None = None) -> User:
+    """A new user; `hashed` is the client-side hash of the password (empty: no password)."""
+    with transaction(conn):
+        if by_name(conn, username) is not None:
+            raise Conflict(f"user '{username}' already exists")
+        cur = conn.execute(
+            "INSERT INTO users (username, password_hash, admin, active, display_name) "
+            "VALUES (?, ?, ?, ?, ?)",
+            (username, _stored_form(hashed), int(admin), int(active), display_name))
+        return by_id(conn, int(cur.lastrowid or 0))
+
+
+def update(conn: sqlite3.Connection, user_id: int, *, active: bool | None = None,
+           admin: bool | None = None, display_name: str | None = None,
+           hashed_password: str | None = None) -> User:
+    """Change a user; deactivating one ends its sessions in the same commit."""
+    with transaction(conn):
+        user = by_id(conn, user_id)
+        if active is not None:
+            conn.execute("UPDATE users SET active=? WHERE id=?", (int(active), user.id))
+            if not active:
+                conn.execute("DELETE FROM user_sessions WHERE user_id=?", (user.id,))
+        if admin is not None:
+            conn.execute("UPDATE users SET admin=? WHERE id=?", (int(admin), user.id))
+        if display_name is not None:
+            conn.execute("UPDATE users SET display_name=? WHERE id=?", (display_name, user.id))
+        if hashed_password is not None:
+            conn.execute("UPDATE users SET password_hash=? WHERE id=?",
+                         (_stored_form(hashed_password), user.id))
+        return by_id(conn, user.id)
 
 
 def list_(conn: sqlite3.Connection, active: bool | None = None) -> list[User]:
