@@ -15,7 +15,7 @@ from typing import Any
 import aiohttp
 import platformdirs
 
-from dettui import errors
+from dettui import errors, retry
 
 DEFAULT_MASTER = "http://127.0.0.1:8080"
 
@@ -166,16 +166,15 @@ class Client:
     async def changes(self, topics: list[str]) -> AsyncIterator[dict[str, Any]]:
         """`stream(topics)` that reconnects (with a fresh snapshot per topic) whenever the
         connection ends or breaks; a bad token still raises."""
-        delay = 0.5
+        waits = retry.delays(first=0.5)
         while True:
             try:
                 async for message in self.stream(topics):
-                    delay = 0.5
+                    waits = retry.delays(first=0.5)
                     yield message
             except errors.MasterUnreachable:
                 pass
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 5.0)
+            await asyncio.sleep(next(waits))
 
     # --- typed helpers -----------------------------------------------------------------
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dettui import telemetry
+from dettui import paths, retry, telemetry
 from dettui.agent import process, spool
 from dettui.agent.allocation import AllocationRun, ship
 from dettui.client import Client, token_path
@@ -22,6 +22,8 @@ TELEMETRY_SECONDS = 2.0  # heartbeats (which carry telemetry) come at least this
 SAMPLES_KEPT = 30  # telemetry kept while the master is unreachable
 POLL_SECONDS = 30.0
 LEFTOVER_SECONDS = 5.0  # between looks for log lines left to ship
+STARTED = ".started"  # under the work root: one empty file per allocation this agent started
+LOST = "lost"  # the exit reason of an allocation whose agent restarted while it ran
 
 
 @dataclass(frozen=True)
@@ -74,8 +76,10 @@ class Agent:
             await asyncio.to_thread(process.terminate, left, self.own_pids, 2.0)
         if self.note:
             log.warning("agent %s: %s", self.id, self.note)
+        (self.options.work_root / STARTED).mkdir(exist_ok=True)
         await self._register()
-        tasks = [asyncio.create_task(self._heartbeat_loop()),
+        tasks = [asyncio.create_task(self._report_lost_by_earlier_run()),
+                 asyncio.create_task(self._heartbeat_loop()),
                  asyncio.create_task(self._sample_loop()),
                  asyncio.create_task(self._work_loop()),
                  asyncio.create_task(self._leftovers_loop())]
@@ -93,7 +97,7 @@ class Agent:
         self._stopping.set()
 
     async def _register(self) -> None:
-        delay = 0.2
+        waits = retry.delays()
         while not self._stopping.is_set():
             try:
                 body = await self.client.request("POST", "/api/v1/agents/register", body={
@@ -111,8 +115,21 @@ class Agent:
                 return
             except DettuiError as exc:
                 log.warning("agent %s: cannot register yet (%s); retrying", self.id, exc)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 5.0)
+                await asyncio.sleep(next(waits))
+
+    def _marker(self, alloc_id: str) -> Path:
+        return paths.confined(self.options.work_root / STARTED, alloc_id, where="allocationId")
+
+    async def _report_lost_by_earlier_run(self) -> None:
+        """Allocations an earlier run of this agent started (it was killed) are lost: their
+        processes were swept, so the master is told at once rather than after the agent timeout,
+        and they are never run again under the same id (their log sequence numbers and spool
+        belong to the first run)."""
+        for marker in sorted((self.options.work_root / STARTED).iterdir()):
+            if marker.name not in self.runs:
+                log.warning("agent %s: allocation %s was running when this agent last stopped; "
+                            "reporting it lost", self.id, marker.name)
+                await self._report(marker.name, None, LOST)
 
     async def _heartbeat_loop(self) -> None:
         while True:
@@ -216,6 +233,10 @@ class Agent:
             if alloc_id in self.finished:
                 await self._report(alloc_id, *self.finished[alloc_id])
                 return
+            if self._marker(alloc_id).exists():  # sent again to this agent's next run
+                await self._report(alloc_id, None, LOST)
+                return
+            self._marker(alloc_id).touch()
             run = AllocationRun(item, self.client, self.id, self.options.work_root,
                                 self.options.master_url, self.own_pids,
                                 (*self.options.hidden, token_path().parent))
@@ -249,20 +270,21 @@ class Agent:
                 self._supervisors.discard(task)  # type: ignore[arg-type]
 
     async def _report(self, alloc_id: str, code: int | None, reason: str) -> None:
-        delay = 0.2
+        waits = retry.delays()
         while True:
             try:
                 await self.client.request(
                     "POST", f"/api/v1/agents/{self.id}/allocations/{alloc_id}/exit",
                     body={"exitCode": code, "reason": reason}, timeout=15)
-                return
             except NotFound:
-                return
+                pass  # the master has ended it already, or never gave it to this agent
             except DettuiError as exc:
                 log.warning("agent %s: exit report of %s failed (%s); retrying", self.id,
                             alloc_id, exc)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 5.0)
+                await asyncio.sleep(next(waits))
+                continue
+            self._marker(alloc_id).unlink(missing_ok=True)
+            return
 
     async def _shutdown(self) -> None:
         """Agent stop: every allocation's process tree ends; exits reported as lost."""

@@ -162,6 +162,12 @@ async def master(aiohttp_client: Any, tmp_path: Any) -> Any:
     resp = await client.post("/api/v1/auth/login", json={"username": "determined",
                                                          "password": ""})
     client.token = (await resp.json())["token"]
+    resp = await client.post("/api/v1/auth/login", json={"username": "admin", "password": ""})
+    admin = (await resp.json())["token"]
+    resp = await client.post("/api/v1/agent-credentials", json={},
+                             headers={"Authorization": f"Bearer {admin}"})
+    assert resp.status == 200, await resp.text()
+    client.agent_token = (await resp.json())["token"]  # agents join with their own credential
     return client
 
 
@@ -201,7 +207,8 @@ async def test_heartbeats_carry_telemetry_and_the_master_keeps_a_bounded_history
     url = str(master.make_url("")).rstrip("/")
     client = Client(url, master.token)
     agent = agent_mod.Agent(agent_mod.AgentOptions(url, "tele", cpu_slots=1,
-                                                   work_root=tmp_path / "work"), client)
+                                                   work_root=tmp_path / "work"),
+                            Client(url, master.agent_token))
     running = asyncio.create_task(agent.run())
     try:
         first = await _until(master, lambda a: a["telemetry"] is not None)

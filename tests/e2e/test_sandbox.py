@@ -158,6 +158,7 @@ def test_an_agent_sigkill_leaves_no_process(headless: Served, tmp_path: Path,
         if namespaces:  # the PID namespace ends with its init, which ends with the agent
             wait_for("no process left", lambda: alloc not in allocation_processes(), 5)
             took = time.monotonic() - killed
+            print(f"\nagent SIGKILL -> no process of its allocation: {took * 1000:.0f} ms")
             assert took < 1.0, f"the allocation's processes outlived the agent by {took:.2f} s"
             return
         # without namespaces the daemon survives the agent; the agent's next start sweeps it
@@ -195,6 +196,7 @@ def test_a_stopped_agent_ends_its_old_copy_at_once(quick: Served, tmp_path: Path
         resumed = time.monotonic()
         wait_for("the old copy gone", lambda: old not in allocation_processes(), 10)
         took = time.monotonic() - resumed
+        print(f"\nstopped agent resumed -> its old copy gone: {took * 1000:.0f} ms")
         assert took < 1.0, f"the old copy ran on for {took:.2f} s after the agent resumed"
         assert len(allocation_processes()) == 1
         assert "declared lost" in (tmp_path / "agent.log").read_text()
