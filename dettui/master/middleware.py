@@ -29,7 +29,7 @@ log = logging.getLogger("dettui.master")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 BIG_BODY = 256 * 1024  # bytes of JSON decoded off the event loop
 MAX_JSON_DEPTH = 100  # levels of nested lists and objects in a request body
-BODY: web.RequestKey[bytes] = web.RequestKey("body")
+BODY: web.RequestKey[list[bytes]] = web.RequestKey("body")  # as it arrived, in chunks
 
 PUBLIC = {("GET", "/info"), ("POST", "/api/v1/auth/login")}
 # WebSocket clients that cannot set headers may pass their token as `?token=` here (only here:
@@ -210,6 +210,13 @@ def require_agent(request: web.Request, agent_id: str) -> AgentCredential:
 async def read_body(request: web.Request) -> bytes:
     """The request body, within its operation's cap (`openapi.op(max_body=...)`, 16 MiB unless
     declared): a 413 as soon as it is known to be over, not after reading it all."""
+    return b"".join(await read_chunks(request))
+
+
+async def read_chunks(request: web.Request) -> list[bytes]:
+    """`read_body` as the chunks it arrived in, never joined here: a body of 100 MB or more
+    goes to a worker process as it is (`offload.isolated(..., body=chunks)`), since joining
+    or pickling it would hold the GIL, and with it the event loop, for 100 ms and more."""
     if BODY in request:
         return request[BODY]
     cap = op_of(request.match_info.handler).max_body
@@ -222,8 +229,8 @@ async def read_body(request: web.Request) -> bytes:
         if size > cap:
             raise _too_large(request, size, cap)
         chunks.append(chunk)
-    request[BODY] = raw = b"".join(chunks)
-    return raw
+    request[BODY] = chunks
+    return chunks
 
 
 def _too_large(request: web.Request, size: int, cap: int) -> TooLarge:

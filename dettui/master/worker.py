@@ -41,9 +41,24 @@ def write_frame(stream: BinaryIO, payload: bytes) -> None:
     stream.flush()
 
 
-def answer(request: bytes) -> bytes:
+def write_chunks(stream: BinaryIO, chunks: list[bytes]) -> None:
+    """One frame made of `chunks`, written one by one (never joined)."""
+    stream.write(HEADER.pack(sum(len(c) for c in chunks)))
+    for chunk in chunks:
+        stream.write(chunk)
+    stream.flush()
+
+
+def answer(request: bytes, stdin: BinaryIO) -> bytes:
+    """Run one request; one with a body (`offload.isolated_body`) reads it from the next frame
+    and gets it as its first argument."""
     try:
-        fn, args, kwargs = pickle.loads(request)
+        fn, args, kwargs, with_body = pickle.loads(request)
+        if with_body:
+            body = read_frame(stdin)
+            if body is None:
+                os._exit(0)  # the master went away mid-request
+            args = (body, *args)
         return pickle.dumps((True, fn(*args, **kwargs)), protocol=pickle.HIGHEST_PROTOCOL)
     except Exception as exc:  # noqa: BLE001 - every error goes back to the caller
         try:
@@ -60,7 +75,7 @@ def main() -> None:
     sys.stdout = sys.stderr  # nothing else may write into the frames
     write_frame(stdout, b"ready")
     while (request := read_frame(stdin)) is not None:
-        write_frame(stdout, answer(request))
+        write_frame(stdout, answer(request, stdin))
     os._exit(0)
 
 

@@ -27,3 +27,17 @@ async def test_a_worker_that_dies_is_replaced() -> None:
     pids = {await offload.isolated(os.getpid) for _ in range(6)}
     assert pids and os.getpid() not in pids
     assert await offload.isolated(len, b"x" * 10_000_000) == 10_000_000
+
+
+def _sized(body: bytes, tail: str) -> str:
+    return f"{len(body)}:{body[:3].decode()}..{body[-3:].decode()}:{tail}"
+
+
+async def test_a_body_goes_down_in_its_chunks_and_arrives_whole() -> None:
+    chunks = [b"abc" + b"x" * (1 << 20), b"", b"y" * 12345 + b"xyz"]
+    assert await offload.isolated_body(_sized, chunks, "t") == f"{(1 << 20) + 12351}:abc..xyz:t"
+    assert await offload.isolated_body(_sized, [], "empty") == "0:..:empty"
+    with pytest.raises(InvalidArgument, match="must be a UUID"):  # the body was consumed
+        await offload.isolated_body(checkpoint_uuid, [b"body"], "uuid")
+    for _ in range(offload.PROCESSES + 1):  # every worker is still in step with its pipe
+        assert await offload.isolated(sorted, [2, 1]) == [1, 2]

@@ -14,7 +14,7 @@ from dettui.master.gc import GcPolicy
 from dettui.master.intake import Intake
 from dettui.master.middleware import (
     principal,
-    read_body,
+    read_chunks,
     read_json,
     require_owner,
     require_user,
@@ -47,9 +47,9 @@ MAX_CREATE_BODY = 140 * 1024 * 1024  # a 95 MiB context arrives base64-encoded i
 
 async def _intake(request: web.Request, by_external_id: bool = False) -> Intake:
     """The create body, read and prepared in a worker process (never on the event loop)."""
-    raw = await read_body(request)
+    chunks = await read_chunks(request)
     root = str(request.app[keys.SETTINGS].checkpoint_root)
-    return await offload.isolated(intake.read_create, raw, root, by_external_id)
+    return await offload.isolated_body(intake.read_create, chunks, root, by_external_id)
 
 
 @routes.post("/api/v1/experiments")
