@@ -28,20 +28,6 @@ def master_url(explicit: str | None = None) -> str:
     return url.rstrip("/")
 
 
-def _message(status: int, text: str) -> str:
-    try:
-        body = json.loads(text)
-    except ValueError:
-        return text.strip() or f"HTTP {status}"
-    if isinstance(body, dict):
-        if isinstance(body.get("message"), str):
-            return body["message"]
-        err = body.get("error")
-        if isinstance(err, dict):
-            return str(err.get("message") or err.get("error") or err)
-    return text.strip()
-
-
 def _handshake_message(exc: aiohttp.WSServerHandshakeError) -> str:
     if exc.status == 401:
         return "invalid credentials: log in first (dettui user login)"
@@ -109,7 +95,7 @@ class Client:
             ) as resp:
                 text = await resp.text()
                 if resp.status != 200:
-                    raise errors.from_status(resp.status, _message(resp.status, text))
+                    raise errors.from_response(resp.status, text)
                 return json.loads(text) if text else {}
         except aiohttp.ClientConnectionError as exc:
             raise errors.MasterUnreachable(f"cannot reach the master at {self.url}: {exc}") from exc
@@ -126,7 +112,7 @@ class Client:
             async with self.session.get(self.url + path, params=params, headers=self._headers(),
                                         timeout=aiohttp.ClientTimeout(total=None)) as resp:
                 if resp.status != 200:
-                    raise errors.from_status(resp.status, _message(resp.status, await resp.text()))
+                    raise errors.from_response(resp.status, await resp.text())
                 async for line in resp.content:
                     if not line.strip():
                         continue

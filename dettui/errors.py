@@ -6,6 +6,7 @@ classes again, CLI -> one red line on stderr and a non-zero exit.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 
 
@@ -144,3 +145,29 @@ _BY_STATUS: dict[int, type[DettuiError]] = {
 def from_status(status: int, message: str) -> DettuiError:
     """The error class a client raises for an HTTP status from the master."""
     return _BY_STATUS.get(status, DettuiError)(message)
+
+
+def message_of(status: int, body: bytes | str) -> str:
+    """The sentence in an error response: Determined's `{"message": ...}` (what our master
+    sends), or grpc-gateway's `{"error": {"message"|"error": ...}}`; else the body's text, or
+    the status when the body is empty. The one decoder of every client (CLI, dashboard, agent,
+    Core API)."""
+    text = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return text.strip() or f"HTTP {status}"
+    if isinstance(data, dict):
+        if isinstance(data.get("message"), str) and data["message"]:
+            return str(data["message"])
+        err = data.get("error")
+        if isinstance(err, dict):
+            return str(err.get("message") or err.get("error") or err)
+        if isinstance(err, str) and err:
+            return err
+    return text.strip() or f"HTTP {status}"
+
+
+def from_response(status: int, body: bytes | str) -> DettuiError:
+    """The error a client raises for an error response of the master."""
+    return from_status(status, message_of(status, body))

@@ -11,7 +11,7 @@ from typing import Any
 import yaml
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 
-from dettui import context
+from dettui import context, metric
 from dettui.client import Client
 from dettui.commands import output
 from dettui.commands.trial import follow_logs
@@ -149,48 +149,47 @@ async def describe(c: Client, exp_id: int, *, as_json: bool) -> None:
         output.print_json({"experiment": exp, "trials": trials, "checkpoints": ckpts})
         return
     searcher = (exp.get("config") or {}).get("searcher", {})
-    metric = searcher.get("metric", "")
-    smaller = bool(searcher.get("smaller_is_better", True))
-    trials = sorted(trials, key=lambda t: _rank(t, metric, smaller))
-    best = _best_value(trials[0], metric) if trials else None
+    name = str(searcher.get("metric", ""))
+    smaller = bool(searcher.get("smaller_is_better", metric.SMALLER_IS_BETTER))
+    trials = sorted(trials, key=lambda t: _rank(t, name, smaller))
+    best = _best_value(trials[0], name) if trials else None
     progress = exp.get("progress")
     output.table(f"Experiment {exp_id}", ["ID", "Name", "State", "Progress", "Owner",
                                            "Searcher", "Metric", "Best", "Trials",
                                            "Start Time", "End Time", "Resource Pool"],
                  [(exp["id"], exp["name"], output.state(exp["state"]),
                    f"{progress * 100:.0f}%" if progress is not None else "", exp["username"],
-                   exp["searcherType"], metric, "" if best is None else f"{best:.6g}",
+                   exp["searcherType"], name, "" if best is None else f"{best:.6g}",
                    len(trials), output.when(exp["startTime"]),
                    output.when(exp.get("endTime")), exp.get("resourcePool", ""))])
-    output.table("Trials (best first)", ["Trial ID", "State", f"Best {metric}".strip(),
+    output.table("Trials (best first)", ["Trial ID", "State", f"Best {name}".strip(),
                                          "Hyperparameters", "Steps", "Restarts",
                                          "Latest training", "Latest validation",
                                          "Best validation"],
                  [(t["id"], output.state(t["state"]),
-                   "" if _best_value(t, metric) is None else f"{_best_value(t, metric):.6g}",
+                   "" if _best_value(t, name) is None else f"{_best_value(t, name):.6g}",
                    _hp(t["hparams"]), t["totalBatchesProcessed"], t["restarts"],
                    output.metrics_text(t.get("latestTraining")),
                    output.metrics_text(t.get("latestValidation")),
                    output.metrics_text(t.get("bestValidation"))) for t in trials])
     output.table("Checkpoints", ["Trial ID", "UUID", "Steps", "Report Time", "State",
-                                 "Size", f"Validation {metric}".strip()],
+                                 "Size", f"Validation {name}".strip()],
                  [(ck["training"]["trialId"], ck["uuid"], ck["metadata"].get("steps_completed"),
                    output.when(ck["reportTime"]), output.state(ck["state"]), _size(ck),
                    ck["training"].get("searcherMetric")) for ck in ckpts])
 
 
-def _best_value(trial: dict[str, Any], metric: str) -> float | None:
+def _best_value(trial: dict[str, Any], name: str) -> float | None:
     best = trial.get("bestValidation") or {}
-    value = ((best.get("metrics") or {}).get("avgMetrics") or {}).get(metric)
-    return float(value) if isinstance(value, int | float) else None
+    return metric.number((best.get("metrics") or {}).get("avgMetrics"), name)
 
 
-def _rank(trial: dict[str, Any], metric: str, smaller_is_better: bool) -> tuple[int, float, int]:
+def _rank(trial: dict[str, Any], name: str, smaller_is_better: bool) -> tuple[int, float, int]:
     """Best trial first by the searcher metric; trials without a validation last, by id."""
-    value = _best_value(trial, metric)
+    value = _best_value(trial, name)
     if value is None:
         return (1, 0.0, int(trial["id"]))
-    return (0, value if smaller_is_better else -value, int(trial["id"]))
+    return (0, metric.score(value, smaller_is_better), int(trial["id"]))
 
 
 def _hp(hparams: dict[str, Any]) -> str:

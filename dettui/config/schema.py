@@ -6,9 +6,12 @@ Defaults here are Determined's (SEMANTICS §4.1); `ExperimentConfig.to_expconf()
 
 from __future__ import annotations
 
+import math
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from dettui.metric import SMALLER_IS_BETTER
 
 
 class Strict(BaseModel):
@@ -30,17 +33,43 @@ class Length(Strict):
         return {k: v for k, v in self.model_dump().items() if v is not None}
 
 
+def priority_value(value: object) -> int:
+    """The one rule for a job's priority, in a config and over the API: an integer from 1 to
+    99, lower being more urgent (a bool is not a number)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 99:
+        raise ValueError("must be an integer from 1 to 99")
+    return value
+
+
+def weight_value(value: object) -> float:
+    """The one rule for a job's fair-share weight: a positive, finite number (not a bool)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) \
+            or not 0 < value < math.inf:
+        raise ValueError("must be a positive number")
+    return float(value)
+
+
 class Resources(Strict):
     slots_per_trial: int = Field(default=1, ge=0)
-    weight: float = Field(default=1.0, gt=0)
+    weight: float = 1.0
     native_parallel: bool = False
     resource_pool: str = ""
-    priority: int | None = Field(default=None, ge=1, le=99)
+    priority: int | None = None
     max_slots: int | None = Field(default=None, ge=0)
     shm_size: int | str | None = None
     agent_label: str | None = None
     is_single_node: bool | None = None
     devices: list[dict[str, Any]] = Field(default_factory=list)
+
+    @field_validator("priority", mode="before")
+    @classmethod
+    def _priority(cls, v: Any) -> Any:
+        return None if v is None else priority_value(v)
+
+    @field_validator("weight", mode="before")
+    @classmethod
+    def _weight(cls, v: Any) -> Any:
+        return weight_value(v)
 
 
 SearcherName = Literal["single", "random", "grid", "adaptive_asha", "async_halving"]
@@ -49,7 +78,7 @@ SearcherName = Literal["single", "random", "grid", "adaptive_asha", "async_halvi
 class Searcher(Strict):
     name: str
     metric: str
-    smaller_is_better: bool = True
+    smaller_is_better: bool = SMALLER_IS_BETTER
     max_trials: int | None = Field(default=None, ge=1)
     max_length: Length | int | None = None
     max_concurrent_trials: int = Field(default=16, ge=0)

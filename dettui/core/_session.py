@@ -27,20 +27,6 @@ def _encode(value: Any) -> Any:
     return value
 
 
-def _message(status: int, raw: bytes) -> str:
-    try:
-        body = json.loads(raw)
-    except ValueError:
-        return raw.decode(errors="replace").strip() or f"HTTP {status}"
-    if isinstance(body, dict):
-        if isinstance(body.get("message"), str):
-            return str(body["message"])
-        err = body.get("error")
-        if isinstance(err, dict):
-            return str(err.get("error") or err.get("message") or err)
-    return str(body)
-
-
 class Session:
     def __init__(self, master: str, *, task_token: str | None = None,
                  user_token: str | None = None) -> None:
@@ -66,7 +52,7 @@ class Session:
                 if exc.code in (502, 503, 504) and attempt < retries:
                     time.sleep(min(BACKOFF * 2**attempt, 10.0))
                     continue
-                raise errors.from_status(exc.code, _message(exc.code, raw)) from None
+                raise errors.from_response(exc.code, raw) from None
             except (urllib.error.URLError, ConnectionError, TimeoutError, OSError) as exc:
                 if attempt >= retries:
                     raise errors.MasterUnreachable(

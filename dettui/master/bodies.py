@@ -6,6 +6,7 @@ all are accepted. Wrong types become one 400 naming every bad field.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 from aiohttp import web
@@ -16,6 +17,7 @@ from dettui.errors import InvalidArgument
 from dettui.master.middleware import read_json
 
 M = TypeVar("M", bound="Body")
+T = TypeVar("T")
 
 
 class Body(BaseModel):
@@ -29,6 +31,15 @@ def _where(loc: tuple[Any, ...]) -> str:
 async def parse(request: web.Request, model: type[M]) -> M:
     data = await read_json(request)
     return parse_obj(data, model)
+
+
+def checked(rule: Callable[[object], T], value: object, where: str) -> T:
+    """`rule(value)` (a config rule such as `schema.priority_value`), its ValueError a 400
+    naming `where`: the API and the config share one rule per field."""
+    try:
+        return rule(value)
+    except ValueError as exc:
+        raise InvalidArgument(f"{where}: {exc}") from None
 
 
 def parse_obj(data: object, model: type[M]) -> M:

@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import sqlite3
-from typing import Any
 
+from dettui import metric
 from dettui.errors import InvalidArgument
 from dettui.master.gc import CkptFacts, GcPolicy, to_delete
 from dettui.master.store import Database
@@ -23,26 +23,27 @@ from dettui.storage import storage_base
 log = logging.getLogger("dettui.master.gc")
 
 
-def policy_of(config: dict[str, Any]) -> GcPolicy:
-    cs = config.get("checkpoint_storage") or {}
-    return GcPolicy(int(cs.get("save_experiment_best", 0)), int(cs.get("save_trial_best", 1)),
-                    int(cs.get("save_trial_latest", 1)))
+def policy_of(exp: Experiment) -> GcPolicy:
+    """The experiment's own GC policy (its config's checkpoint storage, whose defaults are the
+    schema's)."""
+    cs = exp.conf.checkpoint_storage
+    if cs is None:  # never for a stored config (the master's default storage is filled in)
+        return GcPolicy(0, 0, 0)
+    return GcPolicy(cs.save_experiment_best, cs.save_trial_best, cs.save_trial_latest)
 
 
 def plan(conn: sqlite3.Connection, exp: Experiment, policy: GcPolicy) -> list[Checkpoint]:
     """The checkpoints of `exp` that `policy` deletes."""
-    searcher = exp.config.get("searcher") or {}
-    metric = searcher.get("metric") or ""
-    sign = 1.0 if searcher.get("smaller_is_better", True) else -1.0
+    name = exp.searcher_metric
     ckpts = [c for c in ckpt_store.for_experiment(conn, exp.id)
              if c.state is CheckpointState.COMPLETED and c.trial_id is not None]
     trial_ids = [t.id for t in trial_store.for_experiment(conn, exp.id)]
-    values = {(m.trial_id, m.steps_completed): m.metrics.get(metric)
-              for m in metric_store.validations_with(conn, trial_ids, metric)}
+    values = {(m.trial_id, m.steps_completed): metric.number(m.metrics, name)
+              for m in metric_store.validations_with(conn, trial_ids, name)}
     facts = []
     for c in ckpts:
         v = values.get((c.trial_id, c.steps_completed or 0))
-        value = sign * float(v) if isinstance(v, int | float) else None
+        value = None if v is None else metric.score(v, exp.smaller_is_better)
         facts.append(CkptFacts(c.uuid, int(c.trial_id or 0), c.steps_completed or 0, value,
                                c.steps_completed))
     doomed = set(to_delete(facts, policy))
@@ -52,7 +53,7 @@ def plan(conn: sqlite3.Connection, exp: Experiment, policy: GcPolicy) -> list[Ch
 async def collect(db: Database, exp_id: int, policy: GcPolicy | None = None) -> list[str]:
     """Delete what the policy (default: the experiment's own) says; return the uuids."""
     exp = await db.run(exp_store.get, exp_id)
-    doomed = await db.run(plan, exp, policy or policy_of(exp.config))
+    doomed = await db.run(plan, exp, policy or policy_of(exp))
     for ckpt in doomed:
         await _remove(exp, ckpt)
         await db.run(ckpt_store.set_resources, ckpt.uuid, {})

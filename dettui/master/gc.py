@@ -15,9 +15,11 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class GcPolicy:
-    save_experiment_best: int = 0
-    save_trial_best: int = 1
-    save_trial_latest: int = 1
+    """How many checkpoints survive (the config's checkpoint_storage.save_*; defaults there)."""
+
+    save_experiment_best: int
+    save_trial_best: int
+    save_trial_latest: int
 
 
 @dataclass(frozen=True)

@@ -371,3 +371,27 @@ async def test_ids_and_numbers_are_plain_and_in_range(api: Api, path: str) -> No
     headers = await agent_headers(api) if path.startswith("/api/v1/agents/") else None
     body = await api.call("GET", path, status=400, headers=headers)
     assert "expected" in body["message"]
+
+
+async def test_priority_and_weight_have_one_rule_and_one_home(api: Api) -> None:
+    """The config and both API paths refuse the same values (a bool is not a priority), and
+    the config shows what job updates set: the columns are the one home."""
+    exp = (await create(api))["experiment"]
+    job = exp["jobId"]
+    for bad in (True, 0, 100, 7.5, "7"):
+        await api.call("PATCH", "/api/v1/experiments/1", {"resources": {"priority": bad}},
+                       status=400)
+        body = await api.call("POST", "/api/v1/job-queues", {"updates": [
+            {"jobId": job, "priority": bad}]}, status=400)
+        assert "priority: must be an integer from 1 to 99" in body["message"], body
+    await api.call("PATCH", "/api/v1/experiments/1", {"resources": {"weight": False}},
+                   status=400)
+    await api.call("POST", "/api/v1/job-queues", {"updates": [{"jobId": job, "priority": 7}]})
+    got = await api.call("GET", "/api/v1/experiments/1")
+    assert got["config"]["resources"]["priority"] == 7
+    assert got["experiment"]["config"]["resources"]["priority"] == 7
+    jobs = (await api.call("GET", "/api/v1/job-queues-v2"))["jobs"]
+    assert [j["full"]["priority"] for j in jobs if j["full"]["jobId"] == job] == [7]
+    await api.call("PATCH", "/api/v1/experiments/1", {"resources": {"priority": 9}})
+    got = await api.call("GET", "/api/v1/experiments/1")
+    assert got["config"]["resources"]["priority"] == 9

@@ -29,8 +29,13 @@ def problems(extra: str = "", base: str = BASE, **kw: object) -> list[str]:
 
 BAD = [
     ("resources: {slots_per_trial: -1}", ["resources.slots_per_trial: must be >= 0"]),
-    ("resources: {priority: 0}", ["resources.priority: must be >= 1"]),
-    ("resources: {priority: 100}", ["resources.priority: must be <= 99"]),
+    ("resources: {priority: 0}", ["resources.priority: must be an integer from 1 to 99"]),
+    ("resources: {priority: 100}", ["resources.priority: must be an integer from 1 to 99"]),
+    ("resources: {priority: true}", ["resources.priority: must be an integer from 1 to 99"]),
+    ("resources: {priority: 7.5}", ["resources.priority: must be an integer from 1 to 99"]),
+    ("resources: {weight: 0}", ["resources.weight: must be a positive number"]),
+    ("resources: {weight: false}", ["resources.weight: must be a positive number"]),
+    ("resources: {weight: .inf}", ["resources.weight: must be a positive number"]),
     ("resources: {slots: 2}",
      ['resources.slots: unknown key (additionalProperties "slots" not allowed); '
       "did you mean 'slots_per_trial'?"]),

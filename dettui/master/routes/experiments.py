@@ -7,9 +7,11 @@ from typing import Any
 
 from aiohttp import web
 
+from dettui import metric
+from dettui.config.schema import priority_value, weight_value
 from dettui.errors import FailedPrecondition, InvalidArgument
 from dettui.master import checkpoint_gc, intake, keys, offload, serialize
-from dettui.master.bodies import CreateExperimentBody, PatchExperimentBody, parse_obj
+from dettui.master.bodies import CreateExperimentBody, PatchExperimentBody, checked, parse_obj
 from dettui.master.gc import GcPolicy
 from dettui.master.intake import Intake
 from dettui.master.middleware import (
@@ -28,6 +30,7 @@ from dettui.master.store import experiments as exp_store
 from dettui.master.store import metrics as metric_store
 from dettui.master.store import trials as trial_store
 from dettui.master.store import unmanaged as unmanaged_store
+from dettui.master.store.records import Experiment
 from dettui.master.wire import (
     b64_response,
     big_json_response,
@@ -192,11 +195,11 @@ async def patch(request: web.Request) -> web.Response:
         fields["labels"] = body.labels
     resources = raw.get("resources") if isinstance(raw, dict) else None
     if isinstance(resources, dict):
-        fields.update(_resource_changes(exp.config, resources))
+        fields.update(_resource_changes(resources))
     storage = raw.get("checkpointStorage") if isinstance(raw, dict) else None
     gc_policy = None
     if isinstance(storage, dict):
-        gc_policy = _gc_policy(storage, checkpoint_gc.policy_of(exp.config))
+        gc_policy = _gc_policy(storage, checkpoint_gc.policy_of(exp))
         conf = dict(fields.get("config") or exp.config)
         conf["checkpoint_storage"] = {**(conf.get("checkpoint_storage") or {}),
                                       "save_experiment_best": gc_policy.save_experiment_best,
@@ -233,13 +236,13 @@ async def preview_gc(request: web.Request) -> web.Response:
     exp_id = path_int(request, "id")
     db = request.app[keys.DB]
     exp = await db.run(exp_store.get, exp_id)
-    old = checkpoint_gc.policy_of(exp.config)
+    old = checkpoint_gc.policy_of(exp)
     policy = GcPolicy(*(query_int(request, k, getattr(old, k)) for k in (
         "save_experiment_best", "save_trial_best", "save_trial_latest")))
     doomed = await db.run(checkpoint_gc.plan, exp, policy)
     return web.json_response({
         "checkpoints": [_go_checkpoint(c) for c in doomed],
-        "metric_name": (exp.config.get("searcher") or {}).get("metric", "")})
+        "metric_name": exp.searcher_metric})
 
 
 def _go_checkpoint(c: Any) -> dict[str, Any]:
@@ -255,25 +258,18 @@ def _go_checkpoint(c: Any) -> dict[str, Any]:
 routes.get("/experiments/{id}/preview_gc")(preview_gc)
 
 
-def _resource_changes(config: dict[str, Any], resources: dict[str, Any]) -> dict[str, Any]:
+def _resource_changes(resources: dict[str, Any]) -> dict[str, Any]:
+    """PATCH resources: the priority, weight and max slots columns (their one home)."""
     out: dict[str, Any] = {}
-    conf = dict(config)
-    res = dict(conf.get("resources") or {})
     if resources.get("priority") is not None:
-        p = resources["priority"]
-        if not isinstance(p, int) or not 1 <= p <= 99:
-            raise InvalidArgument("resources.priority: must be an integer from 1 to 99")
-        out["priority"] = res["priority"] = p
+        out["priority"] = checked(priority_value, resources["priority"], "resources.priority")
     if resources.get("weight") is not None:
-        w = resources["weight"]
-        if not isinstance(w, int | float) or w <= 0:
-            raise InvalidArgument("resources.weight: must be a positive number")
-        out["weight"] = res["weight"] = float(w)
+        out["weight"] = checked(weight_value, resources["weight"], "resources.weight")
     if resources.get("maxSlots") is not None:
-        out["max_slots"] = res["max_slots"] = int(resources["maxSlots"])
-    if out:
-        conf["resources"] = res
-        out["config"] = conf
+        m = resources["maxSlots"]
+        if isinstance(m, bool) or not isinstance(m, int) or m < 0:
+            raise InvalidArgument("resources.maxSlots: must be an integer >= 0")
+        out["max_slots"] = m
     return out
 
 
@@ -378,11 +374,10 @@ async def checkpoints(request: web.Request) -> web.Response:
     exp = await db.run(exp_store.get, exp_id)
     rows = await db.run(ckpt_store.for_experiment, exp_id)
     page, pagination = paginate(rows, request)
-    metric = (exp.config.get("searcher") or {}).get("metric")
     out = []
     for c in page:
         val = await db.run(_validation_at, c.trial_id, c.steps_completed)
-        out.append(serialize.checkpoint(c, validation=val, searcher_metric=metric))
+        out.append(serialize.checkpoint(c, validation=val, searcher_metric=exp.searcher_metric))
     return await big_json_response({"checkpoints": out, "pagination": pagination})
 
 
@@ -421,15 +416,12 @@ async def best_validation(request: web.Request) -> web.Response:
     return web.json_response({"metric": best})
 
 
-def best_metric(conn: Any, exp: Any) -> float | None:
-    searcher = exp.config.get("searcher") or {}
-    metric = searcher.get("metric")
+def best_metric(conn: Any, exp: Experiment) -> float | None:
+    name = exp.searcher_metric
     trial_ids = [t.id for t in trial_store.for_experiment(conn, exp.id)]
-    values = [m.metrics[metric] for m in metric_store.validations_with(conn, trial_ids, metric)
-              if isinstance(m.metrics.get(metric), int | float)]
-    if not values:
-        return None
-    return min(values) if searcher.get("smaller_is_better", True) else max(values)
+    values = [metric.number(m.metrics, name)
+              for m in metric_store.validations_with(conn, trial_ids, name)]
+    return metric.best(values, lambda v: v, exp.smaller_is_better)
 
 
 routes.get("/api/v1/experiments/{id}/searcher/best_searcher_validation_metric")(best_validation)

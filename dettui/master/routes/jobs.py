@@ -6,9 +6,10 @@ from typing import Any
 
 from aiohttp import web
 
+from dettui.config.schema import priority_value, weight_value
 from dettui.errors import FailedPrecondition, InvalidArgument, NotFound
 from dettui.master import keys
-from dettui.master.bodies import UpdateJobQueueBody
+from dettui.master.bodies import UpdateJobQueueBody, checked
 from dettui.master.cluster import Cluster
 from dettui.master.middleware import read_json, require_owner
 from dettui.master.openapi import op
@@ -170,28 +171,23 @@ async def _job_update(request: web.Request, exp: Experiment, upd: dict[str, Any]
     policy = settings.policy(exp.resource_pool)
     fair = policy.scheduler == FAIR_SHARE
     if upd.get("priority") is not None:
-        p = upd["priority"]
-        if isinstance(p, bool) or not isinstance(p, int) or not 1 <= p <= 99:
-            raise InvalidArgument(f"updates[{i}].priority: must be an integer from 1 to 99")
+        p = checked(priority_value, upd["priority"], f"updates[{i}].priority")
         if fair:
             raise FailedPrecondition(f"pool '{exp.resource_pool}' uses the fair share scheduler: "
                                      "set a weight instead of a priority")
-        return {"priority": p, "config": _with_resource(exp.config, "priority", p)}
+        return {"priority": p}
     if upd.get("weight") is not None:
-        w = upd["weight"]
-        if isinstance(w, bool) or not isinstance(w, int | float) or w <= 0:
-            raise InvalidArgument(f"updates[{i}].weight: must be a positive number")
+        w = checked(weight_value, upd["weight"], f"updates[{i}].weight")
         if not fair:
             raise FailedPrecondition(f"pool '{exp.resource_pool}' uses the priority scheduler: "
                                      "set a priority instead of a weight")
-        return {"weight": float(w), "config": _with_resource(exp.config, "weight", float(w))}
+        return {"weight": w}
     if upd.get("resourcePool") is not None:
         pool = str(upd["resourcePool"])
         if pool not in settings.policies:
             raise InvalidArgument(f"updates[{i}].resourcePool: resource pool '{pool}' not found "
                                   f"(known pools: {', '.join(settings.policies)})")
-        return {"resource_pool": pool,
-                "config": _with_resource(exp.config, "resource_pool", pool)}
+        return {"resource_pool": pool}
     for key, ahead in (("aheadOf", True), ("behindOf", False)):
         anchor = upd.get(key)
         if anchor is not None:
@@ -214,11 +210,4 @@ async def _moved(request: web.Request, exp: Experiment, anchor_id: str,
     jobs = [QueuedJob(e.job_id, e.priority, e.queue_position) for e in exps
             if e.resource_pool == exp.resource_pool]
     priority, position = move(jobs, exp.job_id, anchor_id, ahead)
-    return {"priority": priority, "queue_position": position,
-            "config": _with_resource(exp.config, "priority", priority)}
-
-
-def _with_resource(config: dict[str, Any], key: str, value: Any) -> dict[str, Any]:
-    conf = dict(config)
-    conf["resources"] = {**(conf.get("resources") or {}), key: value}
-    return conf
+    return {"priority": priority, "queue_position": position}

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
+from dettui import metric
 from dettui.config import hyperparameters as hp
 
 
@@ -52,7 +53,7 @@ class Searcher:
         self.config = config
         self.hparams = hparams
         self.metric = str(config.get("metric") or "")
-        self.smaller_is_better = bool(config.get("smaller_is_better", True))
+        self.smaller_is_better = bool(config.get("smaller_is_better", metric.SMALLER_IS_BETTER))
         self.rng = random.Random(seed)
         self.next_id = 0
         self.created: list[int] = []
@@ -95,12 +96,12 @@ class Searcher:
         return [r for r in self.created if r not in self.closed]
 
     def searcher_value(self, metrics: dict[str, Any]) -> float:
-        """The metric as a number where smaller is better."""
-        value = metrics.get(self.metric)
-        if isinstance(value, bool) or not isinstance(value, int | float):
+        """The metric as a score where smaller is better (`dettui.metric`: NaN is worst)."""
+        value = metric.number(metrics, self.metric)
+        if value is None:
             raise SearcherError(f"searcher metric '{self.metric}' is missing or not a number "
                                 f"in the validation metrics {sorted(metrics)}")
-        return float(value) if self.smaller_is_better else -float(value)
+        return metric.score(value, self.smaller_is_better)
 
     # -- state ------------------------------------------------------------------------------
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import sqlite3
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from dettui.config.schema import ExperimentSchema
 from dettui.models import AllocationState, CheckpointState, ExperimentState, TrialState
 
 
@@ -50,6 +52,7 @@ class Experiment:
     unmanaged: bool
     num_trials: int
     external_id: str | None = None  # set for detached experiments created by external id
+    config_text: str = field(default="{}", repr=False, compare=False)  # `config` as stored
 
     @classmethod
     def from_row(cls, r: sqlite3.Row) -> Experiment:
@@ -57,22 +60,56 @@ class Experiment:
             id=r["id"], name=r["name"], description=r["description"],
             labels=json.loads(r["labels"]), state=ExperimentState(r["state"]),
             archived=bool(r["archived"]), owner_id=r["owner_id"], username=r["username"],
-            config=json.loads(r["config"]), original_config=r["original_config"],
+            config=_with_columns(json.loads(r["config"]), r),
+            original_config=r["original_config"],
             searcher_type=r["searcher_type"], job_id=r["job_id"],
             resource_pool=r["resource_pool"], priority=r["priority"], weight=r["weight"],
             max_slots=r["max_slots"], queue_position=r["queue_position"],
             start_time=r["start_time"], end_time=r["end_time"], progress=r["progress"],
             unmanaged=bool(r["unmanaged"]), num_trials=r["num_trials"],
-            external_id=r["external_id"],
+            external_id=r["external_id"], config_text=r["config"],
         )
 
     @property
+    def conf(self) -> ExperimentSchema:
+        """The stored config as the typed model: its defaults are the schema's, declared once
+        (the stored config is the full expconf, so nothing here fills in a default). Its
+        resources' priority, weight, pool and max slots are as created: the record's own
+        fields (and `config`) have their current values."""
+        return typed_config(self.config_text)
+
+    @property
     def slots_per_trial(self) -> int:
-        return int(self.config.get("resources", {}).get("slots_per_trial", 1))
+        return self.conf.resources.slots_per_trial
 
     @property
     def max_restarts(self) -> int:
-        return int(self.config.get("max_restarts", 5))
+        return self.conf.max_restarts
+
+    @property
+    def searcher_metric(self) -> str:
+        return self.conf.searcher.metric
+
+    @property
+    def smaller_is_better(self) -> bool:
+        return self.conf.searcher.smaller_is_better
+
+
+def _with_columns(config: dict[str, Any], r: sqlite3.Row) -> dict[str, Any]:
+    """Priority, weight, pool and max slots have one home, their columns (job updates change
+    them there); the config shows them from there."""
+    resources = config.get("resources")
+    if isinstance(resources, dict):
+        resources.update(priority=r["priority"], weight=r["weight"],
+                         resource_pool=r["resource_pool"], max_slots=r["max_slots"])
+    return config
+
+
+@functools.lru_cache(maxsize=4096)
+def typed_config(text: str) -> ExperimentSchema:
+    """A stored config (JSON text) as the schema's model; cached by its text, since the same
+    experiment's record is read again on every scheduling pass and list."""
+    return ExperimentSchema.model_validate_json(text)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,38 @@
+"""The searcher metric's rules, stated once in `dettui.metric` and used by every reader."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from dettui import metric
+
+NAN, INF = math.nan, math.inf
+
+
+@pytest.mark.parametrize(("metrics", "number"), [
+    ({"loss": 0.5}, 0.5), ({"loss": 3}, 3.0), ({"loss": True}, None), ({"loss": "0.5"}, None),
+    ({"loss": None}, None), ({}, None), (None, None), ({"loss": INF}, INF),
+])
+def test_number(metrics: dict | None, number: float | None) -> None:
+    assert metric.number(metrics, "loss") == number
+
+
+def test_nan_is_a_number_that_scores_worst() -> None:
+    value = metric.number({"loss": NAN}, "loss")
+    assert value is not None and math.isnan(value)
+    assert metric.score(value, True) == metric.score(value, False) == INF
+    assert metric.score(2.0, True) == 2.0 and metric.score(2.0, False) == -2.0
+
+
+@pytest.mark.parametrize(("values", "smaller", "best"), [
+    ([3.0, 1.0, 2.0], True, 1), ([3.0, 1.0, 2.0], False, 0),
+    ([NAN, 5.0], True, 1), ([NAN, 5.0], False, 1),  # NaN is never best
+    ([NAN, None], True, None), ([], True, None), ([None, 4.0], True, 1),
+    ([1.0, 1.0], True, 0),  # the first of equals
+    ([INF, 7.0], False, 0), ([-INF, 7.0], True, 0),
+])
+def test_best(values: list[float | None], smaller: bool, best: int | None) -> None:
+    found = metric.best(list(enumerate(values)), lambda iv: iv[1], smaller)
+    assert (None if found is None else found[0]) == best
