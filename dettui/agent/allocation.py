@@ -21,7 +21,7 @@ import psutil
 from dettui import context, paths, retry
 from dettui.agent import logship, process, sandbox, spool
 from dettui.client import Client
-from dettui.errors import ContextError, DettuiError
+from dettui.errors import ContextError, DettuiError, MasterUnreachable
 from dettui.launch import spec
 from dettui.storage import storage_base
 
@@ -31,6 +31,7 @@ SHIP_BATCH = 1000
 SHIP_GRACE = 30.0  # seconds to keep trying to ship the last lines before the exit report
 KILL_GRACE = 5.0
 OUTPUT_GRACE = 2.0  # seconds to read the last output after the entrypoint exits
+MASTER_PATIENCE = 600.0  # seconds to wait for an unreachable master before giving up a start
 
 
 class AllocationRun:
@@ -81,8 +82,7 @@ class AllocationRun:
 
     async def _prepare(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
-        body = await self.client.request(
-            "GET", f"/api/v1/tasks/{self.spec['taskId']}/context_directory", timeout=300)
+        body = await self._fetch_context()
         data = base64.b64decode(body.get("b64Tgz") or "")
         if data:
             try:
@@ -92,6 +92,21 @@ class AllocationRun:
             except Exception as exc:  # noqa: BLE001 - any failure here is the user's to see
                 raise ContextError(f"could not extract the model context: "
                                    f"{type(exc).__name__}: {exc}") from exc
+
+    async def _fetch_context(self) -> dict[str, Any]:
+        """The model context, waiting out a master that is away (restarting) for up to
+        MASTER_PATIENCE: a master restart must not fail the trial."""
+        waits = retry.delays(give_up_after=MASTER_PATIENCE)
+        while True:
+            try:
+                return dict(await self.client.request(
+                    "GET", f"/api/v1/tasks/{self.spec['taskId']}/context_directory",
+                    timeout=300))
+            except MasterUnreachable:
+                wait = next(waits, None)
+                if wait is None or self.killed:
+                    raise
+                await asyncio.sleep(wait)
 
     def _argv(self) -> list[str]:
         try:
