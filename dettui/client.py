@@ -6,6 +6,7 @@ Errors come back as the same DettuiError classes the master raised.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import os
 from collections.abc import AsyncIterator, Callable
@@ -15,7 +16,7 @@ from typing import Any
 import aiohttp
 import platformdirs
 
-from dettui import errors, retry
+from dettui import errors, protocol, retry
 
 DEFAULT_MASTER = "http://127.0.0.1:8080"
 
@@ -234,6 +235,45 @@ class Client:
 
     async def pools(self) -> list[dict[str, Any]]:
         return list((await self.request("GET", "/api/v1/resource-pools"))["resourcePools"])
+
+    # --- the agent protocol (dettui.protocol): what an agent calls --------------------------
+
+    async def register_agent(self, body: protocol.RegisterAgentBody) -> protocol.Registered:
+        return protocol.Registered.model_validate(await self.request(
+            "POST", "/api/v1/agents/register", body=body.wire(), timeout=15))
+
+    async def agent_heartbeat(self, agent_id: str, body: protocol.HeartbeatBody) -> None:
+        await self.request("POST", f"/api/v1/agents/{agent_id}/heartbeat", body=body.wire(),
+                           timeout=10)
+
+    async def agent_work(self, agent_id: str,
+                         timeout: float) -> list[protocol.StartWork | protocol.KillWork]:
+        """The work long-poll: waits up to `timeout` seconds for something to do."""
+        return protocol.WorkBody.model_validate(await self.request(
+            "GET", f"/api/v1/agents/{agent_id}/work",
+            params={"timeout_seconds": str(timeout)}, timeout=timeout + 15)).work
+
+    async def agent_logs(self, agent_id: str, lines: list[dict[str, Any]]) -> None:
+        """Ship log lines (`protocol.AgentLogLine` objects, as the spool keeps them)."""
+        await self.request("POST", f"/api/v1/agents/{agent_id}/logs", body={"logs": lines},
+                           timeout=30)
+
+    async def allocation_exit(self, agent_id: str, alloc_id: str,
+                              body: protocol.AllocationExitBody) -> None:
+        await self.request("POST", f"/api/v1/agents/{agent_id}/allocations/{alloc_id}/exit",
+                           body=body.wire(), timeout=15)
+
+    async def agent_drain(self, agent_id: str) -> None:
+        await self.request("POST", f"/api/v1/agents/{agent_id}/drain", timeout=5)
+
+    async def agent_leave(self, agent_id: str) -> None:
+        await self.request("POST", f"/api/v1/agents/{agent_id}/leave", timeout=5)
+
+    async def context_directory(self, task_id: str) -> bytes:
+        """A task's model context, as the .tar.gz it was packed into."""
+        body = await self.request("GET", f"/api/v1/tasks/{task_id}/context_directory",
+                                  timeout=300)
+        return base64.b64decode(body.get("b64Tgz") or "")
 
 
 # --- the CLI's token store -------------------------------------------------------------------

@@ -10,11 +10,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from dettui import paths, retry, telemetry
 from dettui.agent import process, spool
 from dettui.agent.allocation import AllocationRun, ship
 from dettui.client import Client, token_path
 from dettui.errors import DettuiError, Gone, NotFound
+from dettui.protocol import (
+    AgentSlot,
+    AllocationExitBody,
+    HeartbeatBody,
+    KillWork,
+    RegisterAgentBody,
+    StartWork,
+)
 
 log = logging.getLogger("dettui.agent")
 SAMPLE_SECONDS = 1.0
@@ -100,15 +110,15 @@ class Agent:
         waits = retry.delays()
         while not self._stopping.is_set():
             try:
-                body = await self.client.request("POST", "/api/v1/agents/register", body={
-                    "id": self.id, "resourcePool": self.options.pool, "slots": self.slots,
-                    "hostname": socket.gethostname(),
-                    "addresses": [self.options.address] if self.options.address
+                registered = await self.client.register_agent(RegisterAgentBody(
+                    id=self.id, resource_pool=self.options.pool,
+                    slots=[AgentSlot.model_validate(s) for s in self.slots],
+                    hostname=socket.gethostname(),
+                    addresses=[self.options.address] if self.options.address
                     else _addresses(self.options.master_url),
-                    "runningAllocations": list(self.runs),
-                    "noGpuReason": None if self.gpu_indices else self.note,
-                }, timeout=15)
-                self.heartbeat_seconds = float(body.get("heartbeatSeconds", 2.0))
+                    running_allocations=list(self.runs),
+                    no_gpu_reason=None if self.gpu_indices else self.note))
+                self.heartbeat_seconds = registered.heartbeat_seconds
                 self._registered.set()
                 log.info("agent %s registered in pool %s with %d slot(s)", self.id,
                          self.options.pool, len(self.slots))
@@ -137,9 +147,9 @@ class Agent:
             process.reap_orphans(self.own_pids)
             samples, self.samples = self.samples, []
             try:
-                await self.client.request("POST", f"/api/v1/agents/{self.id}/heartbeat", body={
-                    "runningAllocations": list(self.runs), "telemetry": self.latest_sample,
-                    "samples": samples}, timeout=10)
+                await self.client.agent_heartbeat(self.id, HeartbeatBody(
+                    running_allocations=list(self.runs), telemetry=self.latest_sample,
+                    samples=samples))
             except Gone as exc:
                 await self._gone(exc)
             except NotFound:
@@ -205,9 +215,11 @@ class Agent:
     async def _work_loop(self) -> None:
         while True:
             try:
-                body = await self.client.request(
-                    "GET", f"/api/v1/agents/{self.id}/work",
-                    params={"timeout_seconds": str(POLL_SECONDS)}, timeout=POLL_SECONDS + 15)
+                work = await self.client.agent_work(self.id, POLL_SECONDS)
+            except ValidationError as exc:  # a master this agent does not understand
+                log.error("agent %s: unreadable work from the master: %s", self.id, exc)
+                await asyncio.sleep(POLL_SECONDS / 10)
+                continue
             except Gone as exc:
                 await self._gone(exc)
                 continue
@@ -218,16 +230,15 @@ class Agent:
                 log.warning("agent %s: work poll failed: %s", self.id, exc)
                 await asyncio.sleep(1.0)
                 continue
-            for item in body.get("work", []):
+            for item in work:
                 try:
                     await self._handle(item)
                 except Exception:  # noqa: BLE001 - one bad item must not stop all work
-                    log.exception("agent %s: handling %s failed", self.id, item.get("kind"))
+                    log.exception("agent %s: handling %s failed", self.id, item.kind)
 
-    async def _handle(self, item: dict[str, Any]) -> None:
-        kind = item.get("kind")
-        alloc_id = str(item.get("allocationId"))
-        if kind == "start":
+    async def _handle(self, item: StartWork | KillWork) -> None:
+        alloc_id = item.allocation_id
+        if isinstance(item, StartWork):
             if alloc_id in self.runs:
                 return
             if alloc_id in self.finished:
@@ -242,10 +253,10 @@ class Agent:
                                 (*self.options.hidden, token_path().parent))
             self.runs[alloc_id] = run
             self._supervisors.add(asyncio.create_task(self._supervise(run)))
-        elif kind == "kill":
+        else:
             run = self.runs.get(alloc_id)
             if run is not None:
-                await run.kill(str(item.get("reason") or "killed"))
+                await run.kill(item.reason)
             else:
                 await self._kill_stray(alloc_id)
 
@@ -273,9 +284,8 @@ class Agent:
         waits = retry.delays()
         while True:
             try:
-                await self.client.request(
-                    "POST", f"/api/v1/agents/{self.id}/allocations/{alloc_id}/exit",
-                    body={"exitCode": code, "reason": reason}, timeout=15)
+                await self.client.allocation_exit(
+                    self.id, alloc_id, AllocationExitBody(exit_code=code, reason=reason))
             except NotFound:
                 pass  # the master has ended it already, or never gave it to this agent
             except DettuiError as exc:
@@ -289,13 +299,13 @@ class Agent:
     async def _shutdown(self) -> None:
         """Agent stop: every allocation's process tree ends; exits reported as lost."""
         with contextlib.suppress(DettuiError):  # no new work while we wind down
-            await self.client.request("POST", f"/api/v1/agents/{self.id}/drain", timeout=5)
+            await self.client.agent_drain(self.id)
         runs = list(self.runs.values())
         await asyncio.gather(*(r.kill("lost") for r in runs), return_exceptions=True)
         if self._supervisors:
             await asyncio.wait(self._supervisors, timeout=15)
         with contextlib.suppress(DettuiError):
-            await self.client.request("POST", f"/api/v1/agents/{self.id}/leave", timeout=5)
+            await self.client.agent_leave(self.id)
 
 
 def _drop_upto(lines: list[dict[str, Any]], upto: int) -> None:

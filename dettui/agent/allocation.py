@@ -4,7 +4,6 @@ output, and report how it ended."""
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import json
 import logging
@@ -23,6 +22,7 @@ from dettui.agent import logship, process, sandbox, spool
 from dettui.client import Client
 from dettui.errors import ContextError, DettuiError, MasterUnreachable
 from dettui.launch import spec
+from dettui.protocol import StartWork
 from dettui.storage import storage_base
 
 log = logging.getLogger("dettui.agent")
@@ -35,11 +35,11 @@ MASTER_PATIENCE = 600.0  # seconds to wait for an unreachable master before givi
 
 
 class AllocationRun:
-    def __init__(self, spec: dict[str, Any], client: Client, agent_id: str, work_root: Path,
+    def __init__(self, spec: StartWork, client: Client, agent_id: str, work_root: Path,
                  master_url: str, own_pids: set[int], hidden: Sequence[Path] = ()) -> None:
         self.spec = spec
         self.hidden = [*hidden, work_root]  # what the trial must not read
-        self.id: str = spec["allocationId"]
+        self.id = spec.allocation_id
         self.client = client
         self.agent_id = agent_id
         self.workdir = paths.confined(work_root, self.id, where="allocationId")
@@ -82,8 +82,7 @@ class AllocationRun:
 
     async def _prepare(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
-        body = await self._fetch_context()
-        data = base64.b64decode(body.get("b64Tgz") or "")
+        data = await self._fetch_context()
         if data:
             try:
                 await asyncio.to_thread(context.extract, data, self.workdir)
@@ -93,15 +92,13 @@ class AllocationRun:
                 raise ContextError(f"could not extract the model context: "
                                    f"{type(exc).__name__}: {exc}") from exc
 
-    async def _fetch_context(self) -> dict[str, Any]:
+    async def _fetch_context(self) -> bytes:
         """The model context, waiting out a master that is away (restarting) for up to
         MASTER_PATIENCE: a master restart must not fail the trial."""
         waits = retry.delays(give_up_after=MASTER_PATIENCE)
         while True:
             try:
-                return dict(await self.client.request(
-                    "GET", f"/api/v1/tasks/{self.spec['taskId']}/context_directory",
-                    timeout=300))
+                return await self.client.context_directory(self.spec.task_id)
             except MasterUnreachable:
                 wait = next(waits, None)
                 if wait is None or self.killed:
@@ -110,7 +107,7 @@ class AllocationRun:
 
     def _argv(self) -> list[str]:
         try:
-            return spec.entrypoint_argv(self.spec.get("entrypoint") or "", sys.executable)
+            return spec.entrypoint_argv(self.spec.entrypoint or "", sys.executable)
         except spec.LaunchArgsError as exc:
             raise DettuiError(str(exc)) from exc
 
@@ -118,7 +115,7 @@ class AllocationRun:
         """The trial's environment: the allow-listed part of the agent's (never its secrets),
         then the master's DET_* variables and the experiment's own."""
         env = {k: v for k, v in os.environ.items() if allowed(k)}
-        env.update(self.spec.get("env") or {})
+        env.update(self.spec.env)
         env.update({
             "DET_MASTER": self.master_url,
             "DET_MASTER_HOST": self.master_url.split("://", 1)[-1].rsplit(":", 1)[0],
@@ -132,7 +129,7 @@ class AllocationRun:
             process.INSTANCE_MARK: process.instance(),
             "PATH": os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", ""),
         })
-        cuda = self.spec.get("cudaDevices") or []
+        cuda = self.spec.cuda_devices
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(d) for d in cuda)
         return env
 
@@ -257,8 +254,7 @@ async def ship(client: Client, agent_id: str, batch: Callable[[int], list[dict[s
     waits = retry.delays(give_up_after=give_up_after)
     while lines := batch(SHIP_BATCH):
         try:
-            await client.request("POST", f"/api/v1/agents/{agent_id}/logs",
-                                 body={"logs": lines}, timeout=30)
+            await client.agent_logs(agent_id, lines)
         except DettuiError as exc:
             if exc.http_status not in (400, 404, 413):
                 wait = next(waits, None)

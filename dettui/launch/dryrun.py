@@ -77,10 +77,8 @@ def plan(config: dict[str, Any], agents: Sequence[AgentView],
         env = {"DET_AGENT_ID": agent.id, "DET_SLOT_IDS": json.dumps(list(range(n))),
                "DET_HPARAMS": json.dumps(hparams or {}), "DET_TRIAL_RUN_ID": "1"}
         if len(placed) > 1:
-            env["DETTUI_RENDEZVOUS"] = json.dumps({
-                "addresses": [a.address for a, _ in placed], "rank": rank,
-                "slots": [k for _, k in placed], "port": spec.C10D_PORT})
-            env["DET_CHIEF_IP"] = placed[0][0].address
+            env.update(spec.Topology(tuple(a.address for a, _ in placed), rank,
+                                     tuple(k for _, k in placed), spec.C10D_PORT).to_env())
         else:
             env["DETTUI_C10D_PORT"] = str(spec.C10D_PORT)
         launcher = None

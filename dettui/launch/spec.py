@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 LEGACY_TRIAL = re.compile(r"^[a-zA-Z0-9_.]+:[a-zA-Z0-9_]+$")
 C10D_PORT = 29400
+RENDEZVOUS = "DETTUI_RENDEZVOUS"  # a multi-node allocation's topology, as JSON (Topology)
 
 
 class LaunchArgsError(ValueError):
@@ -37,9 +38,16 @@ class Topology:
     def nproc(self) -> int:
         return max(1, self.slots_per_node[self.node_rank])
 
+    def to_env(self) -> dict[str, str]:
+        """The environment `from_env` reads this back from (what the master gives each node of
+        a multi-node allocation): the rendezvous, and the chief's address."""
+        return {RENDEZVOUS: json.dumps({"addresses": list(self.addresses), "rank": self.node_rank,
+                                        "slots": list(self.slots_per_node), "port": self.port}),
+                "DET_CHIEF_IP": self.addresses[0]}
+
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Topology:
-        raw = env.get("DETTUI_RENDEZVOUS")
+        raw = env.get(RENDEZVOUS)
         if raw:
             info = json.loads(raw)
             return cls(tuple(info["addresses"]), int(info["rank"]),

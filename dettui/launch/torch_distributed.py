@@ -151,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     if dry_run:
         args = args[1:]
     env = dict(os.environ)
-    if "DETTUI_RENDEZVOUS" not in env and "DETTUI_C10D_PORT" not in env and not dry_run:
+    if spec.RENDEZVOUS not in env and "DETTUI_C10D_PORT" not in env and not dry_run:
         env["DETTUI_C10D_PORT"] = str(free_port())  # one node: any free port will do
     try:
         cmd = build(args, env)

@@ -10,18 +10,17 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from aiohttp import web
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from pydantic.alias_generators import to_camel
+from pydantic import Field, ValidationError
 
 from dettui.errors import InvalidArgument
 from dettui.master.middleware import read_json
+from dettui.protocol import Message
 
-M = TypeVar("M", bound="Body")
+M = TypeVar("M", bound=Message)
 T = TypeVar("T")
 
 
-class Body(BaseModel):
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
+Body = Message  # Determined's clients' bodies follow the agent protocol's conventions
 
 
 def _where(loc: tuple[Any, ...]) -> str:
@@ -122,82 +121,6 @@ class TaskLogLine(Body):
 
 class TaskLogsBody(Body):
     logs: list[TaskLogLine]
-
-
-class AgentSlot(Body):
-    id: int
-    type: str = "cpu"
-    uuid: str | None = None
-    brand: str = ""
-
-
-class RegisterAgentBody(Body):
-    id: str
-    resource_pool: str = "default"
-    slots: list[AgentSlot]
-    hostname: str = ""
-    addresses: list[str] = []
-    running_allocations: list[str] = []
-    version: str = ""
-    no_gpu_reason: str | None = None  # why the agent offers CPU slots (NVML unavailable)
-
-
-class HeartbeatBody(Body):
-    running_allocations: list[str] = []
-    telemetry: dict[str, Any] | None = None  # the latest TelemetrySample
-    samples: list[Any] = []  # every sample since the last heartbeat, oldest first
-
-
-class GpuProcess(Body):
-    pid: int
-    mem_used: int | None = None
-
-
-class GpuReading(Body):
-    index: int
-    name: str = ""
-    util: float | None = None  # percent
-    mem_used: int | None = None  # bytes
-    mem_total: int | None = None
-    temperature: float | None = None  # Celsius
-    power: float | None = None  # watts
-    processes: list[GpuProcess] | None = None  # None: NVML cannot list them
-
-
-class AllocationUsage(Body):
-    cpu_percent: float | None = None  # of one core: 250.0 is two and a half cores busy
-    rss: int | None = None  # bytes, the whole process tree
-
-
-class TelemetrySample(Body):
-    """One reading of an agent's machine; `model_dump(by_alias=True)` is the API's shape."""
-
-    time: float  # seconds since the epoch, the agent's clock
-    cpu_percent: float | None = None  # of the whole machine
-    mem_used: int | None = None  # bytes
-    mem_total: int | None = None
-    gpus: list[GpuReading] = []
-    allocations: dict[str, AllocationUsage] = {}
-
-
-class AgentLogLine(Body):
-    allocation_id: str
-    seq: int | None = None  # its number within the agent's part: sent twice, stored once
-    timestamp: float
-    rank_id: int | None = None
-    stdtype: str = "stdout"
-    level: str | None = None
-    log: str
-
-
-class AgentLogsBody(Body):
-    logs: list[AgentLogLine]
-
-
-class AllocationExitBody(Body):
-    exit_code: int | None = None
-    reason: str = ""
-    message: str = ""
 
 
 class PatchExperimentBody(Body):

@@ -9,11 +9,13 @@ import json
 import sqlite3
 from typing import Any
 
+from dettui.launch.spec import C10D_PORT, Topology
 from dettui.master.settings import MasterSettings
 from dettui.master.store import checkpoints as ckpt_store
 from dettui.master.store import experiments as exp_store
 from dettui.master.store import trials as trial_store
 from dettui.master.store.records import Agent, Allocation
+from dettui.protocol import StartWork
 
 SLOT_TYPE_CUDA = "cuda"
 
@@ -21,7 +23,7 @@ SLOT_TYPE_CUDA = "cuda"
 def build_start(
     conn: sqlite3.Connection, alloc: Allocation, agent: Agent, peers: dict[str, Agent],
     cluster_id: str, settings: MasterSettings,
-) -> dict[str, Any]:
+) -> StartWork:
     """The start message for `agent`'s part of the allocation (node rank = its part's index)."""
     trial = trial_store.get(conn, alloc.trial_id)
     exp = exp_store.get(conn, trial.experiment_id)
@@ -57,30 +59,18 @@ def build_start(
     if latest is not None:
         env["DET_LATEST_CHECKPOINT"] = latest.uuid
     if len(alloc.parts) > 1:
-        env["DETTUI_RENDEZVOUS"] = json.dumps({
-            "addresses": [address_of(peers.get(a)) for a in alloc.agents],
-            "rank": node_rank, "slots": [len(sl) for _, sl in alloc.parts],
-            "port": alloc.port})
-        env["DET_CHIEF_IP"] = address_of(peers.get(alloc.agents[0]))
+        env.update(Topology(tuple(address_of(peers.get(a)) for a in alloc.agents), node_rank,
+                            tuple(len(sl) for _, sl in alloc.parts),
+                            alloc.port or C10D_PORT).to_env())
     if not cuda:
         # One compute thread per CPU slot: torch's default (every core) oversubscribes the
         # machine as soon as two trials share it. The experiment's own variables win.
         env["OMP_NUM_THREADS"] = str(max(1, len(my_slots)))
     env.update(user_environment(exp.config, "cuda" if cuda else "cpu"))
-    return {
-        "kind": "start",
-        "allocationId": alloc.id,
-        "taskId": trial.task_id,
-        "trialId": trial.id,
-        "experimentId": exp.id,
-        "runId": alloc.run_id,
-        "slots": my_slots,
-        "nodeRank": node_rank,
-        "cudaDevices": cuda,
-        "entrypoint": exp.config.get("entrypoint"),
-        "env": env,
-        "sessionToken": alloc.token,
-    }
+    return StartWork(
+        allocation_id=alloc.id, task_id=trial.task_id, trial_id=trial.id,
+        experiment_id=exp.id, run_id=alloc.run_id, slots=my_slots, node_rank=node_rank,
+        cuda_devices=cuda, entrypoint=exp.conf.entrypoint, env=env, session_token=alloc.token)
 
 
 def user_environment(config: dict[str, Any], device: str) -> dict[str, str]:

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from dettui.errors import InvalidArgument
-from dettui.master.bodies import TelemetrySample, parse_obj
+from dettui.master.bodies import parse_obj
+from dettui.protocol import TelemetrySample
 
 log = logging.getLogger("dettui.master.telemetry")
 HISTORY = 120  # samples kept per agent (two minutes at one a second)

@@ -146,3 +146,13 @@ def test_sigkill_of_the_launcher_leaves_no_worker(tmp_path: Path) -> None:
     while leftovers(tag):
         assert time.monotonic() < deadline, f"left behind: {leftovers(tag)}"
         time.sleep(0.1)
+
+
+def test_the_topology_the_master_writes_is_the_one_the_launcher_reads() -> None:
+    from dettui.launch.spec import Topology
+
+    topo = Topology(("10.0.0.1", "10.0.0.2"), 1, (2, 4), 29555)
+    env = topo.to_env()
+    assert env["DET_CHIEF_IP"] == "10.0.0.1"
+    assert Topology.from_env(env) == topo
+    assert Topology.from_env(env).nproc == 4 and Topology.from_env(env).nnodes == 2

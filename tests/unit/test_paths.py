@@ -72,8 +72,10 @@ def test_core_checkpoint_paths_are_confined(tmp_path: Path) -> None:
 
 def test_agent_work_dirs_are_confined(tmp_path: Path) -> None:
     from dettui.agent.allocation import AllocationRun
+    from dettui.protocol import StartWork
 
     for bad in ("../../x", "/etc", ".."):
+        start = StartWork(allocation_id=bad, task_id="t", trial_id=1, experiment_id=1,
+                          run_id=1, slots=[0])
         with pytest.raises(PathEscape):
-            AllocationRun({"allocationId": bad}, None, "a", tmp_path, "http://x",  # type: ignore[arg-type]
-                          set())
+            AllocationRun(start, None, "a", tmp_path, "http://x", set())  # type: ignore[arg-type]

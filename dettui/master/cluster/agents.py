@@ -18,6 +18,7 @@ from dettui.master.store import trials as trial_store
 from dettui.master.store import unmanaged as unmanaged_store
 from dettui.master.store.records import Agent
 from dettui.models import AllocationState
+from dettui.protocol import KillWork, StartWork
 
 log = logging.getLogger("dettui.master.cluster")
 RESEND_AFTER = 10.0  # seconds an agent may sit on a start before it is sent again
@@ -109,7 +110,7 @@ class Agents:
             elif now - link.sent_at.get(alloc.id, 0.0) > RESEND_AFTER:
                 await self.hub.send_start(link, alloc)
 
-    async def poll_work(self, agent_id: str, timeout: float) -> list[dict[str, Any]]:
+    async def poll_work(self, agent_id: str, timeout: float) -> list[StartWork | KillWork]:
         link = self.hub.links.require(agent_id)
         link.last_seen = time.monotonic()
         if not link.outbox:

@@ -6,17 +6,17 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
 
 from dettui.errors import Gone, NotFound
 from dettui.master import scheduler
 from dettui.master.store.records import Agent, Allocation
 from dettui.master.telemetry import AgentTelemetry
+from dettui.protocol import KillWork, StartWork
 
 
-def kill_message(alloc_id: str, reason: str) -> dict[str, Any]:
+def kill_message(alloc_id: str, reason: str) -> KillWork:
     """The agent protocol's order to end an allocation's processes."""
-    return {"kind": "kill", "allocationId": alloc_id, "reason": reason}
+    return KillWork(allocation_id=alloc_id, reason=reason)
 
 
 @dataclass
@@ -25,7 +25,7 @@ class AgentLink:
 
     agent: Agent
     last_seen: float
-    outbox: list[dict[str, Any]] = field(default_factory=list)
+    outbox: list[StartWork | KillWork] = field(default_factory=list)
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     running: set[str] = field(default_factory=set)
     sent_at: dict[str, float] = field(default_factory=dict)
@@ -33,7 +33,7 @@ class AgentLink:
     no_gpu_reason: str | None = None  # the agent's note when NVML is unavailable
     draining: bool = False  # the agent is stopping: it takes no new work
 
-    def send(self, message: dict[str, Any]) -> None:
+    def send(self, message: StartWork | KillWork) -> None:
         self.outbox.append(message)
         self.wake.set()
 

@@ -9,14 +9,7 @@ from aiohttp import web
 
 from dettui.errors import InvalidArgument, NotFound, PermissionDenied
 from dettui.master import keys
-from dettui.master.bodies import (
-    AgentCredentialBody,
-    AgentLogsBody,
-    AllocationExitBody,
-    HeartbeatBody,
-    RegisterAgentBody,
-    parse,
-)
+from dettui.master.bodies import AgentCredentialBody, parse
 from dettui.master.cluster import AgentLink
 from dettui.master.middleware import (
     agent_route,
@@ -30,6 +23,14 @@ from dettui.master.store import credentials
 from dettui.master.store import logs as log_store
 from dettui.master.store import trials as trial_store
 from dettui.master.wire import path_int, query_float, ts
+from dettui.protocol import (
+    AgentLogsBody,
+    AllocationExitBody,
+    HeartbeatBody,
+    RegisterAgentBody,
+    Registered,
+    WorkBody,
+)
 
 routes = web.RouteTableDef()
 MAX_POLL = 60.0
@@ -111,9 +112,10 @@ async def register(request: web.Request) -> web.Response:
         [s.model_dump() for s in body.slots], body.hostname, body.addresses,
         body.running_allocations, body.no_gpu_reason,
     )
-    return web.json_response({"agentId": agent.id, "clusterId": request.app[keys.CLUSTER_ID],
-                              "heartbeatSeconds": settings.heartbeat_interval,
-                              "agentTimeoutSeconds": settings.agent_timeout})
+    return web.json_response(Registered(
+        agent_id=agent.id, cluster_id=request.app[keys.CLUSTER_ID],
+        heartbeat_seconds=settings.heartbeat_interval,
+        agent_timeout_seconds=settings.agent_timeout).wire())
 
 
 @routes.post("/api/v1/agents/{agentId}/heartbeat")
@@ -186,7 +188,7 @@ async def work(request: web.Request) -> web.Response:
     require_agent(request, request.match_info["agentId"])
     timeout = min(max(query_float(request, "timeout_seconds", 30.0), 0.0), MAX_POLL)
     items = await request.app[keys.CLUSTER].agents.poll_work(request.match_info["agentId"], timeout)
-    return web.json_response({"work": items})
+    return web.json_response(WorkBody(work=items).wire())
 
 
 @routes.post("/api/v1/agents/{agentId}/allocations/{allocationId}/exit")

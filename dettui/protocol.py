@@ -1,0 +1,145 @@
+"""The agent protocol: every message between the master and its agents, as pydantic models
+that both sides build and read (the master validates what agents send with them; agents build
+their requests and read their work with them). camelCase on the wire, like Determined's API;
+unknown keys are ignored, so either side can be newer.
+
+    agent -> master   POST /api/v1/agents/register               RegisterAgentBody -> Registered
+                      POST /api/v1/agents/{id}/heartbeat         HeartbeatBody
+                      GET  /api/v1/agents/{id}/work              -> WorkBody (a long-poll)
+                      POST /api/v1/agents/{id}/logs              AgentLogsBody
+                      POST /api/v1/agents/{id}/allocations/{a}/exit   AllocationExitBody
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+
+class Message(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
+
+    def wire(self) -> dict[str, Any]:
+        """The JSON object this message is on the wire."""
+        return self.model_dump(mode="json", by_alias=True)
+
+
+class AgentSlot(Message):
+    id: int
+    type: str = "cpu"
+    uuid: str | None = None
+    brand: str = ""
+
+
+class RegisterAgentBody(Message):
+    id: str
+    resource_pool: str = "default"
+    slots: list[AgentSlot]
+    hostname: str = ""
+    addresses: list[str] = []
+    running_allocations: list[str] = []
+    version: str = ""
+    no_gpu_reason: str | None = None  # why the agent offers CPU slots (NVML unavailable)
+
+
+class HeartbeatBody(Message):
+    running_allocations: list[str] = []
+    telemetry: dict[str, Any] | None = None  # the latest TelemetrySample
+    samples: list[Any] = []  # every sample since the last heartbeat, oldest first
+
+
+class GpuProcess(Message):
+    pid: int
+    mem_used: int | None = None
+
+
+class GpuReading(Message):
+    index: int
+    name: str = ""
+    util: float | None = None  # percent
+    mem_used: int | None = None  # bytes
+    mem_total: int | None = None
+    temperature: float | None = None  # Celsius
+    power: float | None = None  # watts
+    processes: list[GpuProcess] | None = None  # None: NVML cannot list them
+
+
+class AllocationUsage(Message):
+    cpu_percent: float | None = None  # of one core: 250.0 is two and a half cores busy
+    rss: int | None = None  # bytes, the whole process tree
+
+
+class TelemetrySample(Message):
+    """One reading of an agent's machine; `model_dump(by_alias=True)` is the API's shape."""
+
+    time: float  # seconds since the epoch, the agent's clock
+    cpu_percent: float | None = None  # of the whole machine
+    mem_used: int | None = None  # bytes
+    mem_total: int | None = None
+    gpus: list[GpuReading] = []
+    allocations: dict[str, AllocationUsage] = {}
+
+
+class AgentLogLine(Message):
+    allocation_id: str
+    seq: int | None = None  # its number within the agent's part: sent twice, stored once
+    timestamp: float
+    rank_id: int | None = None
+    stdtype: str = "stdout"
+    level: str | None = None
+    log: str
+
+
+class AgentLogsBody(Message):
+    logs: list[AgentLogLine]
+
+
+class AllocationExitBody(Message):
+    exit_code: int | None = None
+    reason: str = ""
+    message: str = ""
+
+
+class Registered(Message):
+    """The master's answer to a registration."""
+
+    agent_id: str
+    cluster_id: str = ""
+    heartbeat_seconds: float = 2.0
+    agent_timeout_seconds: float = 30.0
+
+
+class StartWork(Message):
+    """Start this agent's part of an allocation (node rank = its part's index)."""
+
+    kind: Literal["start"] = "start"
+    allocation_id: str
+    task_id: str
+    trial_id: int
+    experiment_id: int
+    run_id: int
+    slots: list[int]
+    node_rank: int = 0
+    cuda_devices: list[int] = []
+    entrypoint: str | list[str] | None = None
+    env: dict[str, str] = {}
+    session_token: str = ""
+
+
+class KillWork(Message):
+    """End every process of an allocation's part on this agent."""
+
+    kind: Literal["kill"] = "kill"
+    allocation_id: str
+    reason: str = "killed"
+
+
+Work = Annotated[StartWork | KillWork, Field(discriminator="kind")]
+
+
+class WorkBody(Message):
+    """The answer to the work long-poll: what to start and what to kill, in order."""
+
+    work: list[Work] = []
