@@ -3,6 +3,7 @@ retry policy: every method is retried on connection errors, with backoff."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import time
@@ -10,7 +11,7 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-from dettui import errors
+from dettui import errors, retry
 
 RETRIES = 20
 BACKOFF = 0.5
@@ -40,7 +41,8 @@ class Session:
     def request(self, method: str, path: str, body: Any = None, *,
                 timeout: float = 60.0, retries: int = RETRIES) -> Any:
         data = json.dumps(_encode(body)).encode() if body is not None else None
-        for attempt in range(retries + 1):
+        waits = itertools.islice(retry.delays(first=BACKOFF, cap=10.0), retries)
+        while True:
             req = urllib.request.Request(self.master + path, data=data, method=method,
                                          headers=self.headers)
             try:
@@ -49,16 +51,15 @@ class Session:
                     return json.loads(raw) if raw.strip() else {}
             except urllib.error.HTTPError as exc:
                 raw = exc.read()
-                if exc.code in (502, 503, 504) and attempt < retries:
-                    time.sleep(min(BACKOFF * 2**attempt, 10.0))
-                    continue
-                raise errors.from_response(exc.code, raw) from None
+                wait = next(waits, None) if exc.code in (502, 503, 504) else None
+                if wait is None:
+                    raise errors.from_response(exc.code, raw) from None
             except (urllib.error.URLError, ConnectionError, TimeoutError, OSError) as exc:
-                if attempt >= retries:
+                wait = next(waits, None)
+                if wait is None:
                     raise errors.MasterUnreachable(
                         f"cannot reach the master at {self.master}: {exc}") from exc
-                time.sleep(min(BACKOFF * 2**attempt, 10.0))
-        raise AssertionError("unreachable")
+            time.sleep(wait)
 
     def get(self, path: str, **kw: Any) -> Any:
         return self.request("GET", path, **kw)

@@ -395,3 +395,57 @@ async def test_priority_and_weight_have_one_rule_and_one_home(api: Api) -> None:
     await api.call("PATCH", "/api/v1/experiments/1", {"resources": {"priority": 9}})
     got = await api.call("GET", "/api/v1/experiments/1")
     assert got["config"]["resources"]["priority"] == 9
+
+
+async def _job_states(api: Api) -> dict[str, str]:
+    jobs = (await api.call("GET", "/api/v1/job-queues-v2"))["jobs"]
+    return {j["full"]["name"]: j["full"]["summary"]["state"] for j in jobs}
+
+
+async def _until_states(api: Api, want: dict[str, str]) -> None:
+    for _ in range(100):
+        got = await _job_states(api)
+        if all(got.get(k) == v for k, v in want.items()):
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{got} is not {want}")
+
+
+@pytest.mark.parametrize("preemption", [False, True])
+async def test_only_jobs_started_by_backfilling_are_scheduled_backfilled(
+        aiohttp_client: Any, tmp_path: Path, preemption: bool) -> None:
+    """Determined's rule: SCHEDULED_BACKFILLED marks a task the scheduler started around a
+    more urgent job that could not start (it does that only with preemption on); a job that
+    started first stays SCHEDULED when a more urgent one queues ahead of it."""
+    from dettui.master.app import create_app
+    from dettui.master.scheduler import PoolPolicy
+    from dettui.master.settings import MasterSettings
+
+    settings = MasterSettings(state_dir=tmp_path / "state", port=0,
+                              policies={"default": PoolPolicy(preemption=preemption)})
+    client = await aiohttp_client(create_app(settings))
+    resp = await client.post("/api/v1/auth/login", json={"username": "determined"})
+    api = Api(client, (await resp.json())["token"])
+    agent = await agent_headers(api)
+    await api.call("POST", "/api/v1/agents/register", {
+        "id": "a1", "slots": [{"id": 0}, {"id": 1}], "runningAllocations": []}, headers=agent)
+    await create(api, SIMPLE_CONFIG.replace("name: t", "name: first") +
+                 "resources: {priority: 50}\n")
+    await _until_states(api, {"first": "STATE_SCHEDULED"})
+    await create(api, SIMPLE_CONFIG.replace("name: t", "name: urgent") +
+                 "resources: {slots_per_trial: 2, priority: 5}\n")  # waits ahead of it
+    await _until_states(api, {"urgent": "STATE_QUEUED", "first": "STATE_SCHEDULED"})
+    if preemption:  # the pass that asks `first` to make room has run
+        from dettui.master import keys
+
+        hub = client.server.app[keys.CLUSTER].hub
+        for _ in range(100):
+            if hub.preempting:
+                break
+            await asyncio.sleep(0.05)
+        assert hub.preempting
+    await create(api, SIMPLE_CONFIG.replace("name: t", "name: filler") +
+                 "resources: {priority: 60}\n")  # starts around the urgent job, if at all
+    await _until_states(api, {"urgent": "STATE_QUEUED", "first": "STATE_SCHEDULED",
+                              "filler": "STATE_SCHEDULED_BACKFILLED" if preemption
+                              else "STATE_QUEUED"})

@@ -38,6 +38,11 @@ class Agents:
         self.started = time.monotonic()
         self._lost_checked = time.monotonic()
 
+    def pool_of(self, agent_id: str) -> str | None:
+        """The resource pool of a connected agent."""
+        link = self.hub.links.get(agent_id)
+        return link.agent.pool if link is not None else None
+
     def connected(self) -> list[AgentLink]:
         return sorted(self.hub.links, key=lambda link: link.agent.id)
 

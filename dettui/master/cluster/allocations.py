@@ -56,7 +56,7 @@ class Allocations:
             return
         alloc, trial = done.alloc, done.trial
         self.hub.preempting.pop(alloc.id, None)
-        self.hub.backfilled.discard(alloc.id)
+        self.hub.backfilled.pop(alloc.id, None)
         log.info("allocation %s exited (code %s %s) -> trial %s %s", alloc.id, alloc.exit_code,
                  alloc.exit_reason or message, trial.id, trial.state.short)
         self.hub.notify(f"trial:{trial.id}", f"allocation:{alloc.id}",

@@ -28,7 +28,8 @@ class Hub:
     cluster_id: str
     links: Links = field(default_factory=Links)
     preempting: dict[str, float] = field(default_factory=dict)  # allocation -> when (monotonic)
-    backfilled: set[str] = field(default_factory=set)  # allocations started by backfilling
+    backfilled: dict[str, int] = field(default_factory=dict)  # allocation -> trial, of those
+    # started by backfilling (in memory: after a restart they show as plainly scheduled)
     unschedulable: dict[int, str] = field(default_factory=dict)  # trial -> why it waits
     kicked: asyncio.Event = field(default_factory=asyncio.Event)
 

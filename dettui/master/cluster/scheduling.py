@@ -92,13 +92,22 @@ class Scheduling:
         alloc = await self.db.run(trial_store.allocate, assignment.key, assignment.agent_id,
                                   list(assignment.slots), parts, port)
         if assignment.backfilled:
-            self.hub.backfilled.add(alloc.id)
+            self.hub.backfilled[alloc.id] = alloc.trial_id
         trial = await self.db.run(trial_store.get, alloc.trial_id)
         self.hub.notify(f"trial:{trial.id}", f"experiment:{trial.experiment_id}", "jobs")
         for agent_id in alloc.agents:
             link = self.hub.links.get(agent_id)
             if link is not None:
                 await self.hub.send_start(link, alloc)
+
+    def waiting_reasons(self) -> dict[int, str]:
+        """Why each waiting trial could not start at the last pass (trial id -> reason)."""
+        return dict(self.hub.unschedulable)
+
+    def backfilled_trials(self) -> set[int]:
+        """Trials running in allocations the scheduler started by backfilling: around a job
+        ahead of them in the queue that could not start (Determined's SCHEDULED_BACKFILLED)."""
+        return set(self.hub.backfilled.values())
 
     def _port(self) -> int:
         """A rendezvous port for a trial spanning agents (torchrun's master port on the chief)."""

@@ -58,9 +58,10 @@ async def resource_pools(request: web.Request) -> web.Response:
                                 *(lk.agent.pool for lk in cluster.agents.connected())]))
     used: dict[str, int] = {}
     for alloc in await request.app[keys.DB].run(trial_store.live_allocations):
-        link = cluster.hub.links.get(alloc.agent_id)
-        if link is not None:
-            used[link.agent.pool] = used.get(link.agent.pool, 0) + len(alloc.slots)
+        for agent_id, slots in alloc.parts:
+            pool = cluster.agents.pool_of(agent_id)
+            if pool is not None:
+                used[pool] = used.get(pool, 0) + len(slots)
     pools = [pool_json(n, cluster, n == settings.default_pool, used.get(n, 0), settings.policy(n))
              for n in names]
     page, pagination = paginate(pools, request)
@@ -70,10 +71,13 @@ async def resource_pools(request: web.Request) -> web.Response:
 def job_rows(
     exps: list[Experiment], trials: list[Trial], unschedulable: dict[int, str],
     fair_pools: set[str] = frozenset(),  # type: ignore[assignment]
+    backfilled: set[int] = frozenset(),  # type: ignore[assignment]
 ) -> list[dict[str, Any]]:
     """Live experiments as jobs, in scheduling order, with their slots and state.
 
-    A running job is SCHEDULED_BACKFILLED when a job ahead of it in its pool still waits.
+    A running job is SCHEDULED_BACKFILLED when one of its trials was started by backfilling
+    (`backfilled` trial ids), as in Determined; a job that started first stays SCHEDULED when
+    a more urgent one queues behind it.
     """
     by_exp: dict[int, list[Trial]] = {}
     for t in trials:
@@ -82,7 +86,6 @@ def job_rows(
                          e.resource_pool) for e in exps]
     by_id = {e.id: e for e in exps}
     rows = []
-    waiting_pools: set[str] = set()
     for ahead, req in enumerate(order(reqs)):
         e = by_id[req.key]
         mine = by_exp.get(e.id, [])
@@ -91,10 +94,8 @@ def job_rows(
         requested = e.slots_per_trial * max(1, len(running) + len(waiting))
         state = JobState.QUEUED
         if running:
-            state = (JobState.SCHEDULED_BACKFILLED if e.resource_pool in waiting_pools
+            state = (JobState.SCHEDULED_BACKFILLED if any(t.id in backfilled for t in running)
                      else JobState.SCHEDULED)
-        if waiting:
-            waiting_pools.add(e.resource_pool)
         reasons = [unschedulable[t.id] for t in waiting if t.id in unschedulable]
         rows.append({
             "summary": {"state": state.value,
@@ -119,7 +120,9 @@ async def queue_jobs(app: web.Application, pool: str | None = None) -> list[dict
         exps = [e for e in exps if e.resource_pool == pool]
     trials = await db.run(trial_store.for_experiments, [e.id for e in exps])
     fair = {p for p, pol in app[keys.SETTINGS].policies.items() if pol.scheduler == FAIR_SHARE}
-    return job_rows(exps, trials, app[keys.CLUSTER].hub.unschedulable, fair)
+    scheduling = app[keys.CLUSTER].scheduling
+    return job_rows(exps, trials, scheduling.waiting_reasons(), fair,
+                    scheduling.backfilled_trials())
 
 
 @routes.get("/api/v1/job-queues-v2")
