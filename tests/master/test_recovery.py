@@ -85,22 +85,39 @@ def _gc_pending_with_checkpoints(conn: sqlite3.Connection) -> None:
     conn.commit()
 
 
+def _preempt_asked(conn: sqlite3.Connection) -> None:
+    _alloc(conn, preempt_requested=1, state="RUNNING")
+
+
+def _part_exited(conn: sqlite3.Connection) -> None:
+    _alloc(conn, part_exits='{"agent-x": [0, ""]}')
+
+
+def _searcher_stopped(conn: sqlite3.Connection) -> None:
+    _alloc(conn, state="RUNNING")
+    conn.execute("UPDATE trials SET searcher_stopped=1 WHERE id=1")
+    conn.commit()
+
+
+def _last_trial_ended(conn: sqlite3.Connection) -> None:
+    _alloc(conn, state="EXITED", exit_code=0, end_time=2)
+    _trial_ended(conn)
+
+
+def _running(conn: sqlite3.Connection) -> None:
+    _alloc(conn)
+
+
 CASES = [
-    Case("a preemption asked before the crash keeps its timeout",
-         lambda c: _alloc(c, preempt_requested=1, state="RUNNING") and None, _preempting),
+    Case("a preemption asked before the crash keeps its timeout", _preempt_asked, _preempting),
     Case("an allocation whose every part had exited ends, and its trial moves on",
-         lambda c: _alloc(c, part_exits='{"agent-x": [0, ""]}') and None, _every_part_exited),
+         _part_exited, _every_part_exited),
     Case("a trial its searcher stopped gets the preemption it was not sent",
-         lambda c: (_alloc(c, state="RUNNING"), c.execute(
-             "UPDATE trials SET searcher_stopped=1 WHERE id=1"), c.commit()) and None,
-         _stopped_by_searcher),
-    Case("an experiment whose last trial had ended is settled",
-         lambda c: (_alloc(c, state="EXITED", exit_code=0, end_time=2), _trial_ended(c)) and None,
-         _settled),
+         _searcher_stopped, _stopped_by_searcher),
+    Case("an experiment whose last trial had ended is settled", _last_trial_ended, _settled),
     Case("an experiment that ended with its checkpoint GC pending is collected",
          _gc_pending_with_checkpoints, _collected),
-    Case("a running allocation with nothing pending is left as it was",
-         lambda c: _alloc(c) and None, _nothing_lost),
+    Case("a running allocation with nothing pending is left as it was", _running, _nothing_lost),
 ]
 
 
