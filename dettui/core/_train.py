@@ -11,6 +11,7 @@ from typing import Any
 
 from dettui.core._info import ClusterInfo
 from dettui.core._session import Session
+from dettui.errors import InvalidArgument, NotFound
 
 log = logging.getLogger("dettui.core")
 
@@ -37,28 +38,75 @@ def _plain(metrics: dict[str, Any]) -> dict[str, Any]:
     return {k: (v.item() if hasattr(v, "item") else v) for k, v in metrics.items()}
 
 
+QUEUE_LIMIT = 10_000  # reports waiting to be sent; the training loop waits beyond this
+BATCH_LIMIT = 1000  # reports sent in one request
+
+
 class TrainContext:
+    """Reports go to a bounded queue that a background thread drains: what has piled up while
+    one request was in flight goes in the next as one batch (`/metrics/batch`), so a loop
+    that reports every step costs one request per round trip, not per step; and a full queue
+    makes the loop wait (back-pressure) instead of growing without bound."""
+
     def __init__(self, session: Session, info: ClusterInfo, is_chief: bool = True) -> None:
         self._session = session
         self._info = info
         self._is_chief = is_chief
-        self._queue: queue.Queue[tuple[str, Any] | None] = queue.Queue()
+        self._queue: queue.Queue[tuple[str, Any] | None] = queue.Queue(maxsize=QUEUE_LIMIT)
         self._error: BaseException | None = None
+        self._batches = True  # the master takes /metrics/batch (an older one may not)
         self._thread = threading.Thread(target=self._run, name="dettui-metrics", daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
         while True:
-            item = self._queue.get()
+            items = [self._queue.get()]
+            while len(items) < BATCH_LIMIT:
+                try:
+                    items.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
             try:
-                if item is None:
-                    return
-                path, body = item
-                self._session.post(path, body)
+                self._send([i for i in items if i is not None])
             except BaseException as exc:  # noqa: BLE001 - re-raised in the training thread
                 self._error = exc
             finally:
-                self._queue.task_done()
+                for _ in items:
+                    self._queue.task_done()
+            if None in items:
+                return
+
+    def _send(self, items: list[tuple[str, Any]]) -> None:
+        """In order: runs of metric reports as batches; of the progress reports in a row only
+        the last (each replaces the one before)."""
+        run: list[Any] = []
+        for i, (path, body) in enumerate(items):
+            if path.endswith("/metrics"):
+                run.append(body)
+                continue
+            self._send_reports(run)
+            run = []
+            nxt = items[i + 1][0] if i + 1 < len(items) else None
+            if not (path.endswith("/progress") and nxt == path):
+                self._session.post(path, body)
+        self._send_reports(run)
+
+    def _send_reports(self, reports: list[Any]) -> None:
+        if not reports:
+            return
+        path = f"/api/v1/trials/{self._info.trial.trial_id}/metrics"
+        if len(reports) > 1 and self._batches:
+            try:
+                answer = self._session.post(path + "/batch", {"reports": reports})
+            except NotFound:
+                self._batches = False
+            else:
+                refused = answer.get("refused") or []
+                if refused:
+                    raise InvalidArgument(str(refused[0].get("message")))
+                return
+        for body in reports:
+            self._session.post(path, body)
 
     def _raise_pending(self) -> None:
         if self._error is not None:

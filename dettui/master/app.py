@@ -12,6 +12,7 @@ from aiohttp import web
 from dettui.master import keys, middleware, offload, routes
 from dettui.master.cluster import Cluster
 from dettui.master.events import Notifier
+from dettui.master.ingest import GroupCommit
 from dettui.master.settings import MasterSettings, check_exposure
 from dettui.master.store import Database, users
 from dettui.master.store import agents as agent_store
@@ -45,6 +46,7 @@ async def _lifetime(app: web.Application) -> AsyncIterator[None]:
     app[keys.NOTIFIER] = notifier
     app[keys.CLUSTER_ID] = cluster_id
     app[keys.CLUSTER] = cluster
+    app[keys.INGEST] = GroupCommit(db)
     await cluster.start()
     try:
         yield

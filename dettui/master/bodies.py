@@ -81,6 +81,12 @@ class ReportMetricsBody(Body):
     metrics: MetricsInner
 
 
+class ReportMetricsBatchBody(Body):
+    """dettui's batch of a trial's metric reports (`POST /api/v1/trials/{id}/metrics/batch`)."""
+
+    reports: list[ReportMetricsBody]
+
+
 class ProgressBody(Body):
     progress: float
     is_raw: bool | None = None

@@ -9,6 +9,7 @@ from aiohttp import web
 if TYPE_CHECKING:
     from dettui.master.cluster import Cluster
     from dettui.master.events import Notifier
+    from dettui.master.ingest import GroupCommit
     from dettui.master.middleware import Principal
     from dettui.master.routes.stream import Connection
     from dettui.master.settings import MasterSettings
@@ -19,5 +20,6 @@ SETTINGS: web.AppKey[MasterSettings] = web.AppKey("settings")
 CLUSTER: web.AppKey[Cluster] = web.AppKey("cluster")
 NOTIFIER: web.AppKey[Notifier] = web.AppKey("notifier")
 CLUSTER_ID: web.AppKey[str] = web.AppKey("cluster_id")
+INGEST: web.AppKey[GroupCommit] = web.AppKey("ingest")  # metric reports, group-committed
 STREAMS: web.AppKey[set[Connection]] = web.AppKey("streams")  # open push streams
 PRINCIPAL: web.RequestKey[Principal] = web.RequestKey("principal")

@@ -134,9 +134,9 @@ async def _principal(request: web.Request) -> Principal | None:
     if token is None and request.path in QUERY_TOKEN_PATHS:
         token = request.query.get("token") or None
     if task_token:
-        alloc = await db.run(trials.allocation_by_token, task_token)
-        if alloc is not None and alloc.state is not AllocationState.EXITED:
-            return Principal(await db.run(_owner_of_allocation, alloc), task_token, alloc)
+        found = await db.run(_live_allocation, task_token)
+        if found is not None:
+            return Principal(found[1], task_token, found[0])
     if token and token.startswith(credentials.PREFIX):
         cred = await db.run(credentials.for_secret, token)
         return Principal(None, token, agent=cred) if cred is not None else None
@@ -147,13 +147,18 @@ async def _principal(request: web.Request) -> Principal | None:
     return None
 
 
-def _owner_of_allocation(conn: sqlite3.Connection, alloc: Allocation) -> User:
+def _live_allocation(conn: sqlite3.Connection, token: str) -> tuple[Allocation, User] | None:
+    """The allocation a task token belongs to, unless it has exited, with the user who owns
+    its experiment (one store call: trials report on every step)."""
+    alloc = trials.allocation_by_token(conn, token)
+    if alloc is None or alloc.state is AllocationState.EXITED:
+        return None
     row = conn.execute(
         "SELECT u.* FROM trials t JOIN experiments e ON e.id = t.experiment_id "
         "JOIN users u ON u.id = e.owner_id WHERE t.id=?",
         (alloc.trial_id,),
     ).fetchone()
-    return User.from_row(row)
+    return alloc, User.from_row(row)
 
 
 def principal(request: web.Request) -> Principal:

@@ -75,3 +75,46 @@ def test_the_id_high_water_mark_starts_from_existing_rows(tmp_path: Path) -> Non
     assert ids.next_id(conn, "experiments") == 8
     assert ids.next_id(conn, "trials") == 1
     conn.close()
+
+
+def _trial(tmp_path: Path) -> tuple[object, int]:
+    conn = dbmod.connect(tmp_path / "m.db")
+    users.ensure_default_users(conn, None)
+    owner = users.by_name(conn, "determined")
+    assert owner is not None
+    new = experiments.NewExperiment(
+        name="x", description=None, labels=[], owner_id=owner.id, config={"resources": {}},
+        original_config="name: x", searcher_type="single", resource_pool="default",
+        priority=42, weight=1.0, max_slots=None, context=b"tgz")
+    _, made = experiments.create(conn, new, [({"lr": 0.1}, 7)])
+    return conn, made[0].id
+
+
+def test_a_newer_run_archives_what_older_runs_reported_past_its_step(tmp_path: Path) -> None:
+    """SEMANTICS §3.2: a report of a newer run archives older runs' rows of the trial past its
+    step (its own group at its step too), however the reports of each run are ordered."""
+    from dettui.master.store import metrics
+
+    conn, trial = _trial(tmp_path)
+
+    def report(run: int, group: str, steps: int) -> None:
+        metrics.report(conn, trial_id=trial, run_id=run, group=group, steps=steps,  # type: ignore[arg-type]
+                       report_time=float(steps), metrics={"x": run}, batch_metrics=None)
+
+    def live() -> list[tuple[int, str, int]]:
+        return sorted((m.run_id, m.group, m.steps_completed)
+                      for m in metrics.for_trial(conn, trial))  # type: ignore[arg-type]
+
+    for steps in (10, 20, 30, 40):
+        report(1, "training", steps)
+    report(1, "validation", 20)
+    report(1, "validation", 40)
+    report(2, "training", 30)  # restarted from the checkpoint at 20, reports at 30
+    assert live() == [(1, "training", 10), (1, "training", 20), (1, "validation", 20),
+                      (2, "training", 30)]
+    report(2, "training", 40)  # later steps of the same run archive nothing more
+    report(2, "validation", 20)  # ...but a lower step does: run 1's validation at 20 goes
+    assert live() == [(1, "training", 10), (1, "training", 20), (2, "training", 30),
+                      (2, "training", 40), (2, "validation", 20)]
+    report(3, "validation", 10)  # a third run from step 10: its own group at 10 and past
+    assert live() == [(1, "training", 10), (3, "validation", 10)]

@@ -11,7 +11,7 @@ from typing import Any
 
 from aiohttp import web
 
-from dettui.errors import InvalidArgument, PermissionDenied
+from dettui.errors import DettuiError, InvalidArgument, PermissionDenied
 from dettui.master import keys, offload, serialize
 from dettui.master.bodies import (
     CreateTrialBody,
@@ -19,6 +19,7 @@ from dettui.master.bodies import (
     PatchTrialBody,
     ProgressBody,
     PutTrialBody,
+    ReportMetricsBatchBody,
     ReportMetricsBody,
     RunnerMetadataBody,
     StartRunBody,
@@ -43,6 +44,7 @@ from dettui.master.store import metrics as metric_store
 from dettui.master.store import search as search_store
 from dettui.master.store import trials as trial_store
 from dettui.master.store import unmanaged as unmanaged_store
+from dettui.master.store.metrics import MetricReport
 from dettui.master.store.records import Checkpoint, Metric
 from dettui.master.wire import (
     b64_response,
@@ -63,6 +65,8 @@ log = logging.getLogger("dettui.master.trials")
 
 routes = web.RouteTableDef()
 LOG_BATCH = 1000
+MAX_METRICS_BATCH = 10_000  # reports in one batch request
+MAX_METRICS_BATCH_BODY = 64 * 1024 * 1024
 LOG_QUERY = {"rankIds": list[int], "stdtypes": list[str], "levels": list[str],
              "searchText": str, "timestampBefore": str, "timestampAfter": str, "limit": int,
              "follow": bool, "orderBy": str}
@@ -89,30 +93,65 @@ async def report_metrics(request: web.Request) -> web.Response:
     trial_id = path_int(request, "id")
     check_trial(request, trial_id)
     body = await parse(request, ReportMetricsBody)
+    (err,) = await _ingest(request, trial_id, [body])
+    if err is not None:
+        raise err
+    return web.json_response({})
+
+
+@task_route
+@op(body=ReportMetricsBatchBody, max_body=MAX_METRICS_BATCH_BODY)
+async def report_metrics_batch(request: web.Request) -> web.Response:
+    """dettui's own: many reports of one trial in one request (the Core API's client coalesces
+    what it has queued). Each is checked and applied as if sent alone; the answer says which
+    were refused, by their index."""
+    trial_id = path_int(request, "id")
+    check_trial(request, trial_id)
+    body = await parse(request, ReportMetricsBatchBody)
+    if len(body.reports) > MAX_METRICS_BATCH:
+        raise InvalidArgument(f"reports: at most {MAX_METRICS_BATCH} in one request")
+    errors = await _ingest(request, trial_id, body.reports)
+    return web.json_response({"refused": [
+        {"index": i, "message": str(err)} for i, err in enumerate(errors) if err is not None]})
+
+
+async def _ingest(request: web.Request, trial_id: int,
+                  bodies: list[ReportMetricsBody]) -> list[DettuiError | None]:
+    """Check and commit reports (a group commit with other trials'), then tell followers and
+    feed the validations to the searcher, in order."""
+    reports: list[MetricReport | DettuiError] = []
+    for body in bodies:
+        try:
+            reports.append(_metric_report(trial_id, body))
+        except DettuiError as exc:
+            reports.append(exc)
+    valid = [r for r in reports if isinstance(r, MetricReport)]
+    done = iter(await request.app[keys.INGEST].report(*valid))
+    errors = [r if isinstance(r, DettuiError) else next(done) for r in reports]
+    ok = [r for r, e in zip(reports, errors, strict=True) if e is None]
+    if ok:
+        exp_id = (await request.app[keys.DB].run(trial_store.get, trial_id)).experiment_id
+        request.app[keys.NOTIFIER].notify(f"metrics:{trial_id}", f"trial:{trial_id}",
+                                          f"experiment:{exp_id}")
+    for r in ok:
+        if isinstance(r, MetricReport) and r.group == "validation":
+            problem = await request.app[keys.CLUSTER].allocations.validation_reported(
+                trial_id, r.steps, r.metrics)
+            if problem:
+                log.warning("trial %d: %s", trial_id, problem)
+    return errors
+
+
+def _metric_report(trial_id: int, body: ReportMetricsBody) -> MetricReport:
     group = body.group
     if not group or "." in group:
         raise InvalidArgument(f"invalid metric group {group!r}: must be non-empty, without '.'")
     m = body.metrics
     if m.trial_id != trial_id:
         raise InvalidArgument(f"metrics.trialId {m.trial_id} does not match trial {trial_id}")
-    db = request.app[keys.DB]
-    trial = await db.run(trial_store.get, trial_id)
-    if m.trial_run_id != trial.run_id:
-        raise InvalidArgument(
-            f"invalid run id, {m.trial_run_id} (reported) != {trial.run_id} (expected)"
-        )
     avg, batch = _metric_values(m.metrics)
-    await db.run(metric_store.report, trial_id=trial_id, run_id=m.trial_run_id, group=group,
-                 steps=m.steps_completed, report_time=parse_ts(m.report_time) or time.time(),
-                 metrics=avg, batch_metrics=batch)
-    request.app[keys.NOTIFIER].notify(f"metrics:{trial_id}", f"trial:{trial_id}",
-                                      f"experiment:{trial.experiment_id}")
-    if group == "validation":
-        problem = await request.app[keys.CLUSTER].allocations.validation_reported(
-            trial_id, m.steps_completed, avg)
-        if problem:
-            log.warning("trial %d: %s", trial_id, problem)
-    return web.json_response({})
+    return MetricReport(trial_id, m.trial_run_id, group, m.steps_completed,
+                        parse_ts(m.report_time) or time.time(), avg, batch)
 
 
 def _metric_values(raw: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]] | None]:
@@ -130,6 +169,7 @@ def _metric_values(raw: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, 
 
 
 routes.post("/api/v1/trials/{id}/metrics")(report_metrics)
+routes.post("/api/v1/trials/{id}/metrics/batch")(report_metrics_batch)
 
 
 def metric_json(m: Metric) -> dict[str, Any]:

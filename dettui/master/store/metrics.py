@@ -4,11 +4,26 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from dettui.errors import InvalidArgument
+from dettui.errors import DettuiError, InvalidArgument, NotFound
 from dettui.master.store.records import Metric
 from dettui.master.store.tx import transaction
+
+
+@dataclass(frozen=True)
+class MetricReport:
+    """One report of a trial's metrics (Determined's ReportTrialMetrics)."""
+
+    trial_id: int
+    run_id: int
+    group: str
+    steps: int
+    report_time: float
+    metrics: dict[str, Any]
+    batch_metrics: list[dict[str, Any]] | None = None
 
 
 def report(
@@ -16,28 +31,61 @@ def report(
     report_time: float, metrics: dict[str, Any], batch_metrics: list[dict[str, Any]] | None,
 ) -> None:
     with transaction(conn):
-        _rollback_older_runs(conn, trial_id, run_id, group, steps)
-        row = conn.execute(
-            "SELECT id, metrics, batch_metrics FROM metrics WHERE trial_id=? AND run_id=? "
-            "AND grp=? AND steps_completed=? AND archived=0",
-            (trial_id, run_id, group, steps),
-        ).fetchone()
-        if row is None:
-            conn.execute(
-                "INSERT INTO metrics (trial_id, run_id, grp, steps_completed, report_time, "
-                "metrics, batch_metrics) VALUES (?,?,?,?,?,?,?)",
-                (trial_id, run_id, group, steps, report_time, json.dumps(metrics),
-                 json.dumps(batch_metrics) if batch_metrics is not None else None),
-            )
-        else:
-            merged = _merge(json.loads(row["metrics"]), metrics)
-            if batch_metrics is not None and row["batch_metrics"] is not None:
-                raise InvalidArgument("overwriting batch metrics is not supported")
-            bm = row["batch_metrics"] if batch_metrics is None else json.dumps(batch_metrics)
-            conn.execute("UPDATE metrics SET metrics=?, batch_metrics=? WHERE id=?",
-                         (json.dumps(merged), bm, row["id"]))
-        conn.execute("UPDATE trials SET total_batches=MAX(total_batches, ?) WHERE id=?",
-                     (steps, trial_id))
+        _report(conn, MetricReport(trial_id, run_id, group, steps, report_time, metrics,
+                                   batch_metrics))
+
+
+def report_many(conn: sqlite3.Connection,
+                reports: Sequence[MetricReport]) -> list[DettuiError | None]:
+    """Reports of any trials in one transaction (a group commit), each checked against its
+    trial's current run and applied under a savepoint of its own: a report that is refused
+    (its error in the list) leaves the others in."""
+    errors: list[DettuiError | None] = []
+    with transaction(conn):
+        for r in reports:
+            conn.execute("SAVEPOINT report")
+            try:
+                row = conn.execute("SELECT run_id FROM trials WHERE id=?",
+                                   (r.trial_id,)).fetchone()
+                if row is None:
+                    raise NotFound(f"trial {r.trial_id} not found")
+                if r.run_id != row[0]:
+                    raise InvalidArgument(
+                        f"invalid run id, {r.run_id} (reported) != {row[0]} (expected)")
+                _report(conn, r)
+            except DettuiError as exc:
+                conn.execute("ROLLBACK TO report")
+                errors.append(exc)
+            else:
+                errors.append(None)
+            conn.execute("RELEASE report")
+    return errors
+
+
+def _report(conn: sqlite3.Connection, r: MetricReport) -> None:
+    trial_id, run_id, group, steps = r.trial_id, r.run_id, r.group, r.steps
+    _rollback_older_runs(conn, trial_id, run_id, group, steps)
+    row = conn.execute(
+        "SELECT id, metrics, batch_metrics FROM metrics WHERE trial_id=? AND run_id=? "
+        "AND grp=? AND steps_completed=? AND archived=0",
+        (trial_id, run_id, group, steps),
+    ).fetchone()
+    if row is None:
+        conn.execute(
+            "INSERT INTO metrics (trial_id, run_id, grp, steps_completed, report_time, "
+            "metrics, batch_metrics) VALUES (?,?,?,?,?,?,?)",
+            (trial_id, run_id, group, steps, r.report_time, json.dumps(r.metrics),
+             json.dumps(r.batch_metrics) if r.batch_metrics is not None else None),
+        )
+    else:
+        merged = _merge(json.loads(row["metrics"]), r.metrics)
+        if r.batch_metrics is not None and row["batch_metrics"] is not None:
+            raise InvalidArgument("overwriting batch metrics is not supported")
+        bm = row["batch_metrics"] if r.batch_metrics is None else json.dumps(r.batch_metrics)
+        conn.execute("UPDATE metrics SET metrics=?, batch_metrics=? WHERE id=?",
+                     (json.dumps(merged), bm, row["id"]))
+    conn.execute("UPDATE trials SET total_batches=MAX(total_batches, ?) WHERE id=?",
+                 (steps, trial_id))
 
 
 def _merge(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
@@ -54,12 +102,24 @@ def _merge(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
 def _rollback_older_runs(
     conn: sqlite3.Connection, trial_id: int, run_id: int, group: str, steps: int
 ) -> None:
-    """A report from a newer run archives what older runs reported past its step."""
-    conn.execute(
-        "UPDATE metrics SET archived=1 WHERE trial_id=? AND run_id<? AND archived=0 AND "
-        "((grp=? AND steps_completed>=?) OR (grp!=? AND steps_completed>?))",
-        (trial_id, run_id, group, steps, group, steps),
-    )
+    """A report from a newer run archives what older runs reported past its step (at its step
+    too, in its own group). Once run R archived past step S, a report of R at a later step
+    archives a subset of that: only a new run, or a step at or below S, looks again. So the
+    scan of the trial's reports happens about once per run, not once per report."""
+    done = conn.execute("SELECT rolled_back_run, rolled_back_step FROM trials WHERE id=?",
+                        (trial_id,)).fetchone()
+    if done is not None and done[0] == run_id and steps > done[1]:
+        return
+    if run_id > 1:
+        conn.execute(
+            "UPDATE metrics SET archived=1 WHERE trial_id=? AND run_id<? AND archived=0 AND "
+            "((grp=? AND steps_completed>=?) OR (grp!=? AND steps_completed>?))",
+            (trial_id, run_id, group, steps, group, steps),
+        )
+    if done is not None and done[0] == run_id:
+        steps = min(steps, done[1])
+    conn.execute("UPDATE trials SET rolled_back_run=?, rolled_back_step=? WHERE id=?",
+                 (run_id, steps, trial_id))
 
 
 def for_trial(
