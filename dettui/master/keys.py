@@ -11,7 +11,7 @@ if TYPE_CHECKING:
     from dettui.master.events import Notifier
     from dettui.master.ingest import GroupCommit
     from dettui.master.middleware import Principal
-    from dettui.master.routes.stream import Connection
+    from dettui.master.routes.stream import Connection, Feed
     from dettui.master.settings import MasterSettings
     from dettui.master.store import Database
 
@@ -22,4 +22,5 @@ NOTIFIER: web.AppKey[Notifier] = web.AppKey("notifier")
 CLUSTER_ID: web.AppKey[str] = web.AppKey("cluster_id")
 INGEST: web.AppKey[GroupCommit] = web.AppKey("ingest")  # metric reports, group-committed
 STREAMS: web.AppKey[set[Connection]] = web.AppKey("streams")  # open push streams
+FEEDS: web.AppKey[dict[str, Feed]] = web.AppKey("feeds")  # a shared reader per followed topic
 PRINCIPAL: web.RequestKey[Principal] = web.RequestKey("principal")

@@ -234,11 +234,12 @@ async def test_closing_the_socket_ends_its_tasks(api: Api) -> None:
     for topic in ("jobs", "experiments", "agents", "experiment:1"):
         await inbox.next(topic)
     (conn,) = app[keys.STREAMS]
-    tasks = list(conn.tasks.values())
+    assert conn.topics == {"jobs", "experiments", "agents", "experiment:1"}
+    tasks = [feed.task for feed in app[keys.FEEDS].values()]
     assert len(tasks) == 4 and notifier.watched() >= {"jobs", "experiments", "agents"}
     await inbox.ws.close()
     deadline = time.monotonic() + QUICK
-    while app[keys.STREAMS] or notifier.watched():
+    while app[keys.STREAMS] or notifier.watched() or app[keys.FEEDS]:
         assert time.monotonic() < deadline, (app[keys.STREAMS], notifier.watched())
         await asyncio.sleep(0.02)
     assert all(t.done() for t in tasks)
@@ -343,3 +344,56 @@ async def test_the_client_streams_and_raises_typed_errors(api: Api) -> None:
     async with Client("http://127.0.0.1:9", api.token) as client:
         with pytest.raises(errors.MasterUnreachable):
             await anext(client.stream(["jobs"]))
+
+
+async def test_subscribers_share_one_reader_and_see_the_same_diffs(
+        api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
+    """However many clients follow a topic, it is read once per change, and every client gets
+    the same diff text."""
+    from dettui.master.routes import experiments as exp_routes
+
+    reads: list[list[int] | None] = []
+    real = exp_routes.experiment_objects
+
+    async def counted(db: Any, ids: list[int] | None = None) -> Any:
+        reads.append(ids)
+        return await real(db, ids)
+
+    monkeypatch.setattr(exp_routes, "experiment_objects", counted)
+    await create(api)
+    inboxes = [await connect(api, "experiments") for _ in range(5)]
+    snapshots = [await inbox.next("experiments") for inbox in inboxes]
+    assert all(s == snapshots[0] for s in snapshots) and snapshots[0]["kind"] == "snapshot"
+    assert reads == [None]  # one full read served all five
+    await api.call("PATCH", "/api/v1/experiments/1", {"description": "shared"})
+    diffs = [await inbox.next("experiments") for inbox in inboxes]
+    assert all(d == diffs[0] for d in diffs)
+    assert [o["description"] for o in diffs[0]["upsert"]] == ["shared"]
+    assert reads[1:] == [[1]]  # the change named its experiment: only that one is re-read
+    await create(api)  # a new experiment: it is added, and the order now has both
+    diffs = [await inbox.next("experiments") for inbox in inboxes]
+    assert all(d == diffs[0] for d in diffs)
+    assert [o["id"] for o in diffs[0]["upsert"]] == [2] and diffs[0]["order"] == ["1", "2"]
+    assert len(reads) == 3
+    for inbox in inboxes:
+        await inbox.ws.close()
+
+
+async def test_a_metric_report_updates_its_trial_in_the_trials_topic(
+        api: Api) -> None:
+    await create(api)
+    inbox = await connect(api, "experiment:1")
+    objs = await inbox.settle("experiment:1", "id")
+    assert [o["id"] for o in objs] == [1]
+    from dettui.master.store import trials as trial_store
+
+    alloc = await api.client.server.app[keys.DB].run(trial_store.allocate, 1, "agent-x", [0])
+    await api.call("POST", "/api/v1/trials/1/metrics", {
+        "group": "training", "metrics": {"trialId": 1, "trialRunId": alloc.run_id,
+                                         "stepsCompleted": 5,
+                                         "metrics": {"avgMetrics": {"loss": 0.5}}}},
+        headers={"Grpc-Metadata-x-allocation-token": f"Bearer {alloc.token}"})
+    diff = await inbox.next("experiment:1")
+    assert [(o["state"], o["totalBatchesProcessed"]) for o in diff["upsert"]] == [
+        ("STATE_RUNNING", 5)]
+    assert diff["order"] is None and diff["remove"] == []

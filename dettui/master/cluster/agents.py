@@ -108,7 +108,7 @@ class Agents:
                 if alloc.state is AllocationState.ASSIGNED:
                     await self.db.run(trial_store.set_allocation, alloc.id,
                                       state=AllocationState.RUNNING)
-                    self.hub.notify(f"trial:{alloc.trial_id}")
+                    self.hub.notify(f"trial:{alloc.trial_id}")  # its allocation runs now
                 continue
             if registering and alloc.state is not AllocationState.ASSIGNED:
                 await self.allocations.lose(alloc, "agent restarted without it")

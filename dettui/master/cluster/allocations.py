@@ -59,8 +59,8 @@ class Allocations:
         self.hub.backfilled.pop(alloc.id, None)
         log.info("allocation %s exited (code %s %s) -> trial %s %s", alloc.id, alloc.exit_code,
                  alloc.exit_reason or message, trial.id, trial.state.short)
-        self.hub.notify(f"trial:{trial.id}", f"allocation:{alloc.id}",
-                        f"experiment:{trial.experiment_id}", "jobs")
+        self.hub.notify(f"allocation:{alloc.id}")
+        self.hub.experiment_changed(trial.experiment_id, trial.id, jobs=True)
         self.searcher_effects(trial.experiment_id, done.searcher)
         await self.ended(done.ended)
         self.hub.kick()
@@ -143,20 +143,20 @@ class Allocations:
         if outcome.created:
             log.info("searcher of experiment %d created %d trial(s)", exp_id,
                      len(outcome.created))
-        self.hub.notify(f"experiment:{exp_id}", "jobs", "experiments")
+        self.hub.experiment_changed(exp_id, jobs=True)
         self.hub.kick()
 
     async def ended(self, exp: Experiment | None) -> None:
         """An experiment ended (committed, with `gc_pending`): tell followers, collect."""
         if exp is None:
             return
-        self.hub.notify(f"experiment:{exp.id}", "jobs", "experiments")
+        self.hub.experiment_changed(exp.id, jobs=True)
         await self.hub.collect(exp.id)
 
     async def settle_unmanaged(self, changes: list[tuple[int, ExperimentState]]) -> None:
         """Detached experiments whose state changed: tell followers; GC the ones that ended."""
         for exp_id, state in changes:
-            self.hub.notify(f"experiment:{exp_id}", "experiments")
+            self.hub.experiment_changed(exp_id)
             if state.is_terminal():
                 await self.hub.collect(exp_id)
 

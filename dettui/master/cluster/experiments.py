@@ -21,11 +21,11 @@ class Experiments:
             await self.allocations.deliver_kill(alloc, "experiment killed")
         for alloc_id in stopped.preempt:
             self.hub.preempted(alloc_id)
-        self.hub.notify(f"experiment:{exp_id}", "jobs", "experiments")
+        self.hub.experiment_changed(exp_id, jobs=True)
         await self.allocations.ended(stopped.ended)
         self.hub.kick()
 
     async def activate(self, exp_id: int) -> None:
         if await self.hub.db.run(control.activate, exp_id):
-            self.hub.notify(f"experiment:{exp_id}", "jobs", "experiments")
+            self.hub.experiment_changed(exp_id, jobs=True)
             self.hub.kick()

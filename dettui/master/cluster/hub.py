@@ -40,6 +40,9 @@ class Hub:
     def notify(self, *topics: str) -> None:
         self.notifier.notify(*topics)
 
+    def experiment_changed(self, exp_id: int, *trial_ids: int, jobs: bool = False) -> None:
+        self.notifier.experiment_changed(exp_id, *trial_ids, jobs=jobs)
+
     def preempted(self, alloc_id: str) -> None:
         """After `preempt_requested` is committed: time the preemption, wake the long-poll."""
         self.preempting.setdefault(alloc_id, time.monotonic())

@@ -94,7 +94,7 @@ class Scheduling:
         if assignment.backfilled:
             self.hub.backfilled[alloc.id] = alloc.trial_id
         trial = await self.db.run(trial_store.get, alloc.trial_id)
-        self.hub.notify(f"trial:{trial.id}", f"experiment:{trial.experiment_id}", "jobs")
+        self.hub.experiment_changed(trial.experiment_id, trial.id, jobs=True)
         for agent_id in alloc.agents:
             link = self.hub.links.get(agent_id)
             if link is not None:

@@ -42,7 +42,7 @@ async def report(request: web.Request) -> web.Response:
         report_time=parse_ts(body.report_time) or time.time(), resources=body.resources,
         metadata=body.metadata, storage_id=body.storage_id,
     )
-    request.app[keys.NOTIFIER].notify(f"trial:{trial.id}", f"experiment:{trial.experiment_id}")
+    request.app[keys.NOTIFIER].experiment_changed(trial.experiment_id, trial.id)
     return web.json_response({"checkpoint": serialize.checkpoint(ckpt, hparams=trial.hparams)})
 
 

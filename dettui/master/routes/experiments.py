@@ -79,7 +79,7 @@ async def create(request: web.Request) -> web.Response:
         return web.json_response({"experiment": _preview(new, user.username), "config": None,
                                   "warnings": [], "configWarnings": got.warnings})
     exp, _ = await request.app[keys.DB].run(exp_store.create, new, searcher=True)
-    request.app[keys.NOTIFIER].notify("experiments", "jobs")
+    request.app[keys.NOTIFIER].experiment_changed(exp.id, jobs=True)
     request.app[keys.CLUSTER].kick()
     return web.json_response({"experiment": serialize.experiment(exp), "config": exp.config,
                               "warnings": [], "configWarnings": got.warnings})
@@ -115,7 +115,7 @@ async def _create_unmanaged(request: web.Request, got: Intake,
         return web.json_response({"experiment": _preview(new, user.username), "config": None,
                                   "warnings": [], "configWarnings": got.warnings})
     exp = await request.app[keys.DB].run(unmanaged_store.create_experiment, new, external_id)
-    request.app[keys.NOTIFIER].notify("experiments", f"experiment:{exp.id}")
+    request.app[keys.NOTIFIER].experiment_changed(exp.id)
     return web.json_response({"experiment": serialize.experiment(exp), "config": exp.config,
                               "warnings": [], "configWarnings": got.warnings})
 
@@ -140,15 +140,24 @@ def _preview(new: exp_store.NewExperiment, username: str) -> dict[str, Any]:
             "startTime": None, "state": ExperimentState.ACTIVE.value, "username": username}
 
 
-async def experiment_objects(db: Database) -> list[dict[str, Any]]:
-    """Every experiment, archived ones too, as GET /api/v1/experiments shows them."""
-    return [serialize.experiment(e) for e in await db.run(exp_store.list_)]
+async def experiment_objects(db: Database,
+                             ids: list[int] | None = None) -> list[dict[str, Any]]:
+    """Every experiment (or those of `ids`), archived ones too, as GET /api/v1/experiments
+    shows them."""
+    if ids is not None and not ids:
+        return []
+    return [serialize.experiment(e) for e in await db.run(exp_store.list_, ids=ids)]
 
 
-async def trial_objects(db: Database, exp_id: int) -> list[dict[str, Any]]:
-    """Every trial of an experiment as GET /api/v1/experiments/{id}/trials shows them."""
+async def trial_objects(db: Database, exp_id: int,
+                        ids: list[int] | None = None) -> list[dict[str, Any]]:
+    """Every trial of an experiment (or those of `ids`) as GET /api/v1/experiments/{id}/trials
+    shows them."""
     exp = await db.run(exp_store.get, exp_id)
-    rows = await db.run(trial_store.for_experiment, exp_id)
+    if ids is None:
+        rows = await db.run(trial_store.for_experiment, exp_id)
+    else:
+        rows = await db.run(trial_store.of_experiment, exp_id, ids)
     return list(await db.call(trial_views, db.conn, exp, rows))
 
 
@@ -208,7 +217,7 @@ async def patch(request: web.Request) -> web.Response:
         fields["config"] = conf
     if fields:
         exp = await db.run(exp_store.update_fields, exp_id, **fields)
-        request.app[keys.NOTIFIER].notify(f"experiment:{exp_id}", "experiments", "jobs")
+        request.app[keys.NOTIFIER].experiment_changed(exp_id, jobs=True)
         request.app[keys.CLUSTER].kick()
     if gc_policy is not None:  # the new policy applies at once (0.38.1 used the old one)
         await checkpoint_gc.collect(db, exp_id, gc_policy)
@@ -301,7 +310,7 @@ async def _action(request: web.Request, action: str) -> web.Response:
         if not exp.archived:
             raise FailedPrecondition("Experiment is not archived.")
         await db.run(exp_store.update_fields, exp_id, archived=0)
-    request.app[keys.NOTIFIER].notify(f"experiment:{exp_id}", "experiments", "jobs")
+    request.app[keys.NOTIFIER].experiment_changed(exp_id, jobs=True)
     return web.json_response({})
 
 
@@ -317,7 +326,7 @@ async def _unmanaged_action(request: web.Request, exp: Any, action: str) -> web.
     changed = await request.app[keys.DB].run(unmanaged_store.cancel, exp_id)
     if changed is not None:
         await request.app[keys.CLUSTER].allocations.settle_unmanaged([(exp_id, changed)])
-    request.app[keys.NOTIFIER].notify(f"experiment:{exp_id}", "experiments")
+    request.app[keys.NOTIFIER].experiment_changed(exp_id)
     return web.json_response({})
 
 
@@ -337,7 +346,7 @@ async def delete(request: web.Request) -> web.Response:
     removed = await checkpoint_gc.remove_all(db, exp)
     await db.run(exp_store.delete, exp_id)
     log.info("experiment %d deleted with %d checkpoint(s)", exp_id, removed)
-    request.app[keys.NOTIFIER].notify(f"experiment:{exp_id}", "experiments", "jobs")
+    request.app[keys.NOTIFIER].experiment_changed(exp_id, jobs=True)
     return web.json_response({})
 
 

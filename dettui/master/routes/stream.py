@@ -19,9 +19,14 @@ Protocol (JSON text frames):
   `{"topic", "error"}` when a topic cannot be read (e.g. no such experiment; it is dropped,
   subscribe again later). None of them closes the socket.
 
-Changes are signalled by the master's Notifier; a topic re-reads at most every COALESCE
-seconds (a burst becomes one diff) and at least every IDLE_REREAD seconds. Per connection and
-topic the server keeps a hash of each object last sent, not the objects.
+Changes are signalled by the master's Notifier. Each topic has one reader however many
+clients follow it (a `Feed`): it re-reads at most every COALESCE seconds (a burst becomes one
+diff) and at least every IDLE_REREAD seconds, computes the diff once and hands the same text to
+every subscriber; a notification that names the ids that changed makes it re-read only those
+objects (experiments, and an experiment's trials). A new subscriber gets its snapshot from the
+feed's last read. Each connection sends from a queue of its own: a client that falls more than
+MAX_BACKLOG messages behind is disconnected (it reconnects and gets fresh snapshots) rather
+than holding up the others.
 """
 
 from __future__ import annotations
@@ -46,9 +51,10 @@ from dettui.master.routes import jobs as job_routes
 
 log = logging.getLogger("dettui.master.stream")
 routes = web.RouteTableDef()
-COALESCE = 0.1  # seconds after a signal before re-reading; also the shortest gap between reads
+COALESCE = 0.1  # seconds after a read before the next; a burst of changes becomes one diff
 IDLE_REREAD = 10.0  # seconds: re-read even without a signal (a safety net, not the mechanism)
 MAX_MESSAGE = 64 * 1024  # bytes a client message may have
+MAX_BACKLOG = 1000  # messages a connection may have waiting to be sent
 
 Objects = list[tuple[str, dict[str, Any]]]  # (key, object) in the topic's order
 
@@ -57,6 +63,10 @@ Objects = list[tuple[str, dict[str, Any]]]  # (key, object) in the topic's order
 class Topic:
     read: Callable[[], Awaitable[Objects]]
     signals: tuple[str, ...]  # Notifier topics that mean "this may have changed"
+    # Objects ordered by their numeric key can be re-read in part: `read_some(keys)` gives
+    # those of `keys` that exist, when `by_id`'s notifications name the keys that changed.
+    read_some: Callable[[set[str]], Awaitable[Objects]] | None = None
+    by_id: str | None = None
 
 
 def _keyed(objs: list[dict[str, Any]], field: str) -> Objects:
@@ -73,7 +83,11 @@ def topic(app: web.Application, name: str) -> Topic | None:
     if name == "experiments":
         async def experiments() -> Objects:
             return _keyed(await exp_routes.experiment_objects(db), "id")
-        return Topic(experiments, ("experiments",))
+
+        async def some(ids: set[str]) -> Objects:
+            wanted = [int(i) for i in ids if i.isdigit()]
+            return _keyed(await exp_routes.experiment_objects(db, wanted), "id")
+        return Topic(experiments, ("experiments",), some, "experiments")
     if name == "agents":
         async def agents() -> Objects:
             return _keyed(await agent_routes.agent_objects(app), "id")
@@ -84,7 +98,11 @@ def topic(app: web.Application, name: str) -> Topic | None:
 
         async def trials() -> Objects:
             return _keyed(await exp_routes.trial_objects(db, exp_id), "id")
-        return Topic(trials, (f"experiment:{exp_id}",))
+
+        async def some_trials(ids: set[str]) -> Objects:
+            wanted = [int(i) for i in ids if i.isdigit()]
+            return _keyed(await exp_routes.trial_objects(db, exp_id, wanted), "id")
+        return Topic(trials, (name,), some_trials, name)
     return None
 
 
@@ -92,22 +110,141 @@ def _encode(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"))
 
 
+class Feed:
+    """One topic's reader, shared by every connection that follows it."""
+
+    def __init__(self, app: web.Application, name: str, source: Topic) -> None:
+        self.app = app
+        self.name = name
+        self.source = source
+        self.subscribers: set[Connection] = set()
+        self.texts: dict[str, str] | None = None  # key -> the object's JSON, as last sent
+        self.order: list[str] = []
+        self.task = asyncio.create_task(self._run(), name=f"dettui-feed-{name}")
+
+    def join(self, conn: Connection) -> None:
+        self.subscribers.add(conn)
+        if self.texts is not None:  # else the first read sends it
+            conn.send(self._snapshot())
+
+    def leave(self, conn: Connection) -> None:
+        self.subscribers.discard(conn)
+        if not self.subscribers:
+            self.app[keys.FEEDS].pop(self.name, None)
+            self.task.cancel()
+
+    def _snapshot(self) -> str:
+        assert self.texts is not None
+        return _message(self.name, "snapshot", [self.texts[k] for k in self.order], [],
+                        self.order)
+
+    async def _run(self) -> None:
+        with self.app[keys.NOTIFIER].watching(*self.source.signals) as changes:
+            full = True
+            while self.subscribers:
+                seen = changes.take()  # from here on, any change means one more read
+                some = None if full else self._partial(seen)
+                try:
+                    if some is None:
+                        self._apply_all(await self.source.read())
+                    elif some:
+                        assert self.source.read_some is not None
+                        self._apply_some(some, await self.source.read_some(some))
+                except DettuiError as exc:
+                    self._give_up(exc.message)
+                    return
+                except Exception as exc:  # noqa: BLE001 - a broken topic must not kill sockets
+                    log.exception("stream topic %s failed", self.name)
+                    self._give_up(f"internal error: {exc}")
+                    return
+                try:
+                    await asyncio.wait_for(changes.wait(), IDLE_REREAD)
+                    full = False
+                except TimeoutError:
+                    full = True
+                await asyncio.sleep(COALESCE)
+
+    def _partial(self, seen: dict[str, set[str] | None]) -> set[str] | None:
+        """The keys to re-read, or None when everything must be."""
+        if self.source.read_some is None or self.texts is None:
+            return None
+        keys_: set[str] = set()
+        for signal, ids in seen.items():
+            if signal != self.source.by_id or ids is None:
+                return None
+            keys_ |= ids
+        return keys_
+
+    def _apply_all(self, objs: Objects) -> None:
+        texts = {k: _encode(o) for k, o in objs}
+        order = [k for k, _ in objs]
+        if self.texts is None:
+            self.texts, self.order = texts, order
+            self._broadcast(self._snapshot())
+            return
+        upsert = [texts[k] for k in order if self.texts.get(k) != texts[k]]
+        remove = [k for k in self.texts if k not in texts]
+        new_order = order if order != self.order else None
+        self.texts, self.order = texts, order
+        if upsert or remove or new_order is not None:
+            self._broadcast(_message(self.name, "diff", upsert, remove, new_order))
+
+    def _apply_some(self, wanted: set[str], objs: Objects) -> None:
+        assert self.texts is not None
+        found = {k: _encode(o) for k, o in objs}
+        upsert = [text for k, text in found.items() if self.texts.get(k) != text]
+        remove = sorted((k for k in wanted if k not in found and k in self.texts), key=int)
+        added = [k for k in found if k not in self.texts]
+        self.texts.update(found)
+        for k in remove:
+            del self.texts[k]
+        new_order = None
+        if added or remove:
+            self.order = new_order = sorted(self.texts, key=int)
+        if upsert or remove:
+            self._broadcast(_message(self.name, "diff", upsert, remove, new_order))
+
+    def _broadcast(self, text: str) -> None:
+        for conn in list(self.subscribers):
+            conn.send(text)
+
+    def _give_up(self, message: str) -> None:
+        body = _encode({"topic": self.name, "error": message})
+        for conn in list(self.subscribers):
+            conn.send(body)
+            conn.topics.discard(self.name)
+        self.subscribers.clear()
+        self.app[keys.FEEDS].pop(self.name, None)
+
+
 class Connection:
-    """One client's socket: its subscriptions, each followed by a task of its own."""
+    """One client's socket: the topics it follows and the queue of what it is sent."""
 
     def __init__(self, ws: web.WebSocketResponse, app: web.Application) -> None:
         self.ws = ws
         self.app = app
-        self.tasks: dict[str, asyncio.Task[None]] = {}
-        self._send_lock = asyncio.Lock()  # topics send concurrently; frames must not interleave
+        self.topics: set[str] = set()
+        self._outbox: asyncio.Queue[str] = asyncio.Queue()
+        self._writer = asyncio.create_task(self._write(), name="dettui-stream-writer")
 
-    async def send(self, text: str) -> None:
-        async with self._send_lock:
-            await self.ws.send_str(text)
+    def send(self, text: str) -> None:
+        """Queue a message; a client too far behind is disconnected (it reconnects)."""
+        if self._outbox.qsize() >= MAX_BACKLOG:
+            if not self.ws.closed:
+                log.warning("a stream client is %d messages behind; disconnecting it",
+                            MAX_BACKLOG)
+                asyncio.ensure_future(self.ws.close(code=WSCloseCode.TRY_AGAIN_LATER,
+                                                    message=b"too far behind"))
+            return
+        self._outbox.put_nowait(text)
 
-    async def error(self, message: str, topic_name: str | None = None) -> None:
-        body = {"topic": topic_name, "error": message} if topic_name else {"error": message}
-        await self.send(_encode(body))
+    async def _write(self) -> None:
+        with contextlib.suppress(ConnectionError):  # the client went away mid-send
+            while True:
+                await self.ws.send_str(await self._outbox.get())
+
+    async def error(self, message: str) -> None:
+        self.send(_encode({"error": message}))
 
     async def receive(self, data: str) -> None:
         """Act on one client message; anything wrong with it is answered, never raised."""
@@ -119,77 +256,36 @@ class Connection:
         for name in wanted.get("unsubscribe", []):
             self.drop(name)
         for name in wanted.get("subscribe", []):
-            found = topic(self.app, name)
-            if found is None:
-                await self.error(f"unknown topic '{name}'")
-                continue
             self.drop(name)
-            self.tasks[name] = asyncio.create_task(self._follow(name, found),
-                                                   name=f"dettui-stream-{name}")
+            feeds = self.app[keys.FEEDS]
+            feed = feeds.get(name)
+            if feed is None:
+                found = topic(self.app, name)
+                if found is None:
+                    await self.error(f"unknown topic '{name}'")
+                    continue
+                feed = feeds[name] = Feed(self.app, name, found)
+            self.topics.add(name)
+            feed.join(self)
 
     def drop(self, name: str) -> None:
-        task = self.tasks.pop(name, None)
-        if task is not None:
-            task.cancel()
+        if name in self.topics:
+            self.topics.discard(name)
+            feed = self.app[keys.FEEDS].get(name)
+            if feed is not None:
+                feed.leave(self)
 
     async def close(self) -> None:
-        tasks = list(self.tasks.values())
-        self.tasks.clear()
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
-
-    async def _follow(self, name: str, source: Topic) -> None:
-        with contextlib.suppress(ConnectionError):  # the client went away mid-send
-            await self._follow_changes(name, source)
-
-    async def _follow_changes(self, name: str, source: Topic) -> None:
-        with self.app[keys.NOTIFIER].watching(*source.signals) as changed:
-            sent: dict[str, int] | None = None  # key -> hash of the object last sent
-            order: list[str] = []
-            while not self.ws.closed:
-                changed.clear()  # from here on, any change means one more read
-                try:
-                    objs = await source.read()
-                except DettuiError as exc:
-                    await self._give_up(name, exc.message)
-                    return
-                except Exception as exc:  # noqa: BLE001 - a broken topic must not kill the socket
-                    log.exception("stream topic %s failed", name)
-                    await self._give_up(name, f"internal error: {exc}")
-                    return
-                sent, order = await self._publish(name, objs, sent, order)
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(changed.wait(), IDLE_REREAD)
-                await asyncio.sleep(COALESCE)
-
-    async def _give_up(self, name: str, message: str) -> None:
-        if self.tasks.get(name) is asyncio.current_task():
-            del self.tasks[name]
-        await self.error(message, name)
-
-    async def _publish(self, name: str, objs: Objects, sent: dict[str, int] | None,
-                       order: list[str]) -> tuple[dict[str, int], list[str]]:
-        """Send a snapshot (nothing sent yet) or the diff against what was sent."""
-        texts = [(k, _encode(o)) for k, o in objs]
-        now = {k: hash(text) for k, text in texts}
-        keys_now = [k for k, _ in texts]
-        if sent is None:
-            await self.send(_message(name, "snapshot", [t for _, t in texts], [], keys_now))
-            return now, keys_now
-        upsert = [text for k, text in texts if sent.get(k) != now[k]]
-        remove = [k for k in sent if k not in now]
-        new_order = keys_now if keys_now != order else None
-        if upsert or remove or new_order is not None:
-            await self.send(_message(name, "diff", upsert, remove, new_order))
-        return now, keys_now
+        for name in list(self.topics):
+            self.drop(name)
+        self._writer.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await self._writer
 
 
 def _message(name: str, kind: str, upsert: list[str], remove: list[str],
              order: list[str] | None) -> str:
-    """The message text, reusing the objects' JSON already encoded for hashing."""
+    """The message text, reusing the objects' JSON already encoded for comparing."""
     return (f'{{"topic":{_encode(name)},"kind":"{kind}","upsert":[{",".join(upsert)}],'
             f'"remove":{_encode(remove)},"order":{_encode(order)}}}')
 
@@ -251,5 +347,6 @@ async def close_all(app: web.Application) -> None:
 
 def setup(app: web.Application) -> None:
     app[keys.STREAMS] = set()
+    app[keys.FEEDS] = {}
     app.on_shutdown.append(close_all)
     app.router.add_routes(routes)

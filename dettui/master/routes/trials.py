@@ -131,8 +131,8 @@ async def _ingest(request: web.Request, trial_id: int,
     ok = [r for r, e in zip(reports, errors, strict=True) if e is None]
     if ok:
         exp_id = (await request.app[keys.DB].run(trial_store.get, trial_id)).experiment_id
-        request.app[keys.NOTIFIER].notify(f"metrics:{trial_id}", f"trial:{trial_id}",
-                                          f"experiment:{exp_id}")
+        request.app[keys.NOTIFIER].notify(f"metrics:{trial_id}")
+        request.app[keys.NOTIFIER].experiment_changed(exp_id, trial_id)
     for r in ok:
         if isinstance(r, MetricReport) and r.group == "validation":
             problem = await request.app[keys.CLUSTER].allocations.validation_reported(
@@ -293,8 +293,7 @@ async def progress(request: web.Request) -> web.Response:
     await db.run(trial_store.set_fields, trial_id, progress=body.progress)
     trial = await db.run(trial_store.get, trial_id)
     await db.run(search_store.refresh_progress, await db.run(exp_store.get, trial.experiment_id))
-    request.app[keys.NOTIFIER].notify(f"trial:{trial_id}", f"experiment:{trial.experiment_id}",
-                                      "experiments", "jobs")
+    request.app[keys.NOTIFIER].experiment_changed(trial.experiment_id, trial_id, jobs=True)
     return web.json_response({})
 
 
@@ -328,7 +327,7 @@ async def runner_metadata(request: web.Request) -> web.Response:
     db = request.app[keys.DB]
     await db.run(trial_store.set_fields, trial_id, runner_state=body.state)
     trial = await db.run(trial_store.get, trial_id)
-    request.app[keys.NOTIFIER].notify(f"trial:{trial_id}", f"experiment:{trial.experiment_id}")
+    request.app[keys.NOTIFIER].experiment_changed(trial.experiment_id, trial_id)
     return web.json_response({})
 
 
@@ -490,7 +489,7 @@ async def _new_trial(request: web.Request, body: CreateTrialBody,
         raise InvalidArgument(f"only unmanaged trials are supported: experiment {exp.id} is "
                               "managed, its searcher creates its trials")
     trial = await db.run(unmanaged_store.create_trial, exp.id, body.hparams or {}, external_id)
-    request.app[keys.NOTIFIER].notify(f"experiment:{exp.id}", "experiments")
+    request.app[keys.NOTIFIER].experiment_changed(exp.id, trial.id)
     exp = await db.run(exp_store.get, exp.id)
     return dict((await db.call(trial_views, db.conn, exp, [trial]))[0])
 
@@ -518,8 +517,7 @@ async def start_trial(request: web.Request) -> web.Response:
     trial_id = await _unmanaged_trial(request, body.trial_id)
     db = request.app[keys.DB]
     trial, latest = await db.run(unmanaged_store.start_trial, trial_id, bool(body.resume))
-    request.app[keys.NOTIFIER].notify(f"trial:{trial_id}", f"experiment:{trial.experiment_id}",
-                                      "experiments")
+    request.app[keys.NOTIFIER].experiment_changed(trial.experiment_id, trial_id)
     return web.json_response({
         "trialRunId": trial.run_id,
         "stepsCompleted": (latest.steps_completed or 0) if latest else 0,
@@ -553,8 +551,8 @@ async def patch_trial(request: web.Request) -> web.Response:
     db = request.app[keys.DB]
     trial, changed = await db.run(unmanaged_store.patch_trial, trial_id, state)
     if state is not None:
-        request.app[keys.NOTIFIER].notify(f"trial:{trial_id}", f"logs:{trial_id}",
-                                          f"experiment:{trial.experiment_id}")
+        request.app[keys.NOTIFIER].notify(f"logs:{trial_id}")
+        request.app[keys.NOTIFIER].experiment_changed(trial.experiment_id, trial_id)
     if changed is not None:
         await request.app[keys.CLUSTER].allocations.settle_unmanaged(
             [(trial.experiment_id, changed)])

@@ -119,9 +119,12 @@ def by_job_id(conn: sqlite3.Connection, job_id: str) -> Experiment:
 
 def list_(
     conn: sqlite3.Connection, *, archived: bool | None = None, users: list[str] | None = None,
-    states: list[str] | None = None,
+    states: list[str] | None = None, ids: list[int] | None = None,
 ) -> list[Experiment]:
     where, args = [], []  # type: ignore[var-annotated]
+    if ids is not None:
+        where.append(f"e.id IN ({','.join('?' * len(ids))})")
+        args.extend(ids)
     if archived is not None:
         where.append("e.archived=?")
         args.append(int(archived))

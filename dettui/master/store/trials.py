@@ -33,6 +33,16 @@ def for_experiment(conn: sqlite3.Connection, exp_id: int) -> list[Trial]:
     return [Trial.from_row(r) for r in rows]
 
 
+def of_experiment(conn: sqlite3.Connection, exp_id: int, ids: list[int]) -> list[Trial]:
+    """Those of `ids` that are trials of the experiment, by id."""
+    if not ids:
+        return []
+    marks = ",".join("?" * len(ids))
+    rows = conn.execute(f"SELECT * FROM trials WHERE experiment_id=? AND id IN ({marks}) "
+                        "ORDER BY id", (exp_id, *ids))
+    return [Trial.from_row(r) for r in rows]
+
+
 def for_experiments(conn: sqlite3.Connection, exp_ids: list[int]) -> list[Trial]:
     if not exp_ids:
         return []
