@@ -21,7 +21,7 @@ from dettui.master import keys, offload
 from dettui.master.openapi import op_of
 from dettui.master.store import credentials, trials, users
 from dettui.master.store.credentials import AgentCredential
-from dettui.master.store.records import Allocation, User
+from dettui.master.store.records import Allocation, User, columns
 from dettui.models import AllocationState
 
 log = logging.getLogger("dettui.master")
@@ -154,7 +154,8 @@ def _live_allocation(conn: sqlite3.Connection, token: str) -> tuple[Allocation, 
     if alloc is None or alloc.state is AllocationState.EXITED:
         return None
     row = conn.execute(
-        "SELECT u.* FROM trials t JOIN experiments e ON e.id = t.experiment_id "
+        f"SELECT {columns(User.COLUMNS, 'u')} FROM trials t "
+        "JOIN experiments e ON e.id = t.experiment_id "
         "JOIN users u ON u.id = e.owner_id WHERE t.id=?",
         (alloc.trial_id,),
     ).fetchone()

@@ -118,3 +118,70 @@ def test_a_newer_run_archives_what_older_runs_reported_past_its_step(tmp_path: P
                       (2, "training", 40), (2, "validation", 20)]
     report(3, "validation", 10)  # a third run from step 10: its own group at 10 and past
     assert live() == [(1, "training", 10), (3, "validation", 10)]
+
+
+async def test_no_list_or_pass_reads_a_context(aiohttp_client: object, tmp_path: Path) -> None:
+    """Contexts live in their own table, read only by the agent's download and model_def: the
+    lists, the job queue, an experiment, its trials and scheduling passes never touch it."""
+    import asyncio
+    import base64
+    import sqlite3
+
+    from dettui.master import keys
+    from dettui.master.app import create_app
+    from dettui.master.settings import MasterSettings
+    from tests.master.conftest import SIMPLE_CONFIG, Api
+
+    client = await aiohttp_client(create_app(  # type: ignore[operator]
+        MasterSettings(state_dir=tmp_path / "state", port=0)))
+    resp = await client.post("/api/v1/auth/login", json={"username": "determined"})
+    api = Api(client, (await resp.json())["token"])
+    files = [{"path": "train.py", "type": 48, "mtime": "1700000000", "mode": 33188, "uid": 0,
+              "gid": 0, "content": base64.b64encode(b"x" * 100_000).decode()}]
+    for _ in range(3):
+        await api.call("POST", "/api/v1/experiments", {
+            "config": SIMPLE_CONFIG, "modelDefinition": files, "activate": True})
+    db = client.server.app[keys.DB]
+    reads: list[str] = []
+
+    def watch(action: int, table: str | None, column: str | None, *_: object) -> int:
+        if action == sqlite3.SQLITE_READ and table == "contexts":
+            reads.append(str(column))
+        return sqlite3.SQLITE_OK
+
+    await db.call(db.conn.set_authorizer, watch)
+    try:
+        for path in ("/api/v1/experiments", "/api/v1/experiments/2", "/api/v1/job-queues-v2",
+                     "/api/v1/experiments/2/trials", "/api/v1/trials/2", "/api/v1/agents"):
+            await api.call("GET", path)
+        client.server.app[keys.CLUSTER].kick()
+        await asyncio.sleep(0.3)  # a scheduling pass
+        assert reads == [], reads
+        await api.call("GET", "/api/v1/experiments/2/model_def")
+        assert "targz" in reads  # the watch sees a context read when there is one
+    finally:
+        await db.call(db.conn.set_authorizer, None)
+
+
+def test_contexts_move_to_their_own_table_with_migration_12(tmp_path: Path) -> None:
+    import sqlite3
+
+    path = tmp_path / "old.db"
+    old = sqlite3.connect(path, isolation_level=None)
+    old.row_factory = sqlite3.Row
+    for number, _name, sql in dbmod._migrations():
+        if number < 12:
+            for statement in dbmod._split(sql):
+                old.execute(statement)
+            old.execute(f"PRAGMA user_version={number}")
+    old.execute("INSERT INTO users (id, username) VALUES (1, 'u')")
+    for n, ctx in ((1, b"tgz-1"), (2, None)):
+        old.execute("INSERT INTO experiments (id, name, state, owner_id, config, "
+                    "original_config, searcher_type, job_id, resource_pool, priority, "
+                    "queue_position, start_time, context) VALUES (?, 'x', 'STATE_ACTIVE', 1, "
+                    "'{}', '', 'single', ?, 'default', 42, 0, 0, ?)", (n, f"job-{n}", ctx))
+    old.close()
+    conn = dbmod.connect(path)  # migrates
+    assert experiments.context(conn, 1) == b"tgz-1" and experiments.context(conn, 2) is None
+    cols = [r[1] for r in conn.execute("PRAGMA table_info(experiments)")]
+    assert "context" not in cols

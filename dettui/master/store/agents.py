@@ -7,8 +7,10 @@ import sqlite3
 import time
 from typing import Any
 
-from dettui.master.store.records import Agent
+from dettui.master.store.records import Agent, columns
 from dettui.master.store.tx import transaction
+
+FROM_AGENTS = f"SELECT {columns(Agent.COLUMNS)} FROM agents"
 
 
 def upsert(
@@ -27,12 +29,12 @@ def upsert(
 
 
 def get(conn: sqlite3.Connection, agent_id: str) -> Agent:
-    row = conn.execute("SELECT * FROM agents WHERE id=?", (agent_id,)).fetchone()
+    row = conn.execute(f"{FROM_AGENTS} WHERE id=?", (agent_id,)).fetchone()
     return Agent.from_row(row)
 
 
 def list_(conn: sqlite3.Connection) -> list[Agent]:
-    return [Agent.from_row(r) for r in conn.execute("SELECT * FROM agents ORDER BY id")]
+    return [Agent.from_row(r) for r in conn.execute(f"{FROM_AGENTS} ORDER BY id")]
 
 
 def cluster_value(conn: sqlite3.Connection, key: str, default: str) -> str:

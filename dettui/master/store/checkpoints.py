@@ -7,9 +7,11 @@ import sqlite3
 from typing import Any
 
 from dettui.errors import Conflict, NotFound
-from dettui.master.store.records import Checkpoint
+from dettui.master.store.records import Checkpoint, columns
 from dettui.master.store.tx import transaction
 from dettui.models import CheckpointState
+
+FROM_CHECKPOINTS = f"SELECT {columns(Checkpoint.COLUMNS)} FROM checkpoints"
 
 
 def report(
@@ -39,7 +41,7 @@ def report(
 
 
 def get(conn: sqlite3.Connection, uuid: str) -> Checkpoint:
-    row = conn.execute("SELECT * FROM checkpoints WHERE uuid=?", (uuid,)).fetchone()
+    row = conn.execute(f"{FROM_CHECKPOINTS} WHERE uuid=?", (uuid,)).fetchone()
     if row is None:
         raise NotFound(f"checkpoint {uuid} not found")
     return Checkpoint.from_row(row)
@@ -47,13 +49,13 @@ def get(conn: sqlite3.Connection, uuid: str) -> Checkpoint:
 
 def for_experiment(conn: sqlite3.Connection, exp_id: int) -> list[Checkpoint]:
     rows = conn.execute(
-        "SELECT * FROM checkpoints WHERE experiment_id=? ORDER BY report_time", (exp_id,)
+        f"{FROM_CHECKPOINTS} WHERE experiment_id=? ORDER BY report_time", (exp_id,)
     )
     return [Checkpoint.from_row(r) for r in rows]
 
 
 def for_trial(conn: sqlite3.Connection, trial_id: int) -> list[Checkpoint]:
-    rows = conn.execute("SELECT * FROM checkpoints WHERE trial_id=? ORDER BY report_time",
+    rows = conn.execute(f"{FROM_CHECKPOINTS} WHERE trial_id=? ORDER BY report_time",
                         (trial_id,))
     return [Checkpoint.from_row(r) for r in rows]
 
@@ -61,7 +63,7 @@ def for_trial(conn: sqlite3.Connection, trial_id: int) -> list[Checkpoint]:
 def latest_for_trial(conn: sqlite3.Connection, trial_id: int) -> Checkpoint | None:
     """The COMPLETED checkpoint with the most steps (SEMANTICS §3.4)."""
     row = conn.execute(
-        "SELECT * FROM checkpoints WHERE trial_id=? AND state=? "
+        f"{FROM_CHECKPOINTS} WHERE trial_id=? AND state=? "
         "ORDER BY steps_completed DESC, report_time DESC LIMIT 1",
         (trial_id, CheckpointState.COMPLETED.value),
     ).fetchone()

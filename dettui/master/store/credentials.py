@@ -15,6 +15,9 @@ from dettui.master.store.users import token_hash
 PREFIX = "dettui-agent-"  # tells an agent credential from a user's session token
 
 
+COLUMNS = "id, description, agent_id, created_at, revoked"
+
+
 @dataclass(frozen=True)
 class AgentCredential:
     id: int
@@ -41,14 +44,14 @@ def issue(conn: sqlite3.Connection, created_by: int | None, description: str = "
 
 
 def get(conn: sqlite3.Connection, cred_id: int) -> AgentCredential:
-    row = conn.execute("SELECT * FROM agent_credentials WHERE id=?", (cred_id,)).fetchone()
+    row = conn.execute(f"SELECT {COLUMNS} FROM agent_credentials WHERE id=?", (cred_id,)).fetchone()
     if row is None:
         raise NotFound(f"agent credential {cred_id} not found")
     return AgentCredential.from_row(row)
 
 
 def for_secret(conn: sqlite3.Connection, secret: str) -> AgentCredential | None:
-    row = conn.execute("SELECT * FROM agent_credentials WHERE token_hash=? AND revoked=0",
+    row = conn.execute(f"SELECT {COLUMNS} FROM agent_credentials WHERE token_hash=? AND revoked=0",
                        (token_hash(secret),)).fetchone()
     return AgentCredential.from_row(row) if row else None
 
@@ -66,7 +69,7 @@ def bind(conn: sqlite3.Connection, cred_id: int, agent_id: str) -> AgentCredenti
 
 
 def list_(conn: sqlite3.Connection) -> list[AgentCredential]:
-    rows = conn.execute("SELECT * FROM agent_credentials ORDER BY id")
+    rows = conn.execute(f"SELECT {COLUMNS} FROM agent_credentials ORDER BY id")
     return [AgentCredential.from_row(r) for r in rows]
 
 

@@ -11,12 +11,18 @@ from typing import Any
 
 from dettui.errors import NotFound
 from dettui.master.store import ids
-from dettui.master.store.records import Experiment, Trial
+from dettui.master.store.records import Experiment, Trial, columns
 from dettui.master.store.tx import transaction
 from dettui.models import ExperimentState, TrialState
 
-SELECT = (
-    "SELECT e.*, u.username, "
+FROM_TRIALS = f"SELECT {columns(Trial.COLUMNS)} FROM trials"
+
+COLUMNS = ("id", "name", "description", "labels", "state", "archived", "owner_id", "config",
+           "original_config", "searcher_type", "job_id", "resource_pool", "priority", "weight",
+           "max_slots", "queue_position", "start_time", "end_time", "progress", "unmanaged",
+           "external_id")
+SELECT = (  # every column a record needs, by name: never the context (its own table)
+    f"SELECT {', '.join('e.' + c for c in COLUMNS)}, u.username, "
     "(SELECT COUNT(*) FROM trials t WHERE t.experiment_id = e.id) AS num_trials "
     "FROM experiments e JOIN users u ON u.id = e.owner_id"
 )
@@ -58,15 +64,17 @@ def create(
         cur = conn.execute(
             "INSERT INTO experiments (id, name, description, labels, state, owner_id, config, "
             "original_config, searcher_type, job_id, resource_pool, priority, weight, max_slots, "
-            "queue_position, start_time, unmanaged, context) "
-            "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            "queue_position, start_time, unmanaged) "
+            "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (ids.next_id(conn, "experiments"), new.name, new.description,
              json.dumps(new.labels), state.value, new.owner_id, json.dumps(new.config),
              new.original_config, new.searcher_type, str(uuid.uuid4()), new.resource_pool,
-             new.priority, new.weight, new.max_slots, now * 1e6, now, int(new.unmanaged),
-             new.context),
+             new.priority, new.weight, new.max_slots, now * 1e6, now, int(new.unmanaged)),
         )
         exp_id = int(cur.lastrowid or 0)
+        if new.context is not None:
+            conn.execute("INSERT INTO contexts (experiment_id, targz) VALUES (?, ?)",
+                         (exp_id, new.context))
         trial_ids = [_insert_trial(conn, exp_id, hp, seed, trial_state, now) for hp, seed in trials]
         if searcher:
             from dettui.master.store import search
@@ -100,7 +108,7 @@ def add_trial(
 
 
 def _trial(conn: sqlite3.Connection, trial_id: int) -> Trial:
-    return Trial.from_row(conn.execute("SELECT * FROM trials WHERE id=?", (trial_id,)).fetchone())
+    return Trial.from_row(conn.execute(f"{FROM_TRIALS} WHERE id=?", (trial_id,)).fetchone())
 
 
 def get(conn: sqlite3.Connection, exp_id: int) -> Experiment:
@@ -149,10 +157,12 @@ def live(conn: sqlite3.Connection) -> list[Experiment]:
 
 
 def context(conn: sqlite3.Connection, exp_id: int) -> bytes | None:
-    row = conn.execute("SELECT context FROM experiments WHERE id=?", (exp_id,)).fetchone()
+    """The experiment's model context (.tar.gz), the one read of the contexts table."""
+    row = conn.execute("SELECT e.id, c.targz FROM experiments e LEFT JOIN contexts c "
+                       "ON c.experiment_id = e.id WHERE e.id=?", (exp_id,)).fetchone()
     if row is None:
         raise not_found(exp_id)
-    return bytes(row["context"]) if row["context"] is not None else None
+    return bytes(row["targz"]) if row["targz"] is not None else None
 
 
 def update_fields(conn: sqlite3.Connection, exp_id: int, **fields: Any) -> Experiment:
@@ -182,5 +192,6 @@ def delete(conn: sqlite3.Connection, exp_id: int) -> None:
         conn.execute(f"DELETE FROM checkpoints WHERE experiment_id=? OR trial_id IN ({trials})",
                      (exp_id, exp_id))
         conn.execute("DELETE FROM trials WHERE experiment_id=?", (exp_id,))
+        conn.execute("DELETE FROM contexts WHERE experiment_id=?", (exp_id,))
         if conn.execute("DELETE FROM experiments WHERE id=?", (exp_id,)).rowcount == 0:
             raise not_found(exp_id)

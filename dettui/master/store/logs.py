@@ -6,8 +6,10 @@ import sqlite3
 from dataclasses import dataclass
 from typing import Any
 
-from dettui.master.store.records import LogLine
+from dettui.master.store.records import LogLine, columns
 from dettui.master.store.tx import transaction
+
+FROM_LOGS = f"SELECT {columns(LogLine.COLUMNS)} FROM logs"
 
 
 @dataclass(frozen=True)
@@ -65,7 +67,7 @@ def fetch(
     if after_id:
         where += " AND id > ?"
         args.append(after_id)
-    sql = f"SELECT * FROM logs WHERE {where} ORDER BY id {'DESC' if descending else 'ASC'}"
+    sql = f"{FROM_LOGS} WHERE {where} ORDER BY id {'DESC' if descending else 'ASC'}"
     if limit > 0:
         sql += f" LIMIT {int(limit)}"
     return [LogLine.from_row(r) for r in conn.execute(sql, args)]

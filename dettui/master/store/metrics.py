@@ -9,8 +9,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from dettui.errors import DettuiError, InvalidArgument, NotFound
-from dettui.master.store.records import Metric
+from dettui.master.store.records import Metric, columns
 from dettui.master.store.tx import transaction
+
+FROM_METRICS = f"SELECT {columns(Metric.COLUMNS)} FROM metrics"
 
 
 @dataclass(frozen=True)
@@ -125,7 +127,7 @@ def _rollback_older_runs(
 def for_trial(
     conn: sqlite3.Connection, trial_id: int, group: str | None = None, *, after_steps: int = -1
 ) -> list[Metric]:
-    sql = "SELECT * FROM metrics WHERE trial_id=? AND archived=0 AND steps_completed>?"
+    sql = f"{FROM_METRICS} WHERE trial_id=? AND archived=0 AND steps_completed>?"
     args: list[Any] = [trial_id, after_steps]
     if group:
         sql += " AND grp=?"
@@ -135,7 +137,7 @@ def for_trial(
 
 def latest(conn: sqlite3.Connection, trial_id: int, group: str) -> Metric | None:
     row = conn.execute(
-        "SELECT * FROM metrics WHERE trial_id=? AND grp=? AND archived=0 "
+        f"{FROM_METRICS} WHERE trial_id=? AND grp=? AND archived=0 "
         "ORDER BY steps_completed DESC, id DESC LIMIT 1",
         (trial_id, group),
     ).fetchone()
@@ -148,7 +150,7 @@ def validations_with(conn: sqlite3.Connection, trial_ids: list[int], metric: str
         return []
     marks = ",".join("?" * len(trial_ids))
     rows = conn.execute(
-        f"SELECT * FROM metrics WHERE trial_id IN ({marks}) AND grp='validation' AND archived=0 "
+        f"{FROM_METRICS} WHERE trial_id IN ({marks}) AND grp='validation' AND archived=0 "
         "AND json_extract(metrics, ?) IS NOT NULL ORDER BY steps_completed, id",
         (*trial_ids, f'$."{metric}"'),
     )

@@ -6,14 +6,23 @@ import functools
 import json
 import sqlite3
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from dettui.config.schema import ExperimentSchema
 from dettui.models import AllocationState, CheckpointState, ExperimentState, TrialState
 
 
+def columns(names: str, alias: str = "") -> str:
+    """`names` (space-separated) as a SELECT list, each prefixed with `alias.` if given: every
+    SELECT names its columns, so no query reads a column it does not need."""
+    prefix = f"{alias}." if alias else ""
+    return ", ".join(prefix + n for n in names.split())
+
+
 @dataclass(frozen=True)
 class User:
+    COLUMNS: ClassVar[str] = "id username password_hash admin active display_name"
+
     id: int
     username: str
     password_hash: str
@@ -114,6 +123,10 @@ def typed_config(text: str) -> ExperimentSchema:
 
 @dataclass(frozen=True)
 class Trial:
+    COLUMNS: ClassVar[str] = ("id experiment_id request_id task_id hparams seed state restarts "
+                              "run_id total_batches start_time end_time progress runner_state "
+                              "searcher_stopped external_id last_activity search_id early_exit")
+
     id: int
     experiment_id: int
     request_id: str
@@ -150,6 +163,10 @@ class Trial:
 
 @dataclass(frozen=True)
 class Allocation:
+    COLUMNS: ClassVar[str] = ("id trial_id run_id state token agent_id slots start_time end_time "
+                              "exit_code exit_reason preempt_requested preempt_acked "
+                              "kill_requested parts part_exits port")
+
     id: str
     trial_id: int
     run_id: int
@@ -196,6 +213,9 @@ class Allocation:
 
 @dataclass(frozen=True)
 class Metric:
+    COLUMNS: ClassVar[str] = ("id trial_id run_id grp steps_completed report_time metrics "
+                              "batch_metrics")
+
     trial_id: int
     run_id: int
     group: str
@@ -213,6 +233,9 @@ class Metric:
 
 @dataclass(frozen=True)
 class LogLine:
+    COLUMNS: ClassVar[str] = ("id trial_id task_id allocation_id agent_id container_id rank_id "
+                              "stdtype source level timestamp log")
+
     id: int
     trial_id: int | None
     task_id: str
@@ -235,6 +258,9 @@ class LogLine:
 
 @dataclass(frozen=True)
 class Checkpoint:
+    COLUMNS: ClassVar[str] = ("uuid trial_id experiment_id task_id allocation_id report_time "
+                              "state resources metadata steps_completed storage_id")
+
     uuid: str
     trial_id: int | None
     experiment_id: int | None
@@ -257,6 +283,8 @@ class Checkpoint:
 
 @dataclass(frozen=True)
 class Agent:
+    COLUMNS: ClassVar[str] = "id pool slots hostname addresses registered_time enabled"
+
     id: str
     pool: str
     slots: list[dict[str, Any]]

@@ -9,27 +9,30 @@ import time
 from typing import Any
 
 from dettui.errors import NotFound
-from dettui.master.store.records import Allocation, Trial
+from dettui.master.store.records import Allocation, Trial, columns
 from dettui.master.store.tx import transaction
 from dettui.models import AllocationState, ExperimentState, TrialState
 
+FROM_TRIALS = f"SELECT {columns(Trial.COLUMNS)} FROM trials"
+FROM_ALLOCATIONS = f"SELECT {columns(Allocation.COLUMNS)} FROM allocations"
+
 
 def get(conn: sqlite3.Connection, trial_id: int) -> Trial:
-    row = conn.execute("SELECT * FROM trials WHERE id=?", (trial_id,)).fetchone()
+    row = conn.execute(f"{FROM_TRIALS} WHERE id=?", (trial_id,)).fetchone()
     if row is None:
         raise NotFound(f"trial {trial_id} not found")
     return Trial.from_row(row)
 
 
 def by_task_id(conn: sqlite3.Connection, task_id: str) -> Trial:
-    row = conn.execute("SELECT * FROM trials WHERE task_id=?", (task_id,)).fetchone()
+    row = conn.execute(f"{FROM_TRIALS} WHERE task_id=?", (task_id,)).fetchone()
     if row is None:
         raise NotFound(f"task {task_id} not found")
     return Trial.from_row(row)
 
 
 def for_experiment(conn: sqlite3.Connection, exp_id: int) -> list[Trial]:
-    rows = conn.execute("SELECT * FROM trials WHERE experiment_id=? ORDER BY id", (exp_id,))
+    rows = conn.execute(f"{FROM_TRIALS} WHERE experiment_id=? ORDER BY id", (exp_id,))
     return [Trial.from_row(r) for r in rows]
 
 
@@ -38,7 +41,7 @@ def of_experiment(conn: sqlite3.Connection, exp_id: int, ids: list[int]) -> list
     if not ids:
         return []
     marks = ",".join("?" * len(ids))
-    rows = conn.execute(f"SELECT * FROM trials WHERE experiment_id=? AND id IN ({marks}) "
+    rows = conn.execute(f"{FROM_TRIALS} WHERE experiment_id=? AND id IN ({marks}) "
                         "ORDER BY id", (exp_id, *ids))
     return [Trial.from_row(r) for r in rows]
 
@@ -47,7 +50,7 @@ def for_experiments(conn: sqlite3.Connection, exp_ids: list[int]) -> list[Trial]
     if not exp_ids:
         return []
     marks = ",".join("?" * len(exp_ids))
-    rows = conn.execute(f"SELECT * FROM trials WHERE experiment_id IN ({marks}) ORDER BY id",
+    rows = conn.execute(f"{FROM_TRIALS} WHERE experiment_id IN ({marks}) ORDER BY id",
                         exp_ids)
     return [Trial.from_row(r) for r in rows]
 
@@ -55,7 +58,8 @@ def for_experiments(conn: sqlite3.Connection, exp_ids: list[int]) -> list[Trial]
 def pending(conn: sqlite3.Connection) -> list[Trial]:
     """Trials waiting for slots: QUEUED, of an ACTIVE managed experiment."""
     rows = conn.execute(
-        "SELECT t.* FROM trials t JOIN experiments e ON e.id = t.experiment_id "
+        f"SELECT {columns(Trial.COLUMNS, 't')} FROM trials t "
+        "JOIN experiments e ON e.id = t.experiment_id "
         "WHERE t.state=? AND e.state=? AND e.unmanaged=0 ORDER BY t.id",
         (TrialState.QUEUED.value, ExperimentState.ACTIVE.value),
     )
@@ -99,25 +103,25 @@ def allocate(
 
 
 def allocation(conn: sqlite3.Connection, alloc_id: str) -> Allocation:
-    row = conn.execute("SELECT * FROM allocations WHERE id=?", (alloc_id,)).fetchone()
+    row = conn.execute(f"{FROM_ALLOCATIONS} WHERE id=?", (alloc_id,)).fetchone()
     if row is None:
         raise NotFound(f"allocation {alloc_id} not found")
     return Allocation.from_row(row)
 
 
 def allocation_by_token(conn: sqlite3.Connection, token: str) -> Allocation | None:
-    row = conn.execute("SELECT * FROM allocations WHERE token=?", (token,)).fetchone()
+    row = conn.execute(f"{FROM_ALLOCATIONS} WHERE token=?", (token,)).fetchone()
     return Allocation.from_row(row) if row else None
 
 
 def live_allocations(conn: sqlite3.Connection) -> list[Allocation]:
-    rows = conn.execute("SELECT * FROM allocations WHERE state != ? ORDER BY start_time",
+    rows = conn.execute(f"{FROM_ALLOCATIONS} WHERE state != ? ORDER BY start_time",
                         (AllocationState.EXITED.value,))
     return [Allocation.from_row(r) for r in rows]
 
 
 def allocations_for_trial(conn: sqlite3.Connection, trial_id: int) -> list[Allocation]:
-    rows = conn.execute("SELECT * FROM allocations WHERE trial_id=? ORDER BY run_id", (trial_id,))
+    rows = conn.execute(f"{FROM_ALLOCATIONS} WHERE trial_id=? ORDER BY run_id", (trial_id,))
     return [Allocation.from_row(r) for r in rows]
 
 

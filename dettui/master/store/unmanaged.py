@@ -20,9 +20,11 @@ from dettui.master.store import experiments as exp_store
 from dettui.master.store import ids
 from dettui.master.store import trials as trial_store
 from dettui.master.store.experiments import NewExperiment
-from dettui.master.store.records import Checkpoint, Experiment, Trial
+from dettui.master.store.records import Checkpoint, Experiment, Trial, columns
 from dettui.master.store.tx import transaction
 from dettui.models import ExperimentState, TrialState
+
+FROM_TRIALS = f"SELECT {columns(Trial.COLUMNS)} FROM trials"
 
 RANK = {TrialState.PAUSED: 10, TrialState.CANCELED: 15, TrialState.ERROR: 20,
         TrialState.COMPLETED: 30, TrialState.RUNNING: 40}
@@ -45,8 +47,8 @@ def create_experiment(
         cur = conn.execute(
             "INSERT INTO experiments (id, name, description, labels, state, owner_id, config, "
             "original_config, searcher_type, job_id, resource_pool, priority, weight, max_slots, "
-            "queue_position, start_time, unmanaged, context, external_id) "
-            "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,1,NULL,?)",
+            "queue_position, start_time, unmanaged, external_id) "
+            "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,1,?)",
             (ids.next_id(conn, "experiments"), new.name, new.description,
              json.dumps(new.labels), ExperimentState.PAUSED.value, new.owner_id,
              json.dumps(new.config), new.original_config, new.searcher_type,
@@ -65,7 +67,7 @@ def create_trial(
     known in the experiment returns that trial instead."""
     with transaction(conn):
         if external_id is not None:
-            row = conn.execute("SELECT * FROM trials WHERE experiment_id=? AND external_id=?",
+            row = conn.execute(f"{FROM_TRIALS} WHERE experiment_id=? AND external_id=?",
                                (exp_id, external_id)).fetchone()
             if row is not None:
                 return Trial.from_row(row)

@@ -10,8 +10,10 @@ import sqlite3
 import time
 
 from dettui.errors import Conflict, NotFound
-from dettui.master.store.records import User
+from dettui.master.store.records import User, columns
 from dettui.master.store.tx import transaction
+
+FROM_USERS = f"SELECT {columns(User.COLUMNS)} FROM users"
 
 # Determined's client-side salt (authentication.salt_and_hash).
 CLIENT_SALT = "GubPEmmotfiK9TMD6Zdw"
@@ -59,12 +61,12 @@ def ensure_default_users(conn: sqlite3.Connection, admin_password: str | None) -
 
 
 def by_name(conn: sqlite3.Connection, username: str) -> User | None:
-    row = conn.execute("SELECT * FROM users WHERE username=?", (username,)).fetchone()
+    row = conn.execute(f"{FROM_USERS} WHERE username=?", (username,)).fetchone()
     return User.from_row(row) if row else None
 
 
 def by_id(conn: sqlite3.Connection, user_id: int) -> User:
-    row = conn.execute("SELECT * FROM users WHERE id=?", (user_id,)).fetchone()
+    row = conn.execute(f"{FROM_USERS} WHERE id=?", (user_id,)).fetchone()
     if row is None:
         raise NotFound(f"user {user_id} not found")
     return User.from_row(row)
@@ -149,7 +151,7 @@ def update(conn: sqlite3.Connection, user_id: int, *, active: bool | None = None
 
 
 def list_(conn: sqlite3.Connection, active: bool | None = None) -> list[User]:
-    sql, args = "SELECT * FROM users", ()
+    sql, args = f"{FROM_USERS}", ()
     if active is not None:
         sql, args = sql + " WHERE active=?", (int(active),)
     return [User.from_row(r) for r in conn.execute(sql + " ORDER BY id", args)]
