@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 
 from dettui.master.store import db as dbmod
@@ -18,9 +19,9 @@ def test_migrations_are_numbered_and_applied_once(tmp_path: Path) -> None:
     conn.close()
 
 
-def test_committed_changes_survive_a_reopen(tmp_path: Path) -> None:
-    path = tmp_path / "m.db"
-    conn = dbmod.connect(path)
+def _trial(tmp_path: Path) -> tuple[sqlite3.Connection, int]:
+    """A store with one experiment (context b"tgz") and its one trial's id."""
+    conn = dbmod.connect(tmp_path / "m.db")
     users.ensure_default_users(conn, None)
     owner = users.by_name(conn, "determined")
     assert owner is not None
@@ -28,13 +29,19 @@ def test_committed_changes_survive_a_reopen(tmp_path: Path) -> None:
         name="x", description=None, labels=[], owner_id=owner.id, config={"resources": {}},
         original_config="name: x", searcher_type="single", resource_pool="default",
         priority=42, weight=1.0, max_slots=None, context=b"tgz")
-    exp, made = experiments.create(conn, new, [({"lr": 0.1}, 7)])
-    alloc = trials.allocate(conn, made[0].id, "agent-1", [0])
+    _, made = experiments.create(conn, new, [({"lr": 0.1}, 7)])
+    return conn, made[0].id
+
+
+def test_committed_changes_survive_a_reopen(tmp_path: Path) -> None:
+    conn, trial_id = _trial(tmp_path)
+    exp_id = trials.get(conn, trial_id).experiment_id
+    alloc = trials.allocate(conn, trial_id, "agent-1", [0])
     # No close, no checkpoint: a second connection (like a restarted master) sees it all.
-    other = dbmod.connect(path)
-    assert experiments.get(other, exp.id).name == "x"
-    assert experiments.context(other, exp.id) == b"tgz"
-    assert trials.get(other, made[0].id).state is TrialState.RUNNING
+    other = dbmod.connect(tmp_path / "m.db")
+    assert experiments.get(other, exp_id).name == "x"
+    assert experiments.context(other, exp_id) == b"tgz"
+    assert trials.get(other, trial_id).state is TrialState.RUNNING
     assert trials.allocation(other, alloc.id).run_id == 1
 
 
@@ -77,18 +84,6 @@ def test_the_id_high_water_mark_starts_from_existing_rows(tmp_path: Path) -> Non
     conn.close()
 
 
-def _trial(tmp_path: Path) -> tuple[object, int]:
-    conn = dbmod.connect(tmp_path / "m.db")
-    users.ensure_default_users(conn, None)
-    owner = users.by_name(conn, "determined")
-    assert owner is not None
-    new = experiments.NewExperiment(
-        name="x", description=None, labels=[], owner_id=owner.id, config={"resources": {}},
-        original_config="name: x", searcher_type="single", resource_pool="default",
-        priority=42, weight=1.0, max_slots=None, context=b"tgz")
-    _, made = experiments.create(conn, new, [({"lr": 0.1}, 7)])
-    return conn, made[0].id
-
 
 def test_a_newer_run_archives_what_older_runs_reported_past_its_step(tmp_path: Path) -> None:
     """SEMANTICS §3.2: a report of a newer run archives older runs' rows of the trial past its
@@ -98,12 +93,12 @@ def test_a_newer_run_archives_what_older_runs_reported_past_its_step(tmp_path: P
     conn, trial = _trial(tmp_path)
 
     def report(run: int, group: str, steps: int) -> None:
-        metrics.report(conn, trial_id=trial, run_id=run, group=group, steps=steps,  # type: ignore[arg-type]
+        metrics.report(conn, trial_id=trial, run_id=run, group=group, steps=steps,
                        report_time=float(steps), metrics={"x": run}, batch_metrics=None)
 
     def live() -> list[tuple[int, str, int]]:
         return sorted((m.run_id, m.group, m.steps_completed)
-                      for m in metrics.for_trial(conn, trial))  # type: ignore[arg-type]
+                      for m in metrics.for_trial(conn, trial))
 
     for steps in (10, 20, 30, 40):
         report(1, "training", steps)
