@@ -60,7 +60,6 @@ def test_passwords_are_salted_and_checked(tmp_path: Path) -> None:
 
 def test_the_id_high_water_mark_starts_from_existing_rows(tmp_path: Path) -> None:
     """A store made before ids were tracked (version 8) keeps its biggest ids as the floor."""
-    import sqlite3
 
     conn = sqlite3.connect(tmp_path / "old.db", isolation_level=None)
     for number, _name, sql in dbmod._migrations():
@@ -120,7 +119,6 @@ async def test_no_list_or_pass_reads_a_context(aiohttp_client: object, tmp_path:
     lists, the job queue, an experiment, its trials and scheduling passes never touch it."""
     import asyncio
     import base64
-    import sqlite3
 
     from dettui.master import keys
     from dettui.master.app import create_app
@@ -159,7 +157,6 @@ async def test_no_list_or_pass_reads_a_context(aiohttp_client: object, tmp_path:
 
 
 def test_contexts_move_to_their_own_table_with_migration_12(tmp_path: Path) -> None:
-    import sqlite3
 
     path = tmp_path / "old.db"
     old = sqlite3.connect(path, isolation_level=None)
