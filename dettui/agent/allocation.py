@@ -17,7 +17,7 @@ from typing import Any
 
 import psutil
 
-from dettui import context, paths, retry
+from dettui import context, lifeline, paths, retry
 from dettui.agent import logship, process, sandbox, spool
 from dettui.client import Client
 from dettui.errors import ContextError, DettuiError, MasterUnreachable
@@ -137,10 +137,10 @@ class AllocationRun:
         argv = self._argv()
         env = self._env()
         # The parent-death signal through setpriv rather than a preexec_fn keeps the spawn a
-        # vfork (see process.pdeathsig_prefix); a program exec cannot find keeps the old way,
+        # vfork (see lifeline.pdeathsig_prefix); a program exec cannot find keeps the old way,
         # so that it still fails to spawn instead of exiting 127.
         found = _runnable(argv[0], self.workdir, env["PATH"])
-        prefix = process.pdeathsig_prefix() if found else ()
+        prefix = lifeline.pdeathsig_prefix() if found else ()
         support = sandbox.probe()
         if found:
             argv = sandbox.wrap(support, argv, self.workdir, self.hidden, self._kept(env))
@@ -149,7 +149,7 @@ class AllocationRun:
         self.proc = await asyncio.create_subprocess_exec(
             *prefix, *argv, cwd=self.workdir, env=env, stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-            start_new_session=True, preexec_fn=None if prefix else process.die_with_parent,
+            start_new_session=True, preexec_fn=None if prefix else lifeline.die_with_parent,
         )
         self.own_pids.add(self.proc.pid)
         log.info("allocation %s started pid %d: %s", self.id, self.proc.pid, argv)

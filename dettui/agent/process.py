@@ -10,12 +10,9 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import functools
 import logging
 import os
-import shutil
 import signal
-import subprocess
 import sys
 import time
 from collections.abc import Iterable
@@ -28,29 +25,6 @@ MARK = "DETTUI_ALLOCATION_ID"
 AGENT_MARK = "DETTUI_AGENT_ID"
 INSTANCE_MARK = "DETTUI_AGENT_INSTANCE"  # "<pid>:<start time>" of the agent process
 TEST_MARK = "DETTUI_TEST_RUN"  # set by a test run on what it starts, passed down to trials
-PR_SET_PDEATHSIG = 1
-
-
-def die_with_parent() -> None:
-    """In a child before exec: get SIGKILL if the agent dies (even by SIGKILL)."""
-    with contextlib.suppress(OSError):
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-
-
-@functools.cache
-def pdeathsig_prefix() -> tuple[str, ...]:
-    """`setpriv --pdeathsig KILL --` if this machine's setpriv has it (util-linux >= 2.33), else
-    (): the guarantee of `die_with_parent` without a `preexec_fn`, which makes subprocess fork()
-    the whole agent (~10 ms at 60 MB, blocking the event loop) instead of vfork() (~0.3 ms)."""
-    setpriv = shutil.which("setpriv")
-    if setpriv is None or not shutil.which("true"):
-        return ()
-    try:
-        probe = subprocess.run([setpriv, "--pdeathsig", "KILL", "--", "true"], timeout=10,
-                               stdin=subprocess.DEVNULL, capture_output=True)
-    except (OSError, subprocess.SubprocessError):
-        return ()
-    return (setpriv, "--pdeathsig", "KILL", "--") if probe.returncode == 0 else ()
 
 
 def instance() -> str:

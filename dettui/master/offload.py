@@ -16,6 +16,7 @@ import atexit
 import contextlib
 import functools
 import logging
+import os
 import pickle
 import queue
 import subprocess
@@ -25,6 +26,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
+from dettui import lifeline
 from dettui.errors import TooLarge
 from dettui.master.worker import read_frame, write_chunks, write_frame
 
@@ -83,7 +85,8 @@ def warm_up(*modules: str) -> None:
 class _Worker:
     def __init__(self, modules: tuple[str, ...]) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "dettui.master.worker", *modules],
+            [*lifeline.pdeathsig_prefix(), sys.executable, "-m", "dettui.master.worker",
+             str(os.getpid()), *modules],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             # a terminal may hold the dashboard: nothing of the worker's may reach it
             stderr=subprocess.DEVNULL if _tty(sys.stderr) else None)

@@ -3,24 +3,27 @@ by `offload.isolated`, one at a time, so that they hold this process's GIL, not 
 
 Frames on stdin and stdout: an 8-byte big-endian length, then a pickle. A request is
 `(function, args, kwargs)`; the answer `(True, result)` or `(False, exception)`. The worker dies
-with the master: PR_SET_PDEATHSIG first thing, and it exits when its stdin closes.
+with the master: its parent-death signal is armed before Python starts (`setpriv`, see
+`dettui.lifeline`) or first thing here, after which a worker whose master died already ends at
+once; and it exits when its stdin closes. Arguments: the master's pid, then modules to import.
 """
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
-import signal
+import os
+import sys
 
 if __name__ == "__main__":  # as the worker: armed before anything else is imported
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    from dettui.lifeline import die_with_parent, orphaned
+
+    die_with_parent()
+    if len(sys.argv) < 2 or not sys.argv[1].isdigit() or orphaned(int(sys.argv[1])):
+        os._exit(0)  # the master died before the signal was armed
 
 import importlib  # noqa: E402
-import os  # noqa: E402
 import pickle  # noqa: E402
+import signal  # noqa: E402
 import struct  # noqa: E402
-import sys  # noqa: E402
 from typing import BinaryIO  # noqa: E402
 
 HEADER = struct.Struct(">Q")
@@ -69,7 +72,7 @@ def answer(request: bytes, stdin: BinaryIO) -> bytes:
 
 def main() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the master's to handle
-    for name in sys.argv[1:]:
+    for name in sys.argv[2:]:
         importlib.import_module(name)
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr  # nothing else may write into the frames

@@ -11,6 +11,7 @@ import time
 import psutil
 import pytest
 
+from dettui import lifeline
 from dettui.agent import process
 
 
@@ -126,7 +127,7 @@ def test_a_live_agent_with_the_same_id_keeps_its_processes() -> None:
 def test_the_pdeathsig_prefix_ends_the_child_when_its_parent_is_killed() -> None:
     """The agent starts entrypoints through it (a vfork, not a fork of the whole agent); what it
     starts must still die with the agent, even by SIGKILL."""
-    prefix = process.pdeathsig_prefix()
+    prefix = lifeline.pdeathsig_prefix()
     if not prefix:
         pytest.skip("no setpriv with --pdeathsig on this machine")
     code = ("import subprocess\n"

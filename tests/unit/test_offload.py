@@ -41,3 +41,18 @@ async def test_a_body_goes_down_in_its_chunks_and_arrives_whole() -> None:
         await offload.isolated_body(checkpoint_uuid, [b"body"], "uuid")
     for _ in range(offload.PROCESSES + 1):  # every worker is still in step with its pipe
         assert await offload.isolated(sorted, [2, 1]) == [1, 2]
+
+
+def test_a_worker_whose_master_died_before_it_started_ends_at_once() -> None:
+    """The parent-death signal cannot reach a worker whose master died before it was armed:
+    the worker sees that its parent is not the master it was started for, and ends."""
+    import subprocess
+    import sys
+    import time
+
+    started = time.monotonic()
+    dead_master = "1"  # not this worker's parent: as if the master had died and left it to init
+    done = subprocess.run([sys.executable, "-m", "dettui.master.worker", dead_master, "json"],
+                          stdin=subprocess.PIPE, capture_output=True, timeout=30)
+    assert done.returncode == 0 and done.stdout == b""  # it never said "ready"
+    assert time.monotonic() - started < 10
