@@ -25,7 +25,13 @@ def _parser() -> argparse.ArgumentParser:
                    "http://127.0.0.1:8080)")
     p.add_argument("-u", "--user", help="user to act as (default: the logged-in user)")
     p.add_argument("--version", action="version", version=f"dettui {__version__}")
-    p.add_argument("--state-dir", type=Path, help="state directory of the embedded master")
+    p.add_argument("--state-dir", type=Path, help="state directory of the dashboard's master "
+                   "(one master per state dir: a running one is attached to, else one is "
+                   "started in the background)")
+    p.add_argument("--port", type=int, default=8080, help="port of the master the dashboard "
+                   "starts (default 8080, a free one if that is taken; 0: any free one)")
+    p.add_argument("--agent-slots", type=_slots, metavar="N", help="CPU slots of the local "
+                   "agent the dashboard starts when no GPU is found (default: one per core)")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     _serve_args(sub.add_parser("serve", help="run the master headless (plus a local agent)"))
     _agent_args(sub.add_parser("agent", help="run an agent, or list agents"))
@@ -53,7 +59,43 @@ def _parser() -> argparse.ArgumentParser:
                                                  "admin)")
     up.add_argument("username", nargs="?", help="(default: you)")
     up.add_argument("--password", help="(default: prompt)")
+    for parser in _subparsers(p):
+        if parser.prog != "dettui serve":
+            _connection_args(parser)
     return p
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    """Every parser below `parser` (each once, whatever its aliases)."""
+    found: dict[int, argparse.ArgumentParser] = {}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                if id(child) not in found:
+                    found[id(child)] = child
+                    for below in _subparsers(child):
+                        found.setdefault(id(below), below)
+    return list(found.values())
+
+
+def _connection_args(parser: argparse.ArgumentParser) -> None:
+    """-m/--master and -u/--user after a subcommand too (`dettui e list -m URL`); given there,
+    they win over the ones before it."""
+    parser.add_argument("-m", "--master", default=argparse.SUPPRESS,
+                        help="master URL (default: $DET_MASTER or http://127.0.0.1:8080)")
+    parser.add_argument("-u", "--user", default=argparse.SUPPRESS,
+                        help="user to act as, this once (default: the logged-in user)")
+
+
+def _slots(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= 4096:
+        raise argparse.ArgumentTypeError(f"expected a number of slots from 1 to 4096, got "
+                                         f"{text!r}")
+    return value
 
 
 def _job_args(sub: Any) -> None:
@@ -93,8 +135,14 @@ def _serve_args(s: argparse.ArgumentParser) -> None:
     s.add_argument("--preemption", action="store_true",
                    help="let urgent jobs preempt running lower-priority trials")
     s.add_argument("--no-agent", action="store_true", help="do not start a local agent")
-    s.add_argument("--agent-slots", type=int, default=1, help="CPU slots of the local agent "
-                   "when no GPU is found (default 1)")
+    s.add_argument("--agent-slots", type=_slots, metavar="N", help="CPU slots of the local "
+                   "agent when no GPU is found (default: one per core)")
+    s.add_argument("--stop", action="store_true", help="stop the master running on the state "
+                   "dir: its running trials checkpoint and stop first, then it exits")
+    s.add_argument("--stop-timeout", type=_seconds, default=60.0, metavar="SECONDS",
+                   help="on --stop, how long running trials get to checkpoint and stop before "
+                   "they are killed (default 60)")
+    s.add_argument("--background", action="store_true", help=argparse.SUPPRESS)
     s.add_argument("--agent-timeout", type=_seconds, metavar="SECONDS",
                    help="silence after which an agent counts as lost and its trials are "
                    "requeued (default 20; the master's own stalls do not count)")
@@ -252,7 +300,10 @@ def _job_action(args: argparse.Namespace) -> Callable[[api.Client], Awaitable[An
 def _run(args: argparse.Namespace) -> int:
     from dettui.commands import runtime, user
 
+    if args.command == "serve" and args.stop:
+        return runtime.stop_master(args.state_dir or _default_state_dir())
     if args.command == "serve":
+        from dettui import statedir
         from dettui.master import settings as ms
 
         cfg = ms.load_master_config(args.master_config) if args.master_config else (
@@ -262,8 +313,10 @@ def _run(args: argparse.Namespace) -> int:
                               agent_timeout=args.agent_timeout)
         kw.setdefault("state_dir", _default_state_dir())
         settings = ms.MasterSettings(**kw)
-        asyncio.run(runtime.serve(settings, agent=not args.no_agent,
-                                  agent_slots=args.agent_slots))
+        asyncio.run(runtime.serve(
+            settings, agent=not args.no_agent, agent_slots=args.agent_slots,
+            mode=statedir.BACKGROUND if args.background else statedir.SERVE,
+            drain_seconds=args.stop_timeout))
         return 0
     if args.command == "agent" and not args.action:
         from dettui.agent.agent import AgentOptions
@@ -295,9 +348,18 @@ def _default_state_dir() -> Path:
 
 
 def die(message: str, title: str = "Error") -> int:
+    """One red line on stderr (the terminal wraps it, never mid-word by us); the message is
+    plain text, never markup. A message that starts with its title is not prefixed again."""
+    from rich.text import Text
+
     from dettui.commands.output import err_console
 
-    err_console.print(f"[bold red]{title}:[/] {message}", markup=True, highlight=False)
+    if message.casefold().startswith(title.casefold()):
+        line = Text(message[:1].upper() + message[1:])
+        line.stylize("bold red", 0, len(title))
+    else:
+        line = Text.assemble((f"{title}:", "bold red"), " ", message)
+    err_console.print(line, soft_wrap=True, highlight=False)
     return 1
 
 

@@ -130,6 +130,18 @@ class MasterUnreachable(DettuiError):
     http_status = 503
 
 
+class AddressInUse(DettuiError):
+    """The master's port is taken by another process."""
+
+    title = "Port in use"
+
+
+class MasterRunning(Conflict):
+    """A master already runs on this state dir."""
+
+    title = "Master already running"
+
+
 _BY_STATUS: dict[int, type[DettuiError]] = {
     400: InvalidArgument,
     401: Unauthenticated,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import socket
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,19 +42,30 @@ class AgentOptions:
     master_url: str
     agent_id: str
     pool: str = "default"
-    cpu_slots: int = 1
+    cpu_slots: int | None = 1  # None: one per CPU core
     work_root: Path = Path("agent-work")
     token: str | None = None
     address: str | None = None  # what peers use to reach this machine (rendezvous)
     hidden: tuple[Path, ...] = ()  # paths trials must not read (besides the work root)
 
 
-def discover_slots(cpu_slots: int) -> tuple[list[dict[str, Any]], str | None]:
-    """One slot per NVIDIA GPU; else `cpu_slots` CPU slots and a note saying why."""
+def cpu_cores() -> int:
+    """The cores this process may run on."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def discover_slots(cpu_slots: int | None) -> tuple[list[dict[str, Any]], str | None]:
+    """One slot per NVIDIA GPU; else `cpu_slots` CPU slots (None: one per core) and a note
+    saying why."""
     gpus, why = telemetry.detect_gpus()
     if gpus:
         return [{"id": g.index, "type": "cuda", "uuid": g.uuid, "brand": g.name}
                 for g in gpus], None
+    if cpu_slots is None:
+        cpu_slots = cpu_cores()
     slots = [{"id": i, "type": "cpu", "uuid": None, "brand": "cpu"} for i in range(cpu_slots)]
     return slots, f"{why}; offering {cpu_slots} CPU slot{'s' if cpu_slots != 1 else ''}"
 

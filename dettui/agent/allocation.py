@@ -172,6 +172,9 @@ class AllocationRun:
             self.own_pids.discard(self.proc.pid)
         self.exit_code = code if code >= 0 else 128 - code
         self.reason = "" if code == 0 else ("error" if code > 0 else f"signal {-code}")
+        if code and not self.killed:  # the line a user looks for when a trial dies at once
+            self._system_line(f"the entrypoint exited with code {code}" if code > 0
+                              else f"the entrypoint was ended by signal {-code}")
 
     def _kept(self, env: dict[str, str]) -> list[Path]:
         """What the trial needs of the hidden paths: its work dir and checkpoint storage."""

@@ -23,7 +23,9 @@ async def job_list(c: Client, *, pool: str | None, as_json: bool) -> None:
         ahead = j["summary"]["jobsAhead"]
         name = f"{j['name']} ({j['entityId']})" if j["type"] == "TYPE_EXPERIMENT" else j["name"]
         state = j["summary"]["state"]
-        if j.get("unschedulableReason"):
+        if j.get("experimentState") not in (None, "STATE_ACTIVE"):
+            state = j["experimentState"]  # PAUSED, STOPPING_CANCELED: more than QUEUED/SCHEDULED
+        elif j.get("unschedulableReason"):
             state += f" ({j['unschedulableReason']})"
         rows.append((ahead if ahead >= 0 else "N/A", j["jobId"][:8], j["type"], name,
                      j["priority"] if priority else j["weight"], output.when(j["submissionTime"]),

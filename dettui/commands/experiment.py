@@ -37,7 +37,7 @@ def _load(path: Path, overrides: list[str]) -> tuple[str, Any]:
             text = yaml.safe_dump(apply_overrides(data, overrides), sort_keys=False)
     cfg = load_config(text, source=str(path), managed=True)
     for warning in getattr(cfg, "warnings", []):
-        output.err_console.print(f"[yellow]warning:[/] {warning}")
+        output.warn(str(warning))
     return text, cfg
 
 
@@ -94,7 +94,7 @@ async def _dry_run(c: Client, cfg: Any, files: list[dict[str, Any]]) -> int:
                   for a in await c.agents()
                   if a.get("enabled", True) and pool in (a.get("resourcePools") or [pool])]
     except DettuiError as exc:
-        output.err_console.print(f"[yellow]warning:[/] no agent list ({exc}); planning alone")
+        output.warn(f"no agent list ({exc}); planning alone")
         agents = []
     seed = int((conf.get("reproducibility") or {}).get("experiment_seed") or 0)
     try:
@@ -135,7 +135,8 @@ async def list_(c: Client, *, show_all: bool, as_json: bool) -> None:
         output.print_json(exps)
         return
     rows = [(e["id"], e["username"], e["name"], output.state(e["state"]),
-             f"{(e.get('progress') or 0) * 100:.0f}%" if e.get("progress") is not None else "",
+             f"{(e.get('progress') or 0) * 100:.0f}%" if e.get("progress") is not None
+             and output.state(e["state"]) not in ("ERROR", "CANCELED") else "",
              e["numTrials"], output.when(e["startTime"]), output.when(e.get("endTime")),
              e.get("resourcePool", "")) for e in exps]
     output.table(None, ["ID", "Owner", "Name", "State", "Progress", "Trials", "Start Time",
@@ -211,6 +212,12 @@ def _size(ck: dict[str, Any]) -> str:
 
 
 async def action(c: Client, exp_id: int, verb: str) -> None:
+    if verb in ("pause", "activate", "cancel", "kill"):
+        state = output.state((await c.experiment(exp_id)).get("state"))
+        if state in ("COMPLETED", "CANCELED", "ERROR", "DELETED"):
+            output.console.print(f"Experiment {exp_id} has already ended ({state}): nothing to "
+                                 f"{verb}")
+            return
     try:
         await c.experiment_action(exp_id, verb)
     except DettuiError as exc:

@@ -13,9 +13,15 @@ from rich.table import Table
 from rich.text import Text
 
 # Piped output keeps whole rows (ids, uuids) on one line instead of folding at 80 columns.
-console = Console(highlight=False, soft_wrap=False,
+# Neither console reads markup: what they print carries names, paths and messages of users.
+console = Console(highlight=False, soft_wrap=False, markup=False,
                   width=None if sys.stdout.isatty() else 240)
-err_console = Console(stderr=True, highlight=False)
+# Messages are lines the terminal wraps, never broken mid-sentence by us.
+err_console = Console(stderr=True, highlight=False, markup=False, soft_wrap=True)
+
+
+def warn(message: str) -> None:
+    err_console.print(Text.assemble(("warning:", "yellow"), " ", message))
 
 
 def print_json(data: Any) -> None:

@@ -4,16 +4,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
+import os
 import signal
 import socket
+import time
+from dataclasses import replace
 from pathlib import Path
 
 from aiohttp import web
 
 from dettui import client as api
+from dettui import statedir
 from dettui.agent.agent import Agent, AgentOptions
-from dettui.errors import InvalidArgument
+from dettui.errors import AddressInUse, InvalidArgument, MasterRunning, Unavailable
 from dettui.master import keys
 from dettui.master.app import start_master
 from dettui.master.settings import MasterSettings
@@ -22,19 +27,46 @@ from dettui.master.store import credentials
 log = logging.getLogger("dettui")
 
 
-def _on_signals(stop: asyncio.Event) -> None:
+DRAIN_SECONDS = 60.0  # how long running trials get to checkpoint and stop on `serve --stop`
+
+
+def _on_signals(stop: asyncio.Event, drain: asyncio.Event | None = None) -> None:
+    """SIGINT and SIGTERM stop at once; SIGUSR1 (sent by `dettui serve --stop` and the
+    dashboard's "stop everything") lets running trials checkpoint and stop first."""
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.set)
+    if drain is not None:
+        def graceful() -> None:
+            drain.set()
+            stop.set()
+        loop.add_signal_handler(signal.SIGUSR1, graceful)
 
 
-async def serve(settings: MasterSettings, *, agent: bool, agent_slots: int,
-                agent_pool: str | None = None) -> None:
-    runner, url = await start_master(settings)
+async def serve(settings: MasterSettings, *, agent: bool, agent_slots: int | None,
+                agent_pool: str | None = None, mode: str = statedir.SERVE,
+                drain_seconds: float = DRAIN_SECONDS) -> None:
+    """The master (and a local agent) until a signal; one per state dir. `mode` BACKGROUND:
+    started by a dashboard, so a busy port 8080 falls back to a free one."""
+    lock = statedir.StateLock(settings.state_dir)
+    if not lock.acquire():
+        raise _running(settings.state_dir)
+    try:
+        await _serve_locked(settings, lock, agent=agent, agent_slots=agent_slots,
+                            agent_pool=agent_pool, mode=mode, drain_seconds=drain_seconds)
+    finally:
+        lock.release()
+
+
+async def _serve_locked(settings: MasterSettings, lock: statedir.StateLock, *, agent: bool,
+                        agent_slots: int | None, agent_pool: str | None, mode: str,
+                        drain_seconds: float) -> None:
+    runner, url = await listen(settings, any_port=mode == statedir.BACKGROUND)
+    lock.publish(url, mode)
     print(f"dettui master listening on {url} (state in {settings.state_dir})", flush=True)
-    stop = asyncio.Event()
-    _on_signals(stop)
+    stop, drain = asyncio.Event(), asyncio.Event()
+    _on_signals(stop, drain)
     local: Agent | None = None
     agent_task = None
     if agent:
@@ -43,6 +75,9 @@ async def serve(settings: MasterSettings, *, agent: bool, agent_slots: int,
         agent_task = asyncio.create_task(local.run())
     try:
         await stop.wait()
+        if drain.is_set():
+            n = await runner.app[keys.CLUSTER].drain(drain_seconds)
+            log.info("stopped on request; %d running trial(s) checkpointed and requeued", n)
     finally:
         if local is not None and agent_task is not None:
             local.stop()
@@ -52,8 +87,75 @@ async def serve(settings: MasterSettings, *, agent: bool, agent_slots: int,
         await runner.cleanup()
 
 
-async def embedded_agent(runner: web.AppRunner, url: str, settings: MasterSettings, slots: int,
-                         pool: str) -> Agent:
+def _running(state_dir: Path) -> MasterRunning:
+    found = statedir.holder(state_dir, wait=3.0)
+    if found is None:
+        return MasterRunning(f"another master is starting on {state_dir}; try again in a moment")
+    return MasterRunning(
+        f"a master already runs on {state_dir}: {found.url} (pid {found.pid}). `dettui "
+        f"--state-dir {state_dir}` attaches to it; `dettui serve --stop --state-dir "
+        f"{state_dir}` stops it.")
+
+
+async def listen(settings: MasterSettings, *, any_port: bool = False) -> tuple[web.AppRunner,
+                                                                                str]:
+    """Start the master; a busy port is an error naming the process that holds it (when it can
+    be known), or with `any_port`, a reason to take a free one instead."""
+    try:
+        return await start_master(settings)
+    except OSError as exc:
+        if exc.errno != errno.EADDRINUSE:
+            raise
+        if any_port and settings.port != 0:
+            return await start_master(replace(settings, port=0))
+        who = port_holder(settings.port)
+        raise AddressInUse(
+            f"cannot listen on {settings.host}:{settings.port}: the port is in use"
+            + (f" by {who}" if who else "") + "; pick another with --port (0: any free one)"
+        ) from exc
+
+
+def port_holder(port: int) -> str | None:
+    """`name (pid N)` of the process listening on `port`, if this user may see it."""
+    import psutil
+
+    try:
+        conns = psutil.net_connections(kind="inet")
+    except (psutil.Error, OSError):
+        return None
+    for conn in conns:
+        if conn.status == psutil.CONN_LISTEN and conn.laddr and conn.laddr.port == port \
+                and conn.pid:
+            try:
+                name = " ".join(psutil.Process(conn.pid).cmdline()[:3]) or str(conn.pid)
+            except psutil.Error:
+                name = "a process"
+            return f"{name} (pid {conn.pid})"
+    return None
+
+
+def stop_master(state_dir: Path, timeout: float = DRAIN_SECONDS + 60) -> int:
+    """`dettui serve --stop`: ask the master of `state_dir` to let its running trials
+    checkpoint and stop, then to exit; wait until it has."""
+    found = statedir.holder(state_dir)
+    if found is None:
+        print(f"no master runs on {state_dir}")
+        return 0
+    print(f"stopping the master at {found.url} (pid {found.pid}): running trials checkpoint "
+          "and stop first", flush=True)
+    os.kill(found.pid, signal.SIGUSR1)
+    deadline = time.monotonic() + timeout
+    while statedir.holder(state_dir, wait=0) is not None:
+        if time.monotonic() > deadline:
+            raise Unavailable(f"the master (pid {found.pid}) did not stop in {timeout:.0f} s; "
+                              f"`kill {found.pid}` stops it at once")
+        time.sleep(0.2)
+    print("the master has stopped")
+    return 0
+
+
+async def embedded_agent(runner: web.AppRunner, url: str, settings: MasterSettings,
+                         slots: int | None, pool: str) -> Agent:
     """The local agent started inside `dettui serve`, with a credential of its own issued in
     the master's process (bound to its id at once)."""
     db = runner.app[keys.DB]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dettui.client import Client
 from dettui.commands import output
+from dettui.errors import InvalidArgument
 
 
 async def follow_logs(c: Client, trial_id: int, *, follow: bool = True,
@@ -39,11 +40,28 @@ def _emit(item: dict[str, object], as_json: bool) -> None:
 
 async def logs(c: Client, trial_id: int, *, follow: bool, ranks: list[int] | None,
                tail: int | None, as_json: bool) -> None:
-    await c.trial(trial_id)
+    t = await c.trial(trial_id)
+    if ranks:
+        ranks = await _ranks(c, t, ranks)
     await follow_logs(c, trial_id, follow=follow, ranks=ranks, tail=tail, as_json=as_json)
     if follow and not as_json:
         output.err_console.print(
             f"Trial log stream ended. To reopen log stream, run: dettui trial logs -f {trial_id}")
+
+
+async def _ranks(c: Client, trial: dict[str, object], ranks: list[int]) -> list[int] | None:
+    """The ranks to ask for. A one-slot trial's lines carry no rank: its rank 0 is all of
+    them. A rank the trial does not have is an error, not an empty listing."""
+    exp = await c.experiment(int(str(trial["experimentId"])))
+    slots = int(((exp.get("config") or {}).get("resources") or {}).get("slots_per_trial", 1))
+    slots = max(slots, 1)
+    wrong = sorted({r for r in ranks if not 0 <= r < slots})
+    if wrong:
+        have = "its only rank is 0" if slots == 1 else f"its ranks are 0 to {slots - 1}"
+        raise InvalidArgument(f"trial {trial['id']} runs on {slots} slot"
+                              f"{'s' if slots != 1 else ''}: {have}; rank "
+                              f"{', '.join(map(str, wrong))} has no logs")
+    return None if slots <= 1 else ranks
 
 
 async def describe(c: Client, trial_id: int, *, as_json: bool) -> None:

@@ -47,6 +47,7 @@ def experiment(e: Experiment) -> dict[str, Any]:
         "checkpointSize": "0",
         "checkpointCount": 0,
         "searcherMetric": (e.config.get("searcher") or {}).get("metric"),
+        "bestTrialSearcherMetric": e.best,
     }
 
 

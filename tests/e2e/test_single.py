@@ -44,6 +44,18 @@ def test_sample_experiment_runs_end_to_end(served: Served) -> None:
     assert metrics and metrics[-1]["metrics"]["avgMetrics"]["validation_loss"] >= 0
     listed = served.cli("e", "list").stdout
     assert "COMPLETED" in listed
+    # The best searcher metric is in the experiment lists (the dashboard's Best column).
+    best = min(m["metrics"]["avgMetrics"]["validation_loss"] for m in metrics)
+    exp = served.api("GET", "/api/v1/experiments")["experiments"][0]
+    assert exp["bestTrialSearcherMetric"] == pytest.approx(best)
+    # A one-slot trial's rank 0 is all of its lines; a rank it does not have is an error.
+    assert served.cli("t", "logs", "1", "--rank", "0").stdout == logs
+    wrong = served.cli("t", "logs", "1", "--rank", "1", check=False)
+    assert wrong.returncode == 1 and wrong.stderr.count("\n") == 1, wrong.stderr
+    assert "its only rank is 0" in wrong.stderr
+    # Killing an experiment that has ended does nothing, and says so.
+    killed = served.cli("e", "kill", "1")
+    assert "already ended (COMPLETED): nothing to kill" in killed.stdout
 
 
 def write_ctx(tmp_path: Path, config: str, files: dict[str, str]) -> tuple[Path, Path]:
@@ -73,6 +85,9 @@ def test_failing_trial_errors_after_max_restarts(served: Served, tmp_path: Path)
     assert len(trial["allocationIds"]) == 2
     logs = served.cli("t", "logs", "1").stdout
     assert "attempt 1" in logs and "attempt 2" in logs and "attempt 3" not in logs
+    assert logs.count("the entrypoint exited with code 3") == 2, logs
+    listed = served.cli("e", "list").stdout  # no 100 % for work that failed
+    assert "ERROR" in listed and "100%" not in listed, listed
 
 
 def test_kill_ends_the_whole_process_tree(served: Served, tmp_path: Path) -> None:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+import time
 
 from dettui.master.cluster.agents import Agents
 from dettui.master.cluster.allocations import Allocations
@@ -18,8 +20,10 @@ from dettui.master.cluster.scheduling import Scheduling
 from dettui.master.events import Notifier
 from dettui.master.settings import MasterSettings
 from dettui.master.store import Database
+from dettui.master.store import trials as trial_store
 
 __all__ = ["AgentLink", "Cluster"]
+log = logging.getLogger("dettui.master.cluster")
 
 
 class Cluster:
@@ -50,3 +54,32 @@ class Cluster:
 
     def kick(self) -> None:
         self.hub.kick()
+
+    async def drain(self, timeout: float) -> int:
+        """Before the master stops on request: no allocation starts any more, every running one
+        is asked to checkpoint and stop (preemption, on every agent), and what is still running
+        after `timeout` seconds is killed. The trials go back to the queue and resume from
+        their checkpoints when a master runs again. Returns how many were running."""
+        self.hub.draining = True
+        live = await self.hub.db.run(trial_store.live_allocations)
+        for alloc in live:
+            if not alloc.preempt_requested:
+                await self.allocations.preempt(alloc.id)
+        if live:
+            log.info("stopping: %d allocation(s) asked to checkpoint and stop", len(live))
+        if not await self._until_idle(timeout):
+            for alloc in await self.hub.db.run(trial_store.live_allocations):
+                log.warning("stopping: allocation %s did not stop in %.0f s; killing it",
+                            alloc.id, timeout)
+                if not alloc.kill_requested:
+                    await self.allocations.kill(alloc, "the master is stopping")
+            await self._until_idle(15.0)
+        return len(live)
+
+    async def _until_idle(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while await self.hub.db.run(trial_store.live_allocations):
+            if time.monotonic() > deadline:
+                return False
+            await asyncio.sleep(0.2)
+        return True

@@ -126,6 +126,7 @@ class Allocations:
         """Feed a validation to the searcher; the searcher's complaint, if any."""
         outcome, ended = await self.db.run(exits.validation, trial_id, steps, metrics)
         trial = await self.db.run(trial_store.get, trial_id)
+        self.hub.notify("experiments")  # its best value and progress may have moved
         self.searcher_effects(trial.experiment_id, outcome)
         await self.ended(ended)
         return outcome.error

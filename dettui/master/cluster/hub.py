@@ -32,6 +32,7 @@ class Hub:
     # started by backfilling (in memory: after a restart they show as plainly scheduled)
     unschedulable: dict[int, str] = field(default_factory=dict)  # trial -> why it waits
     kicked: asyncio.Event = field(default_factory=asyncio.Event)
+    draining: bool = False  # the master is stopping: no allocation starts any more
 
     def kick(self) -> None:
         """Ask for a scheduling pass soon."""

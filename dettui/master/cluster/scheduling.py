@@ -44,6 +44,8 @@ class Scheduling:
             await asyncio.sleep(0.01)
 
     async def once(self) -> None:
+        if self.hub.draining:
+            return
         pending = await self.db.run(trial_store.pending)
         live = await self.db.run(trial_store.live_allocations)
         if not pending and not live:

@@ -26,6 +26,18 @@ SELECT = (  # every column a record needs, by name: never the context (its own t
     "(SELECT COUNT(*) FROM trials t WHERE t.experiment_id = e.id) AS num_trials "
     "FROM experiments e JOIN users u ON u.id = e.owner_id"
 )
+# The searcher metric of one validation report, when it is a number (a metric name with a
+# double quote cannot be a JSON path: such experiments show no best value).
+_METRIC = "json_extract(e.config, '$.searcher.metric')"
+_PATH = f"'$.\"' || {_METRIC} || '\"'"
+_VALUE = (f"CASE WHEN instr({_METRIC}, '\"') = 0 THEN (CASE WHEN typeof(json_extract(m.metrics, "
+          f"{_PATH})) IN ('integer', 'real') THEN json_extract(m.metrics, {_PATH}) END) END")
+_BEST = ("(SELECT CASE WHEN COALESCE(json_extract(e.config, '$.searcher.smaller_is_better'), 1) "
+         f"THEN MIN({_VALUE}) ELSE MAX({_VALUE}) END FROM metrics m JOIN trials t ON "
+         "t.id = m.trial_id WHERE t.experiment_id = e.id AND m.grp = 'validation' AND "
+         "m.archived = 0) AS best")
+# With each experiment's best searcher metric, for the lists and views users read.
+SELECT_BEST = SELECT.replace(" AS num_trials ", f" AS num_trials, {_BEST} ")
 
 
 @dataclass(frozen=True)
@@ -112,7 +124,7 @@ def _trial(conn: sqlite3.Connection, trial_id: int) -> Trial:
 
 
 def get(conn: sqlite3.Connection, exp_id: int) -> Experiment:
-    row = conn.execute(f"{SELECT} WHERE e.id=?", (exp_id,)).fetchone()
+    row = conn.execute(f"{SELECT_BEST} WHERE e.id=?", (exp_id,)).fetchone()
     if row is None:
         raise not_found(exp_id)
     return Experiment.from_row(row)
@@ -142,7 +154,7 @@ def list_(
     if states:
         where.append(f"e.state IN ({','.join('?' * len(states))})")
         args.extend(states)
-    sql = SELECT + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY e.id"
+    sql = SELECT_BEST + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY e.id"
     return [Experiment.from_row(r) for r in conn.execute(sql, args)]
 
 
