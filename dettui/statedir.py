@@ -31,13 +31,19 @@ class Holder:
 
     @property
     def alive(self) -> bool:
+        """The process is there and not a zombie (an exited master its parent has not
+        reaped yet)."""
         try:
             os.kill(self.pid, 0)
         except ProcessLookupError:
             return False
         except PermissionError:
             return True
-        return True
+        try:
+            stat = Path(f"/proc/{self.pid}/stat").read_text()
+        except OSError:
+            return True
+        return stat.rpartition(")")[2].split()[:1] != ["Z"]
 
 
 def _flock(fd: int, how: int) -> bool:

@@ -1,51 +1,42 @@
-"""`dettui` with no command: the dashboard, with an embedded master and local agent unless
-`--master URL` points at a remote one. The dashboard is an API client either way, fed by the
-master's push stream."""
+"""`dettui` with no command: the dashboard. Without `--master` it uses the master of its state
+dir: the one already running there (found through the state dir's lock), else one it starts in
+the background (`dettui serve --background`: its own session, its output in the state dir's
+master.log), so the UI never shares a process with the master and its trials. The dashboard
+is an API client either way, fed by the master's push stream."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import logging
-from collections.abc import Iterator
-from functools import partial
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any, ClassVar
 
 from textual.app import App
 from textual.binding import Binding, BindingType
-from textual.command import Hit, Hits, Provider
+from textual.message import Message
+from textual.worker import WorkerFailed
 
 from dettui import client as api
+from dettui import statedir
+from dettui.errors import DettuiError, MasterUnreachable
 from dettui.screens.cluster import ClusterScreen
 from dettui.screens.experiments import ExperimentsScreen
+from dettui.screens.guard import describe
 from dettui.screens.help import HelpScreen, describe_keys
+from dettui.screens.palette import Actions
 from dettui.screens.queue import QueueScreen
+from dettui.screens.quit import BACKGROUND, STOP, QuitScreen, StoppingScreen, Work, work_of
+from dettui.widgets.safe import clean, plain
 
-
-class Actions(Provider):
-    """The command palette: every key's action on the current screen, and the screens."""
-
-    def _actions(self) -> Iterator[tuple[str, Any]]:
-        app = self.app
-        for name, mode in (("Queue", "queue"), ("Experiments", "experiments"),
-                           ("Cluster", "cluster")):
-            yield f"Go to {name}", partial(app.switch_mode, mode)
-        yield "Help: every key", app.action_help
-        screen = app.screen
-        for binding in getattr(screen, "BINDINGS", []):
-            if isinstance(binding, Binding) and binding.description:
-                yield (f"{type(screen).__name__.removesuffix('Screen')}: "
-                       f"{binding.description} ({binding.key})",
-                       partial(screen.run_action, binding.action))
-
-    async def search(self, query: str) -> Hits:
-        matcher = self.matcher(query)
-        for text, callback in self._actions():
-            score = matcher.match(text)
-            if score > 0:
-                yield Hit(score, matcher.highlight(text), callback, help=text)
+log = logging.getLogger("dettui.dashboard")
+START_SECONDS = 60.0  # for a master started in the background to listen
+STOP_SECONDS = 30.0  # for an idle master to exit on SIGTERM
 
 
 class Dashboard(App[None]):
@@ -55,79 +46,264 @@ class Dashboard(App[None]):
     }
     COMMANDS = App.COMMANDS | {Actions}
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("1", "switch_mode('queue')", "Queue"),
-        Binding("2", "switch_mode('experiments')", "Experiments"),
-        Binding("3", "switch_mode('cluster')", "Cluster"),
+        Binding("1", "section('queue')", "Queue"),
+        Binding("2", "section('experiments')", "Experiments"),
+        Binding("3", "section('cluster')", "Cluster"),
         Binding("question_mark", "help", "Help"),
         Binding("q", "quit", "Quit"),
+        Binding("ctrl+q", "quit", "Quit", show=False),
     ]
 
-    def __init__(self, master: str | None, state_dir: Path) -> None:
+    def __init__(self, master: str, state_dir: Path, *,
+                 local: statedir.Holder | None = None) -> None:
         super().__init__()
         self.master = master
         self.state_dir = state_dir
-        self._runner: Any = None
-        self._agent: Any = None
-        self._agent_task: asyncio.Task[None] | None = None
+        self.local = local  # the master of this state dir, when that is the one used
         self.client: api.Client | None = None
+        self.errors: list[BaseException] = []  # reported, for tests to look at
+        self.failure: DettuiError | None = None  # why the dashboard ended early
+        self.farewell = ""  # printed after the dashboard has left the terminal
+        self._last_error: tuple[str, float] = ("", 0.0)
+        self._hold: statedir.DashboardLock | None = None
+        self.shown_screen: Any = None  # the last section screen shown (toasts stay with it)
 
     async def on_mount(self) -> None:
-        self.client = await self.connect()
+        try:
+            self.client = await self.connect()
+        except DettuiError as exc:
+            self.failure = exc
+            self.exit(return_code=1)
+            return
+        if self.local is not None:
+            self._hold = statedir.DashboardLock(self.state_dir)
         await self.switch_mode("queue")
 
     async def connect(self) -> api.Client:
-        """The API client: to the embedded master (started here) or to `--master URL`."""
-        url = self.master
-        if url is None:
-            url = await self._embed()
-            client = api.Client(url)
-            await client.login("determined", "")
-        else:
-            client = await api.authenticated(url)
-        self.sub_title = url
+        """The API client. On a master of this machine's state dir, as `admin` when its
+        password is empty (the owner of the state dir owns the master); else as the CLI is."""
+        if self.local is not None:
+            client = api.Client(self.master)
+            try:
+                await client.login("admin", "")
+                self.sub_title = f"{self.master} (pid {self.local.pid})"
+                return client
+            except DettuiError:
+                await client.close()
+        client = await api.authenticated(self.master)
+        self.sub_title = self.master
         return client
+
+    def format_title(self, title: str, sub_title: str) -> Any:
+        return super().format_title(clean(title), clean(sub_title))
+
+    # -- errors: a bug in a screen is a toast and a log entry, never the end --------------
+
+    def notify(self, message: str, *, title: str = "", severity: Any = "information",
+               timeout: float | None = None, markup: bool = True) -> None:
+        """Every toast is plain text: messages carry user text (names, paths, log lines)."""
+        super().notify(clean(message, newlines=True), title=clean(title), severity=severity,
+                       timeout=timeout, markup=False)
+
+    def report_error(self, error: BaseException) -> None:
+        if isinstance(error, WorkerFailed):
+            error = error.error
+        self.errors.append(error)
+        log.error("dashboard error (the dashboard goes on)", exc_info=error)
+        text, now = describe(error), time.monotonic()
+        if self._last_error[0] == text and now - self._last_error[1] < 5:
+            return  # the same error again and again: logged, not toasted each time
+        self._last_error = (text, now)
+        self.notify(f"{text}\nThe master and the trials are not affected; details in "
+                    f"{self.state_dir / 'dettui.log'}", title="dashboard error",
+                    severity="error", timeout=10)
+
+    def _handle_exception(self, error: Exception) -> None:
+        if not self.is_running:
+            super()._handle_exception(error)
+            return
+        self.report_error(error)
+
+    async def _dispatch_message(self, message: Message) -> None:
+        try:
+            await super()._dispatch_message(message)
+        except Exception as exc:  # noqa: BLE001 - reported; the app goes on
+            self.report_error(exc)
+
+    # -- navigation and help --------------------------------------------------------------
+
+    async def action_section(self, mode: str) -> None:
+        """Go to a section's own screen (its list), not to whatever was open in it."""
+        if self.current_mode == mode:
+            while len(self.screen_stack) > 1:
+                self.pop_screen()
+            return
+        await self.switch_mode(mode)
+        while len(self.screen_stack) > 1:
+            self.pop_screen()
+
+    def section_shown(self, screen: Any) -> None:
+        """A screen of a section is shown: toasts about another one go."""
+        if screen is not self.shown_screen:
+            if self.shown_screen is not None:
+                self.clear_notifications()
+            self.shown_screen = screen
 
     def action_help(self) -> None:
         from dettui.widgets.rowtable import RowTable
 
         screen = self.screen
+        note = None
+        if any(isinstance(b, Binding) and b.action == "filter"
+               for b in getattr(screen, "BINDINGS", [])):
+            note = plain("Filter (/)\n  any text matches any cell; column:text matches one "
+                         "column,\n  by key or title: state:queued pool:gpu user:alice\n"
+                         "  Escape clears the text, a second Escape closes the box\n",
+                         newlines=True)
         text = describe_keys(
             (f"{type(screen).__name__.removesuffix('Screen')} screen",
              list(getattr(screen, "BINDINGS", []))),
             ("Tables", list(RowTable.BINDINGS)),
-            ("Everywhere", list(self.BINDINGS) + [Binding("ctrl+p", "command_palette",
-                                                          "Command palette: every action")]),
-        )
-        if any(isinstance(b, Binding) and b.action == "filter"
-               for b in getattr(screen, "BINDINGS", [])):
-            text += ("\n[b]Filter[/b] (/)\n  any text matches any cell; column:text matches one "
-                     "column,\n  by key or title: state:queued pool:gpu user:alice\n")
+            ("Everywhere", [b for b in self.BINDINGS if isinstance(b, Binding)
+                            and b.action != "command_palette"]
+             + [Binding("ctrl+p", "command_palette", "Command palette: every action")]),
+            note=note)
         self.push_screen(HelpScreen(text))
 
-    async def _embed(self) -> str:
-        from dettui.commands.runtime import embedded_agent
-        from dettui.master.app import start_master
-        from dettui.master.settings import MasterSettings
+    # -- quitting ---------------------------------------------------------------------------
 
-        settings = MasterSettings(state_dir=self.state_dir, port=8080)
-        try:  # the CLI's default address, so `dettui e create ...` in another shell finds it
-            self._runner, url = await start_master(settings)
-        except OSError:
-            settings = MasterSettings(state_dir=self.state_dir, port=0)
-            self._runner, url = await start_master(settings)
-        self._agent = await embedded_agent(self._runner, url, settings, 1, "default")
-        self._agent_task = asyncio.create_task(self._agent.run())
-        return url
+    async def action_quit(self) -> None:
+        self.run_worker(self._quit(), group="quit", exclusive=True)
+
+    async def _quit(self) -> None:
+        """A master of another kind (`dettui serve`, `--master URL`) goes on as it was. One
+        this dashboard's state dir started in the background stops with the last dashboard
+        when idle; with work running, the user chooses."""
+        local = self.local
+        if local is None or local.mode != statedir.BACKGROUND or self._hold is None:
+            self.exit()
+            return
+        if not self._hold.last():
+            self._hold = statedir.DashboardLock(self.state_dir)
+            self.farewell = (f"The master at {local.url} goes on for the other dashboard(s) "
+                             "attached to it.")
+            self.exit()
+            return
+        try:
+            work = await self.work()
+        except DettuiError as exc:
+            self.notify(exc.message, title="cannot tell what runs", severity="error")
+            work = Work(0, (), 0, 0)
+        if not work.any:
+            await self._stop(signal.SIGTERM, STOP_SECONDS)
+            self.exit()
+            return
+        choice = await self.push_screen_wait(QuitScreen(work, local.url, local.pid))
+        if choice == BACKGROUND:
+            self.farewell = (f"The master goes on in the background at {local.url} "
+                             f"(pid {local.pid}) with {work.summary()}. `dettui --state-dir "
+                             f"{self.state_dir}` attaches to it again; `dettui serve --stop "
+                             f"--state-dir {self.state_dir}` stops it.")
+            self.exit()
+        elif choice == STOP:
+            await self._stop(signal.SIGUSR1, None)
+            self.exit()
+        else:
+            self._hold = statedir.DashboardLock(self.state_dir)
+
+    async def work(self) -> Work:
+        assert self.client is not None
+        tasks = await self.client.request("GET", "/api/v1/tasks")
+        jobs = await self.client.jobs()
+        local_agent = next((a["id"] for a in await self.client.agents()
+                            if str(a["id"]).endswith("-local")), "")
+        return work_of(list(tasks["allocationIdToSummary"].values()), jobs, local_agent)
+
+    async def _stop(self, sig: int, timeout: float | None) -> None:
+        """Signal the local master and wait until it has let go of the state dir, showing how
+        many trials are still running."""
+        assert self.local is not None
+        screen = StoppingScreen()
+        await self.push_screen(screen)
+        try:
+            os.kill(self.local.pid, sig)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + (timeout or 3600.0)
+        while await asyncio.to_thread(statedir.holder, self.state_dir, 0) is not None:
+            if time.monotonic() > deadline:
+                self.farewell = f"The master (pid {self.local.pid}) did not stop in time."
+                return
+            try:
+                running = (await self.work()).running
+                screen.progress(f"Stopping: {running} trial{'s' if running != 1 else ''} "
+                                "still checkpointing and stopping, then the master exits…")
+            except DettuiError:
+                screen.progress("Stopping: the master is exiting…")
+            await asyncio.sleep(0.5)
+        reap()
+        self.farewell = f"The master at {self.local.url} has stopped."
 
     async def on_unmount(self) -> None:
-        if self._agent is not None and self._agent_task is not None:
-            self._agent.stop()
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._agent_task, 20)
         if self.client is not None:
             await self.client.close()
-        if self._runner is not None:
-            await self._runner.cleanup()
+        if self._hold is not None:
+            self._hold.release()
+
+
+# -- starting: find or start the state dir's master --------------------------------------------
+
+_spawned: list[subprocess.Popen[bytes]] = []
+
+
+def reap() -> None:
+    """Collect the exit of a master this process started (so it leaves no zombie)."""
+    for proc in list(_spawned):
+        if proc.poll() is not None:
+            _spawned.remove(proc)
+
+
+def ensure_master(state_dir: Path, *, port: int, slots: int | None) -> statedir.Holder:
+    """The master of `state_dir`: the running one, else one started in the background."""
+    found = statedir.holder(state_dir)
+    if found is not None:
+        return found
+    state_dir.mkdir(parents=True, exist_ok=True)
+    logfile = state_dir / "master.log"
+    cmd = [sys.executable, "-m", "dettui.cli", "serve", "--background", "--state-dir",
+           str(state_dir), "--port", str(port)]
+    if slots is not None:
+        cmd += ["--agent-slots", str(slots)]
+    with open(logfile, "ab") as out:
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+                                start_new_session=True)
+    _spawned.append(proc)
+    deadline = time.monotonic() + START_SECONDS
+    while time.monotonic() < deadline:
+        found = statedir.holder(state_dir, wait=0.2)
+        if found is not None:
+            return found
+        if proc.poll() is not None:
+            found = statedir.holder(state_dir, wait=1.0)  # another dashboard won the race
+            if found is not None:
+                return found
+            raise MasterUnreachable(f"the master did not start (exit code {proc.returncode}): "
+                                    f"{_last_line(logfile)} (all of it in {logfile})")
+        time.sleep(0.1)
+    raise MasterUnreachable(f"the master did not start in {START_SECONDS:.0f} s; see {logfile}")
+
+
+def _last_line(path: Path) -> str:
+    try:
+        lines = [ln for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return ""
+    return lines[-1].strip() if lines else ""
+
+
+async def _probe(url: str) -> None:
+    client = await api.authenticated(url)
+    await client.close()
 
 
 def run_dashboard(args: argparse.Namespace) -> int:
@@ -135,12 +311,24 @@ def run_dashboard(args: argparse.Namespace) -> int:
 
     state_dir = args.state_dir or _default_state_dir()
     _log_to_file(state_dir / "dettui.log")
-    Dashboard(args.master, state_dir).run()
-    return 0
+    local = None
+    if args.master:
+        url = api.master_url(args.master)
+    else:
+        local = ensure_master(state_dir, port=args.port, slots=args.agent_slots)
+        url = local.url
+    asyncio.run(_probe(url))  # an unreachable master is one line on stderr, not a traceback
+    app = Dashboard(url, state_dir, local=local)
+    app.run()
+    if app.failure is not None:
+        raise app.failure
+    if app.farewell:
+        print(app.farewell)
+    return app.return_code or 0
 
 
 def _log_to_file(path: Path) -> None:
-    """The terminal belongs to the dashboard: the master's and agent's logs go to a file."""
+    """The terminal belongs to the dashboard: its log goes to a file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     root = logging.getLogger()
     for handler in list(root.handlers):

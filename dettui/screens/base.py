@@ -3,123 +3,63 @@ notifications, a one-line prompt, and a live feed of one stream topic into a Row
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
 from textual import on
-from textual.app import ComposeResult
-from textual.binding import Binding, BindingType
-from textual.containers import Vertical
-from textual.screen import ModalScreen, Screen
-from textual.widgets import DirectoryTree, Input, Label
+from textual.screen import Screen
+from textual.widgets import Input, Static
 
 from dettui.client import Client
 from dettui.errors import DettuiError
+from dettui.screens.dialogs import ConfirmScreen, PathPrompt, PromptScreen
+from dettui.screens.guard import Guarded
 from dettui.widgets.rowtable import RowTable
+from dettui.widgets.safe import plain
 
 Row = tuple[str, dict[str, Any]]
 
 
-def counted(table: RowTable) -> str:
-    """How many rows are shown: "12", or "3 of 12" when a filter hides some."""
-    if table.row_count == table.total_count:
-        return str(table.total_count)
-    return f"{table.row_count} of {table.total_count}"
+def counted(table: RowTable, noun: str = "") -> str:
+    """How many rows are shown: "12 jobs", "1 job", or "3 of 12 jobs" when a filter hides
+    some."""
+    total = table.total_count
+    word = f" {noun}{'' if total == 1 else 's'}" if noun else ""
+    if table.row_count == total:
+        return f"{total}{word}"
+    return f"{table.row_count} of {total}{word}"
 
 
 def state_text(value: str | None) -> str:
     return (value or "").removeprefix("STATE_")
 
 
-class PromptScreen(ModalScreen[str | None]):
-    """Ask for one value; Enter answers, Escape cancels."""
+def progress_text(state: str | None, progress: object) -> str:
+    """"40%"; nothing for an experiment that ended without completing (its searcher counts
+    failed trials as done, which is not work done)."""
+    if state_text(state) in ("ERROR", "CANCELED") or not isinstance(progress, int | float):
+        return ""
+    return f"{progress * 100:.0f}%"
 
-    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Cancel")]
-    DEFAULT_CSS = """
-    PromptScreen { align: center middle; }
-    PromptScreen > Vertical { width: 70; height: auto; border: thick $accent;
-                              background: $surface; padding: 1 2; }
-    """
 
-    def __init__(self, question: str, value: str = "", placeholder: str = "") -> None:
-        super().__init__()
-        self.question = question
-        self.value = value
-        self.placeholder = placeholder
-
-    def compose(self) -> ComposeResult:
-        with Vertical():
-            yield Label(self.question)
-            yield Input(value=self.value, placeholder=self.placeholder, id="answer")
-
-    @on(Input.Submitted)
-    def _submitted(self, event: Input.Submitted) -> None:
-        self.dismiss(event.value.strip())
-
-    def action_cancel(self) -> None:
-        self.dismiss(None)
-
+ENDED = ("COMPLETED", "CANCELED", "ERROR", "DELETED")
+STOPS = {
+    "cancel": ("Cancel {label}?", "Its running trials are asked to checkpoint and stop, and "
+               "its waiting trials will not start. Checkpoints, logs and metrics are kept; the "
+               "experiment ends CANCELED."),
+    "kill": ("Kill {label}?", "Its running trials are ended at once, without waiting for a "
+             "checkpoint: what they did since their last checkpoint is lost. Checkpoints, logs "
+             "and metrics so far are kept; the experiment ends CANCELED."),
+}
+PAST = {"pause": "paused", "activate": "activated", "cancel": "canceling",
+        "kill": "killing", "archive": "archived", "unarchive": "unarchived"}
 
 FILTER_HINT = ("filter: text in any cell, or column:text (state:queued pool:gpu user:alice); "
-               "Enter applies, Escape clears")
+               "Enter applies, Escape clears, Escape again closes")
 
 
-class _Tree(DirectoryTree):
-    """Directories, and the files `want` accepts; hidden entries and caches left out."""
-
-    def __init__(self, path: Path, want: Callable[[Path], bool], **kw: Any) -> None:
-        super().__init__(path, **kw)
-        self.want = want
-
-    def filter_paths(self, paths: Iterable[Path]) -> Iterable[Path]:
-        return [p for p in paths if not p.name.startswith(".") and p.name != "__pycache__"
-                and (_is_dir(p) or self.want(p))]
-
-
-def _is_dir(path: Path) -> bool:
-    try:
-        return path.is_dir()
-    except OSError:
-        return False
-
-
-class PathPrompt(PromptScreen):
-    """Ask for a path: type it, or pick it in the tree below (Tab moves between them).
-    `files`: pick a file among those `want` accepts; else a directory."""
-
-    DEFAULT_CSS = """
-    PathPrompt > Vertical { height: 80%; }
-    PathPrompt DirectoryTree { height: 1fr; margin-top: 1; }
-    """
-
-    def __init__(self, question: str, value: str, *, files: bool,
-                 want: Callable[[Path], bool] = lambda _: True) -> None:
-        super().__init__(question, value)
-        self.files = files
-        self.want = want if files else (lambda _: False)
-
-    def compose(self) -> ComposeResult:
-        start = Path(self.value or ".").expanduser()
-        root = start if _is_dir(start) else start.parent
-        with Vertical():
-            yield Label(self.question)
-            yield Input(value=self.value, id="answer")
-            yield _Tree(root if _is_dir(root) else Path("."), self.want, id="tree")
-
-    @on(DirectoryTree.FileSelected)
-    def _file(self, event: DirectoryTree.FileSelected) -> None:
-        if self.files:
-            self.query_one("#answer", Input).value = str(event.path)
-            self.query_one("#answer", Input).focus()
-
-    @on(DirectoryTree.DirectorySelected)
-    def _directory(self, event: DirectoryTree.DirectorySelected) -> None:
-        if not self.files:
-            self.query_one("#answer", Input).value = str(event.path)
-
-
-class ApiScreen(Screen[None]):
+class ApiScreen(Guarded, Screen[None]):
     """A screen that talks to the master through the app's client. Its `TABLE` is what the
     sort keys (bound to `sort_next`, `sort_reverse`) and the filter box (`filter_box()` in
     compose, `/` and Escape bound to `filter` and `clear_filter`) act on."""
@@ -137,6 +77,15 @@ class ApiScreen(Screen[None]):
 
     def view_changed(self) -> None:
         """After the table's sort or filter changed (e.g. to retitle the screen)."""
+
+    def on_screen_resume(self) -> None:
+        shown = getattr(self.app, "section_shown", None)
+        if shown is not None:
+            shown(self)
+
+    def show(self, selector: str, *parts: object) -> None:
+        """Put text in a Static: user text included, never read as markup."""
+        self.query_one(selector, Static).update(plain(*parts))
 
     def action_sort_next(self) -> None:
         self.table.cycle_sort()
@@ -161,11 +110,19 @@ class ApiScreen(Screen[None]):
         self.view_changed()
 
     def action_clear_filter(self) -> None:
+        """Escape in the filter box clears its text and stays there (what is typed next goes
+        into the box, never to the table); Escape in an empty box closes it; Escape on the
+        table clears the filter. The cursor stays on the row it was on."""
         box = self.query_one("#filter", Input)
-        box.value = ""
-        box.remove_class("shown")
+        if box.has_focus and box.value:
+            box.value = ""
+        elif box.has_focus:
+            box.remove_class("shown")
+            self.table.focus()
+        else:
+            box.value = ""
+            box.remove_class("shown")
         self.table.set_filter("")
-        self.table.focus()
         self.view_changed()
 
     @property
@@ -180,8 +137,10 @@ class ApiScreen(Screen[None]):
         this before touching widgets (a closing screen loses its children first)."""
         return self.is_attached and not (self._closing or self._closed or self._pruning)
 
-    async def call(self, what: str, fn: Callable[[], Awaitable[Any]]) -> bool:
-        """Run one API action; errors become notifications, never exceptions."""
+    async def call(self, what: str, fn: Callable[[], Awaitable[Any]],
+                   done: str | None = None) -> bool:
+        """Run one API action (`what`: "kill experiment 3"); errors become notifications
+        ("cannot kill experiment 3"), never exceptions; success says `done`."""
         try:
             await fn()
         except DettuiError as exc:
@@ -190,11 +149,30 @@ class ApiScreen(Screen[None]):
         except Exception as exc:  # noqa: BLE001 - a dashboard action must not crash the app
             self.notify(str(exc), title=f"cannot {what}", severity="error")
             return False
-        self.notify(what, timeout=2)
+        self.notify(done or what, timeout=2)
         return True
+
+    async def control(self, exp_id: int, verb: str, name: str = "", state: str = "") -> None:
+        """Pause, activate, cancel or kill an experiment; cancel and kill say what they will
+        do and wait for `y`; on an experiment that has ended they do nothing and say so."""
+        label = f"experiment {exp_id}" + (f" ({name})" if name else "")
+        if verb in STOPS and state in ENDED:
+            self.notify(f"{label} has already ended ({state}): nothing to {verb}",
+                        severity="warning")
+            return
+        if verb in STOPS:
+            question, consequence = STOPS[verb]
+            if not await self.confirm(question.format(label=label), consequence, f"{verb} it"):
+                self.notify(f"{label} left as it was", timeout=2)
+                return
+        await self.call(f"{verb} {label}", lambda: self.client.experiment_action(exp_id, verb),
+                        done=f"{label}: {PAST[verb]}")
 
     async def ask(self, question: str, value: str = "") -> str | None:
         return await self.app.push_screen_wait(PromptScreen(question, value))
+
+    async def confirm(self, question: str, consequence: str, verb: str) -> bool:
+        return bool(await self.app.push_screen_wait(ConfirmScreen(question, consequence, verb)))
 
     async def ask_path(self, question: str, value: str, *, files: bool,
                        want: Callable[[Path], bool] = lambda _: True) -> str | None:

@@ -10,22 +10,24 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
-from textual.widgets import Footer, Header, Static
+from textual.widgets import Header
 
 from dettui.screens.base import ApiScreen, Row
+from dettui.widgets.keybar import KeyBar
 from dettui.widgets.rowtable import Column, RowTable
+from dettui.widgets.safe import Plain
 
-COLUMNS = [
+COLUMNS = [  # priority: the narrower the screen, the sooner the higher numbers go
     Column("id", "Agent", width=16),
-    Column("host", "Host", width=16),
-    Column("pool", "Pool", width=10),
-    Column("slots", "Slots", width=7, align="right"),
+    Column("host", "Host", width=16, priority=5),
+    Column("pool", "Pool", width=10, priority=3),
+    Column("slots", "Slots", width=5, align="right"),
     Column("used", "In use", width=6, align="right"),
-    Column("type", "Type", width=5),
-    Column("cpu", "CPU %", width=6, align="right"),
-    Column("mem", "Memory", width=15, align="right"),
-    Column("enabled", "Enabled", width=8),
-    Column("allocations", "Allocations"),
+    Column("type", "Type", width=5, priority=4),
+    Column("cpu", "CPU %", width=5, align="right", priority=2),
+    Column("mem", "Memory", width=14, align="right", priority=2),
+    Column("enabled", "Enabled", width=13, priority=1),
+    Column("allocations", "Allocations", priority=1),
 ]
 GIB = 1024**3
 
@@ -56,8 +58,8 @@ def spark(values: list[Any], top: float = 100.0) -> str:
     return "".join(cells) or "(no samples yet)"
 
 
-def _spark(values: list[Any]) -> Static:
-    return Static(spark(values), classes="spark")
+def _spark(values: list[Any]) -> Plain:
+    return Plain(spark(values), classes="spark")
 
 
 def agent_rows(agents: list[dict[str, Any]]) -> list[Row]:
@@ -98,11 +100,11 @@ class ClusterScreen(ApiScreen):
 
     def compose(self) -> ComposeResult:
         yield Header()
-        yield Static("Cluster", id="title")
+        yield Plain("Cluster", id="title")
         yield RowTable(COLUMNS, id="agents")
-        yield Static("", classes="section", id="detail-title")
+        yield Plain("", classes="section", id="detail-title")
         yield VerticalScroll(id="detail")
-        yield Footer()
+        yield KeyBar()
 
     def on_mount(self) -> None:
         self.table.focus()
@@ -125,7 +127,7 @@ class ClusterScreen(ApiScreen):
             f"{p['name']}: {p.get('slotsUsed', 0)}/{p.get('slotsAvailable', 0)} slots, "
             + str(p.get("schedulerType", "")).removeprefix("SCHEDULER_TYPE_").lower()
             for p in pools)
-        self.query_one("#title", Static).update(f"Cluster — pools: {text}")
+        self.show("#title", f"Cluster — pools: {text}")
 
     def on_feed(self, topic: str) -> None:
         self.show_detail()
@@ -147,7 +149,7 @@ class ClusterScreen(ApiScreen):
         gpus = tel.get("gpus") or []
         if gpus:
             for gpu in gpus:
-                widgets.append(Static(
+                widgets.append(Plain(
                     f"GPU {gpu.get('index')}{f' ({name})' if (name := gpu.get('name')) else ''}: "
                     f"{_num(gpu.get('util'))}% util, "
                     f"{_gib(gpu.get('memUsed'), gpu.get('memTotal'))}, "
@@ -161,20 +163,20 @@ class ClusterScreen(ApiScreen):
             why = str(agent.get("noGpuReason") or "").removeprefix("no NVIDIA GPU found")
             why = why.strip(" :;") or "NVML found none"
             why = why if why.startswith("(") else f"({why})"
-            widgets.append(Static(f"No NVIDIA GPU on {agent['id']} {why}. CPU and memory come "
+            widgets.append(Plain(f"No NVIDIA GPU on {agent['id']} {why}. CPU and memory come "
                                   "from psutil.", classes="metric"))
         cpu = tel.get("cpuPercent")
-        widgets.append(Static(f"CPU {cpu:.0f}%" if isinstance(cpu, int | float) else "CPU ?",
+        widgets.append(Plain(f"CPU {cpu:.0f}%" if isinstance(cpu, int | float) else "CPU ?",
                               classes="metric"))
         widgets.append(_spark(history.get("cpu") or []))
-        widgets.append(Static(f"Memory {_gib(tel.get('memUsed'), tel.get('memTotal'))}",
+        widgets.append(Plain(f"Memory {_gib(tel.get('memUsed'), tel.get('memTotal'))}",
                               classes="metric"))
         widgets.append(_spark(history.get("mem") or []))
         for alloc_id, usage in sorted((tel.get("allocations") or {}).items()):
-            widgets.append(Static(
+            widgets.append(Plain(
                 f"allocation {alloc_id}: CPU {usage.get('cpuPercent', 0):.0f}%, "
                 f"RSS {usage.get('rss', 0) / 2**20:.0f} MiB", classes="metric"))
-        self.query_one("#detail-title", Static).update(
+        self.show("#detail-title",
             f"{agent['id']}: {row['used']}/{row['slots']} slots in use")
         with self.app.batch_update():
             detail.remove_children()

@@ -9,27 +9,30 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
-from textual.widgets import Footer, Header, Static
+from textual.widgets import Header
 from textual_plotext import PlotextPlot
 
-from dettui.screens.base import ApiScreen, Row, state_text
+from dettui.errors import DettuiError
+from dettui.screens.base import ApiScreen, Row, progress_text, state_text
+from dettui.widgets.keybar import KeyBar
 from dettui.widgets.rowtable import Column, RowTable
+from dettui.widgets.safe import Plain, clean
 
-TRIAL_COLUMNS = [
+TRIAL_COLUMNS = [  # priority: the narrower the screen, the sooner the higher numbers go
     Column("id", "Trial", width=6, align="right"),
     Column("state", "State", width=10),
     Column("steps", "Steps", width=7, align="right"),
-    Column("restarts", "Restarts", width=8, align="right"),
+    Column("restarts", "Restarts", width=8, align="right", priority=3),
     Column("best", "Best", width=10, align="right"),
-    Column("latest", "Latest", width=10, align="right"),
-    Column("hparams", "Hyperparameters"),
+    Column("latest", "Latest", width=10, align="right", priority=2),
+    Column("hparams", "Hyperparameters", priority=1),
 ]
 CKPT_COLUMNS = [
-    Column("trial", "Trial", width=6, align="right"),
-    Column("uuid", "UUID", width=36),
-    Column("steps", "Steps", width=7, align="right"),
-    Column("state", "State", width=10),
-    Column("metric", "Metric", width=10, align="right"),
+    Column("trial", "Trial", width=5, align="right"),
+    Column("uuid", "UUID"),
+    Column("steps", "Steps", width=6, align="right", priority=1),
+    Column("state", "State", width=10, priority=3),
+    Column("metric", "Metric", width=8, align="right", priority=2),
 ]
 
 
@@ -60,8 +63,8 @@ class ExperimentScreen(ApiScreen):
         Binding("g", "toggle_group", "Train/valid"),
         Binding("p", "control('pause')", "Pause"),
         Binding("a", "control('activate')", "Activate"),
-        Binding("c", "control('cancel')", "Cancel"),
-        Binding("x", "control('kill')", "Kill"),
+        Binding("c", "control('cancel')", "Cancel…"),
+        Binding("x", "control('kill')", "Kill…"),
         Binding("s", "sort_next", "Sort"),
     ]
     DEFAULT_CSS = """
@@ -84,14 +87,14 @@ class ExperimentScreen(ApiScreen):
 
     def compose(self) -> ComposeResult:
         yield Header()
-        yield Static(f"Experiment {self.exp_id}", id="title")
+        yield Plain(f"Experiment {self.exp_id}", id="title")
         yield RowTable(TRIAL_COLUMNS, id="trials")
         with Horizontal(id="lower"):
             yield PlotextPlot(id="chart")
             with Vertical(id="ckpts"):
-                yield Static("Checkpoints", classes="section", id="gc")
+                yield Plain("Checkpoints", classes="section", id="gc")
                 yield RowTable(CKPT_COLUMNS, id="checkpoints")
-        yield Footer()
+        yield KeyBar()
 
     def on_mount(self) -> None:
         self.table.focus()
@@ -115,16 +118,27 @@ class ExperimentScreen(ApiScreen):
 
     def _title(self) -> None:
         e = self.experiment
-        progress = e.get("progress")
-        self.query_one("#title", Static).update(
-            f"Experiment {self.exp_id} {e.get('name', '')}: {state_text(e.get('state'))}"
-            f"{f', {progress * 100:.0f}% done' if isinstance(progress, int | float) else ''}"
-            f" — metric {self.metric or '?'} ({self.group})")
+        progress = progress_text(e.get("state"), e.get("progress"))
+        self.show("#title", f"Experiment {self.exp_id} {e.get('name', '')}: ",
+                  state_text(e.get("state")), f", {progress} done" if progress else "",
+                  f" — metric {self.metric or '?'} ({self.group})")
+
+    @work(exclusive=True, group="header")
+    async def refresh_header(self) -> None:
+        """The experiment's state and progress move with its trials (pause, end, progress)."""
+        try:
+            experiment = await self.client.experiment(self.exp_id)
+        except DettuiError:
+            return  # the last one known stays; the feed goes on
+        if self.live:
+            self.experiment = experiment
+            self._title()
 
     def on_feed(self, topic: str) -> None:
         if self.table.cursor_key is not None:
             self.refresh_chart()
         self.refresh_checkpoints()
+        self.refresh_header()
 
     @on(RowTable.CursorMoved, "#trials")
     def _moved(self, _: RowTable.CursorMoved) -> None:
@@ -158,7 +172,8 @@ class ExperimentScreen(ApiScreen):
         plt = chart.plt
         plt.clear_data()
         plt.clear_figure()
-        plt.title(f"trial {key}: {metric} ({self.group})")
+        plt.title(clean(f"trial {key}: {metric} ({self.group})" if metric
+                        else f"trial {key}: no {self.group} metrics yet"))
         plt.xlabel("batches")
         if xs:
             plt.plot(xs, ys, marker="braille")
@@ -173,10 +188,9 @@ class ExperimentScreen(ApiScreen):
         if not self.live:
             return
         storage = (self.experiment.get("config") or {}).get("checkpoint_storage") or {}
-        self.query_one("#gc", Static).update(
-            f"Checkpoints (GC keeps best {storage.get('save_experiment_best', 0)} of the "
-            f"experiment, best {storage.get('save_trial_best', 1)} and latest "
-            f"{storage.get('save_trial_latest', 1)} per trial)")
+        self.show("#gc", f"Checkpoints; GC keeps {storage.get('save_experiment_best', 0)} best, "
+                  f"and per trial {storage.get('save_trial_best', 1)} best, "
+                  f"{storage.get('save_trial_latest', 1)} latest")
         rows = [(c["uuid"], {
             "trial": (c.get("training") or {}).get("trialId"), "uuid": c["uuid"],
             "steps": (c.get("metadata") or {}).get("steps_completed"),
@@ -211,7 +225,10 @@ class ExperimentScreen(ApiScreen):
     def _open_logs(self, _: RowTable.Selected) -> None:
         self.action_logs()
 
+    @work(group="dialog")
     async def action_control(self, verb: str) -> None:
-        await self.call(f"{verb} experiment {self.exp_id}",
-                        lambda: self.client.experiment_action(self.exp_id, verb))
+        e = self.experiment
+        await self.control(self.exp_id, verb, str(e.get("name") or ""),
+                           state_text(e.get("state")))
+        self.refresh_header()
 

@@ -8,34 +8,34 @@ from typing import Any, ClassVar
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.widgets import Footer, Header, Static
+from textual.widgets import Header
 
-from dettui.screens.base import ApiScreen, Row, counted, state_text
+from dettui.screens.base import ApiScreen, Row, counted, progress_text, state_text
+from dettui.widgets.keybar import KeyBar
 from dettui.widgets.rowtable import Column, RowTable
+from dettui.widgets.safe import Plain
 
-COLUMNS = [
+COLUMNS = [  # priority: the narrower the screen, the sooner the higher numbers go
     Column("id", "ID", width=5, align="right"),
     Column("name", "Name"),
-    Column("state", "State", width=12),
+    Column("state", "State", width=17),
     Column("progress", "Progress", width=8, align="right"),
-    Column("trials", "Trials", width=6, align="right"),
-    Column("searcher", "Searcher", width=14),
-    Column("best", "Best", width=12, align="right"),
-    Column("pool", "Pool", width=10),
-    Column("user", "Owner", width=12),
-    Column("archived", "Archived", width=8),
+    Column("trials", "Trials", width=6, align="right", priority=2),
+    Column("searcher", "Searcher", width=14, priority=4),
+    Column("best", "Best", width=10, align="right", priority=1),
+    Column("pool", "Pool", width=10, priority=5),
+    Column("user", "Owner", width=12, priority=3),
+    Column("archived", "Archived", width=8, priority=6),
 ]
 
 
 def experiment_rows(exps: list[dict[str, Any]]) -> list[Row]:
     rows = []
     for e in exps:
-        best = e.get("bestValidation") if isinstance(e.get("bestValidation"), int | float) \
-            else e.get("searcherMetricValue")
-        progress = e.get("progress")
+        best = e.get("bestTrialSearcherMetric")
         rows.append((str(e["id"]), {
             "id": int(e["id"]), "name": e.get("name", ""), "state": state_text(e.get("state")),
-            "progress": f"{progress * 100:.0f}%" if isinstance(progress, int | float) else "",
+            "progress": progress_text(e.get("state"), e.get("progress")),
             "trials": e.get("numTrials", 0), "searcher": e.get("searcherType", ""),
             "best": f"{best:.5g}" if isinstance(best, int | float) else "",
             "pool": e.get("resourcePool", ""), "user": e.get("username", ""),
@@ -46,17 +46,17 @@ def experiment_rows(exps: list[dict[str, Any]]) -> list[Row]:
 class ExperimentsScreen(ApiScreen):
     TABLE = "#experiments"
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("n", "create", "New experiment"),
-        Binding("A", "toggle_archived", "Show archived"),
+        Binding("n", "create", "New"),
+        Binding("slash", "filter", "Filter"),
         Binding("p", "control('pause')", "Pause"),
         Binding("a", "control('activate')", "Activate"),
-        Binding("c", "control('cancel')", "Cancel"),
-        Binding("x", "control('kill')", "Kill"),
-        Binding("z", "archive", "Archive/unarchive"),
-        Binding("D", "delete", "Delete"),
+        Binding("c", "control('cancel')", "Cancel…"),
+        Binding("x", "control('kill')", "Kill…"),
         Binding("s", "sort_next", "Sort"),
         Binding("r", "sort_reverse", "Reverse"),
-        Binding("slash", "filter", "Filter"),
+        Binding("z", "archive", "Archive/unarchive"),
+        Binding("A", "toggle_archived", "Show archived"),
+        Binding("D", "delete", "Delete…"),
         Binding("escape", "clear_filter", "Clear filter", show=False),
     ]
     DEFAULT_CSS = """
@@ -68,10 +68,10 @@ class ExperimentsScreen(ApiScreen):
 
     def compose(self) -> ComposeResult:
         yield Header()
-        yield Static("Experiments", id="title")
+        yield Plain("Experiments", id="title")
         yield self.filter_box()
         yield RowTable(COLUMNS, id="experiments")
-        yield Footer()
+        yield KeyBar()
 
     def on_mount(self) -> None:
         self.table.focus()
@@ -91,9 +91,9 @@ class ExperimentsScreen(ApiScreen):
 
     def view_changed(self) -> None:
         t = self.table
-        self.query_one("#title", Static).update(
-            f"Experiments: {counted(t)}" + (" (with archived)" if self.show_archived else "")
-            + (f", filter {t.filter_text!r}" if t.filter_text else ""))
+        self.show("#title", f"Experiments: {counted(t)}",
+                  " (with archived)" if self.show_archived else "",
+                  f", filter {t.filter_text!r}" if t.filter_text else "")
 
     def action_toggle_archived(self) -> None:
         self.show_archived = not self.show_archived
@@ -106,11 +106,13 @@ class ExperimentsScreen(ApiScreen):
             return None
         return int(key)
 
+    @work(group="dialog")
     async def action_control(self, verb: str) -> None:
         exp_id = self._selected()
         if exp_id is not None:
-            await self.call(f"{verb} experiment {exp_id}",
-                            lambda: self.client.experiment_action(exp_id, verb))
+            row = self.table.row(str(exp_id)) or {}
+            await self.control(exp_id, verb, str(row.get("name") or ""),
+                               str(row.get("state") or ""))
 
     async def action_archive(self) -> None:
         exp_id = self._selected()
@@ -119,20 +121,24 @@ class ExperimentsScreen(ApiScreen):
         row = self.table.row(str(exp_id)) or {}
         verb = "unarchive" if row.get("archived") else "archive"
         await self.call(f"{verb} experiment {exp_id}",
-                        lambda: self.client.experiment_action(exp_id, verb))
+                        lambda: self.client.experiment_action(exp_id, verb),
+                        done=f"experiment {exp_id} {verb}d")
 
     @work(group="dialog")
     async def action_delete(self) -> None:
         exp_id = self._selected()
         if exp_id is None:
             return
-        answer = await self.ask(f"Delete experiment {exp_id} with all its checkpoints, logs and "
-                                "metrics for good? Type yes to confirm")
-        if (answer or "").lower() != "yes":
-            self.notify(f"experiment {exp_id} kept", timeout=2)
+        row = self.table.row(str(exp_id)) or {}
+        label = f"experiment {exp_id}" + (f" ({row['name']})" if row.get("name") else "")
+        if not await self.confirm(
+                f"Delete {label} for good?", "Its checkpoints, logs and metrics are removed "
+                "from disk and from the database. This cannot be undone. (Only an experiment "
+                "that has ended can be deleted; `z` archives one instead.)", "delete it"):
+            self.notify(f"{label} kept", timeout=2)
             return
-        await self.call(f"delete experiment {exp_id}", lambda: self.client.request(
-            "DELETE", f"/api/v1/experiments/{exp_id}"))
+        await self.call(f"delete {label}", lambda: self.client.request(
+            "DELETE", f"/api/v1/experiments/{exp_id}"), done=f"{label} deleted")
 
     def action_open(self) -> None:
         exp_id = self._selected()
@@ -144,8 +150,6 @@ class ExperimentsScreen(ApiScreen):
     @on(RowTable.Selected)
     def _open(self, _: RowTable.Selected) -> None:
         self.action_open()
-
-
 
     @work(group="dialog")
     async def action_create(self) -> None:

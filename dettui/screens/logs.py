@@ -9,9 +9,11 @@ from typing import Any, ClassVar
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.widgets import Footer, Header, Input, Log, Static
+from textual.widgets import Header, Input, Log
 
 from dettui.screens.base import ApiScreen
+from dettui.widgets.keybar import KeyBar
+from dettui.widgets.safe import Plain, clean
 
 ERROR = re.compile(r"error|traceback|exception|failed|killed", re.IGNORECASE)
 MAX_LINES = 200_000
@@ -20,10 +22,10 @@ MAX_LINES = 200_000
 class LogsScreen(ApiScreen):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "back", "Back"),
-        Binding("R", "next_rank", "Rank filter"),
         Binding("slash", "search", "Search"),
         Binding("n", "next_match", "Next match"),
         Binding("e", "next_error", "Next error"),
+        Binding("R", "next_rank", "Rank filter"),
         Binding("f", "toggle_follow", "Follow"),
         Binding("G", "end", "End"),
         Binding("g", "home", "Top"),
@@ -48,11 +50,11 @@ class LogsScreen(ApiScreen):
 
     def compose(self) -> ComposeResult:
         yield Header()
-        yield Static(f"Trial {self.trial_id} logs", id="title")
+        yield Plain(f"Trial {self.trial_id} logs", id="title")
         yield Input(placeholder="search (regular expression; Enter to find, Escape to close)",
                     id="search")
         yield Log(id="log", max_lines=MAX_LINES, auto_scroll=True)
-        yield Footer()
+        yield KeyBar()
 
     def on_mount(self) -> None:
         self.query_one(Log).focus()
@@ -85,7 +87,7 @@ class LogsScreen(ApiScreen):
     def _title(self) -> None:
         rank = "all ranks" if self.rank is None else f"rank {self.rank}"
         search = f", search /{self.pattern}/" if self.pattern else ""
-        self.query_one("#title", Static).update(
+        self.show("#title",
             f"Trial {self.trial_id} logs: {len(self.lines)} lines, {rank}{search}"
             f"{'' if self.follow else ', paused'}")
 
@@ -181,6 +183,6 @@ class LogsScreen(ApiScreen):
 
 def _line(item: dict[str, Any]) -> tuple[int | None, str]:
     rank = item.get("rankId")
-    text = str(item.get("message") or item.get("log") or "").rstrip("\n")
+    text = clean(str(item.get("message") or item.get("log") or "").rstrip("\n"))
     return (int(rank) if isinstance(rank, int) else None), text
 

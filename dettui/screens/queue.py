@@ -8,22 +8,24 @@ from typing import Any, ClassVar
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.widgets import Footer, Header, Static
+from textual.widgets import Header
 
 from dettui.screens.base import ApiScreen, Row, counted, state_text
+from dettui.widgets.keybar import KeyBar
 from dettui.widgets.rowtable import Column, RowTable
+from dettui.widgets.safe import Plain
 
-COLUMNS = [
+COLUMNS = [  # priority: the narrower the screen, the sooner the higher numbers go
     Column("pos", "#", width=4, align="right"),
     Column("id", "ID", width=8),
-    Column("type", "Type", width=10),
+    Column("type", "Type", width=10, priority=5),
     Column("name", "Job Name"),
-    Column("priority", "Priority/Weight", width=15, align="right"),
-    Column("submitted", "Submitted", width=19),
-    Column("slots", "Slots", width=7, align="right"),
+    Column("priority", "Prio/Weight", width=11, align="right", priority=1),
+    Column("submitted", "Submitted", width=19, priority=4),
+    Column("slots", "Slots", width=5, align="right"),
     Column("state", "State"),
-    Column("user", "User", width=12),
-    Column("pool", "Pool", width=10),
+    Column("user", "User", width=12, priority=2),
+    Column("pool", "Pool", width=10, priority=3),
 ]
 
 
@@ -34,9 +36,7 @@ def job_rows(jobs: list[dict[str, Any]]) -> list[Row]:
         ahead = j.get("summary", {}).get("jobsAhead", -1)
         kind = str(j.get("type", "")).removeprefix("TYPE_").lower()
         name = f"{j['name']} ({j['entityId']})" if kind == "experiment" else j["name"]
-        state = state_text(j.get("summary", {}).get("state"))
-        if j.get("unschedulableReason"):
-            state += f" ({j['unschedulableReason']})"
+        state = job_state(j)
         rows.append((str(j["jobId"]), {
             "pos": ahead if ahead >= 0 else "", "id": j["jobId"][:8], "type": kind,
             "name": name, "priority": j.get("priority") if j.get("priority") is not None
@@ -44,25 +44,39 @@ def job_rows(jobs: list[dict[str, Any]]) -> list[Row]:
                 "T", " "), "slots": f"{j.get('allocatedSlots', 0)}/{j.get('requestedSlots', 0)}",
             "state": state, "user": j.get("username", ""), "pool": j.get("resourcePool", ""),
             "experiment": int(j["entityId"]) if kind == "experiment" else None,
-            "weight": j.get("weight")}))
+            "weight": j.get("weight"), "job_name": j["name"],
+            "exp_state": state_text(j.get("experimentState"))}))
     return rows
+
+
+def job_state(job: dict[str, Any]) -> str:
+    """The queue's state, except where the experiment says more: a paused experiment's job is
+    PAUSED (not QUEUED), a stopping one's STOPPING_CANCELED etc. (not SCHEDULED); a job that
+    waits says why."""
+    state = state_text((job.get("summary") or {}).get("state"))
+    experiment = state_text(job.get("experimentState"))
+    if experiment and experiment != "ACTIVE":
+        state = experiment
+    if job.get("unschedulableReason") and state == "QUEUED":
+        state += f" ({job['unschedulableReason']})"
+    return state
 
 
 class QueueScreen(ApiScreen):
     TABLE = "#jobs"
-    BINDINGS: ClassVar[list[BindingType]] = [
+    BINDINGS: ClassVar[list[BindingType]] = [  # most used first: the footer shows a prefix
         Binding("K", "move_up", "Move up"),
         Binding("J", "move_down", "Move down"),
         Binding("P", "set_priority", "Priority"),
-        Binding("W", "set_weight", "Weight"),
-        Binding("o", "set_pool", "Pool"),
+        Binding("slash", "filter", "Filter"),
         Binding("p", "control('pause')", "Pause"),
         Binding("a", "control('activate')", "Activate"),
-        Binding("c", "control('cancel')", "Cancel"),
-        Binding("x", "control('kill')", "Kill"),
+        Binding("c", "control('cancel')", "Cancel…"),
+        Binding("x", "control('kill')", "Kill…"),
         Binding("s", "sort_next", "Sort"),
         Binding("r", "sort_reverse", "Reverse"),
-        Binding("slash", "filter", "Filter"),
+        Binding("W", "set_weight", "Weight"),
+        Binding("o", "set_pool", "Pool"),
         Binding("escape", "clear_filter", "Clear filter", show=False),
     ]
     DEFAULT_CSS = """
@@ -72,10 +86,10 @@ class QueueScreen(ApiScreen):
 
     def compose(self) -> ComposeResult:
         yield Header()
-        yield Static("Job queue", id="title")
+        yield Plain("Job queue", id="title")
         yield self.filter_box()
         yield RowTable(COLUMNS, id="jobs")
-        yield Footer()
+        yield KeyBar()
 
     def on_mount(self) -> None:
         self.query_one(RowTable).focus()
@@ -93,7 +107,7 @@ class QueueScreen(ApiScreen):
         sort = f", sorted by {t.sort_column}{' ↓' if t.sort_reverse else ''}" \
             if t.sort_column else ""
         where = f", filter {t.filter_text!r}" if t.filter_text else ""
-        self.query_one("#title", Static).update(f"Job queue: {counted(t)} jobs{sort}{where}")
+        self.show("#title", f"Job queue: {counted(t, 'job')}{sort}{where}")
 
     # -- selection --------------------------------------------------------------------------
 
@@ -105,10 +119,10 @@ class QueueScreen(ApiScreen):
             return None
         return key, row
 
-    async def _update(self, what: str, body: dict[str, Any]) -> None:
+    async def _update(self, what: str, body: dict[str, Any], done: str) -> None:
         update = {"priority": None, "weight": None, "resourcePool": None, **body}
         await self.call(what, lambda: self.client.request(
-            "POST", "/api/v1/job-queues", body={"updates": [update]}))
+            "POST", "/api/v1/job-queues", body={"updates": [update]}), done=done)
 
     # -- actions ----------------------------------------------------------------------------
 
@@ -124,8 +138,9 @@ class QueueScreen(ApiScreen):
             self.notify("already at the " + ("top" if up else "bottom"), severity="warning")
             return
         anchor = "aheadOf" if up else "behindOf"
-        await self._update(f"move job {key[:8]} {'up' if up else 'down'}",
-                           {"jobId": key, anchor: order[j]})
+        way = "up" if up else "down"
+        await self._update(f"move job {key[:8]} {way}", {"jobId": key, anchor: order[j]},
+                           f"job {key[:8]} moved {way}")
 
     async def action_move_up(self) -> None:
         await self._move(True)
@@ -148,8 +163,9 @@ class QueueScreen(ApiScreen):
                 self.notify(f"priority: expected a whole number, got {answer!r}",
                             severity="error")
                 return
-            await self._update(f"priority {value} for job {key[:8]}",
-                               {"jobId": key, "priority": value})
+            await self._update(f"set the priority of job {key[:8]} to {value}",
+                               {"jobId": key, "priority": value},
+                               f"job {key[:8]}: priority {value}")
 
     @work(group="dialog")
     async def action_set_weight(self) -> None:
@@ -165,8 +181,9 @@ class QueueScreen(ApiScreen):
             except ValueError:
                 self.notify(f"weight: expected a number, got {answer!r}", severity="error")
                 return
-            await self._update(f"weight {value} for job {key[:8]}",
-                               {"jobId": key, "weight": value})
+            await self._update(f"set the weight of job {key[:8]} to {value:g}",
+                               {"jobId": key, "weight": value},
+                               f"job {key[:8]}: weight {value:g}")
 
     @work(group="dialog")
     async def action_set_pool(self) -> None:
@@ -176,19 +193,22 @@ class QueueScreen(ApiScreen):
         key, row = selected
         answer = await self.ask(f"Resource pool for job {key[:8]}", str(row.get("pool") or ""))
         if answer:
-            await self._update(f"pool {answer} for job {key[:8]}",
-                               {"jobId": key, "resourcePool": answer})
+            await self._update(f"move job {key[:8]} to pool {answer}",
+                               {"jobId": key, "resourcePool": answer},
+                               f"job {key[:8]} moved to pool {answer}")
 
+    @work(group="dialog")
     async def action_control(self, verb: str) -> None:
         selected = self._selected()
         if selected is None:
             return
-        exp_id = selected[1].get("experiment")
+        row = selected[1]
+        exp_id = row.get("experiment")
         if exp_id is None:
             self.notify("only experiments can be controlled", severity="warning")
             return
-        await self.call(f"{verb} experiment {exp_id}",
-                        lambda: self.client.experiment_action(exp_id, verb))
+        await self.control(int(exp_id), verb, str(row.get("job_name") or ""),
+                           str(row.get("exp_state") or ""))
 
     def action_open(self) -> None:
         selected = self._selected()

@@ -14,7 +14,6 @@ from __future__ import annotations
 from bisect import insort
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import suppress
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from rich.cells import cell_len, set_cell_size
@@ -29,30 +28,17 @@ from textual.message import Message
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
+from dettui.widgets.columns import GAP, Column, arrange
+from dettui.widgets.safe import clean
+
+__all__ = ["Column", "RowTable", "cell_text"]
+
 MIN_WIDTH = 3  # a fitted column is at least this wide
 MAX_FIT = 40  # ... and never grows past this many cells
-GAP = 2  # cells between columns
 CACHE_LINES = 512  # rendered row strips kept (a few screens' worth)
 RESORT_AT = 1_000  # a diff moving more rows than this sorts the view again instead
 _EVEN, _ODD, _CURSOR = 0, 1, 2
 _CONTROLS = {i: " " for i in [*range(32), 127]}
-
-
-@dataclass(frozen=True)
-class Column:
-    """One column: `key` in the row dicts, a header `label`, a fixed `width` or None to fit."""
-
-    key: str
-    label: str
-    width: int | None = None
-    align: str = "left"  # "left" | "right"
-    sort_key: Callable[[Any], Any] | None = None  # cell value -> sort value
-
-    def __post_init__(self) -> None:
-        if self.align not in ("left", "right"):
-            raise ValueError(f"column {self.key}: align must be 'left' or 'right'")
-        if self.width is not None and self.width < 1:
-            raise ValueError(f"column {self.key}: width must be ≥ 1")
 
 
 def _styled_pair(value: Any) -> bool:
@@ -65,10 +51,10 @@ def cell_text(value: Any) -> str:
     if value is None:
         return ""
     if isinstance(value, Text):
-        return value.plain
+        return clean(value.plain)
     if _styled_pair(value):
         return cell_text(value[0])
-    return str(value)
+    return clean(value)
 
 
 def default_sort_key(value: Any) -> tuple[int, Any]:
@@ -124,7 +110,7 @@ class RowTable(ScrollView, can_focus=True):
         Binding("pagedown", "page_down", "Page down", show=False),
         Binding("home,ctrl+home", "first", "First row", show=False, key_display="home"),
         Binding("end,ctrl+end", "last", "Last row", show=False, key_display="end"),
-        Binding("enter", "select", "Open the selected row"),
+        Binding("enter", "select", "Open", tooltip="Open the selected row"),
     ]
     DEFAULT_CSS = """
     RowTable { background: $surface; }
@@ -174,7 +160,8 @@ class RowTable(ScrollView, can_focus=True):
         self._next_seq = 0
         self._sort_values: dict[str, Any] = {}  # per row, for the sorted column only
         self._view: list[str] = []  # what is shown, top to bottom
-        self._widths = self._header_widths()
+        self._widths = self._header_widths()  # what each column wants
+        self._shown = list(self._widths)  # what each gets on screen (0: left out)
         self._cache: LRUCache[tuple[str, int, int], Strip] = LRUCache(CACHE_LINES)
         self._filter = ""  # as given, casefolded
         self._needle = ""  # the plain-text part of the filter
@@ -406,9 +393,20 @@ class RowTable(ScrollView, can_focus=True):
             keys.sort(key=self._sort_values.__getitem__, reverse=self._sort_reverse)
         self._view = keys
 
+    def _arrange(self) -> None:
+        """Share the width among the columns (see `columns.arrange`)."""
+        room = self.scrollable_content_region.width if self.is_mounted else 0
+        self._shown = arrange(self.columns, self._widths, room or None)
+
+    @property
+    def shown_columns(self) -> list[str]:
+        """Keys of the columns on screen (the narrower the table, the fewer)."""
+        return [c.key for c, w in zip(self.columns, self._shown, strict=True) if w]
+
     def _changed(self, *, structure: bool, lines: Iterable[str], grew: bool) -> None:
         """Bring size, cursor and screen up to date after the data or the view changed."""
         if grew:
+            self._arrange()
             self._cache.clear()
         self.virtual_size = Size(self._total_width(), len(self._view) + 1)
         if structure:
@@ -513,7 +511,7 @@ class RowTable(ScrollView, can_focus=True):
                 self.action_select()
 
     def _column_at(self, x: int) -> str | None:
-        for column, width in zip(self.columns, self._widths, strict=True):
+        for column, width in self._visible():
             if x < width:
                 return column.key
             x -= width + GAP
@@ -527,8 +525,12 @@ class RowTable(ScrollView, can_focus=True):
         return [c.width if c.width is not None else max(cell_len(c.label), MIN_WIDTH)
                 for c in self.columns]
 
+    def _visible(self) -> list[tuple[Column, int]]:
+        return [(c, w) for c, w in zip(self.columns, self._shown, strict=True) if w]
+
     def _total_width(self) -> int:
-        return sum(self._widths) + GAP * max(len(self._widths) - 1, 0)
+        shown = [w for w in self._shown if w]
+        return sum(shown) + GAP * max(len(shown) - 1, 0)
 
     def _discard_lines(self, key: str) -> None:
         width = self.size.width
@@ -538,7 +540,7 @@ class RowTable(ScrollView, can_focus=True):
     def header_text(self) -> str:
         """The header line's text: labels, with ▲ or ▼ on the sorted column."""
         cells = []
-        for column, width in zip(self.columns, self._widths, strict=True):
+        for column, width in self._visible():
             label = column.label
             if column.key == self._sort_column:
                 arrow = "▼" if self._sort_reverse else "▲"
@@ -581,9 +583,13 @@ class RowTable(ScrollView, can_focus=True):
         row, texts = self._rows[key], self._texts[key]
         segments: list[Segment] = []
         plain: list[str] = []
-        for i, (column, width) in enumerate(zip(self.columns, self._widths, strict=True)):
-            if i:
+        first = True
+        for i, (column, width) in enumerate(zip(self.columns, self._shown, strict=True)):
+            if not width:
+                continue
+            if not first:
                 plain.append(" " * GAP)
+            first = False
             value = row.get(column.key)
             if isinstance(value, Text) or _styled_pair(value):
                 if plain:
@@ -601,8 +607,8 @@ class RowTable(ScrollView, can_focus=True):
             text = value.copy()
         else:
             text = Text(cell_text(value[0]), style=value[1])
-        if not text.plain.isprintable():
-            text.plain = text.plain.translate(_CONTROLS)
+        if not text.plain.isprintable():  # same length, so the spans stay where they were
+            text.plain = "".join(c if c.isprintable() else " " for c in text.plain)
         text.truncate(width, overflow="ellipsis")
         text.align("right" if align == "right" else "left", width)
         console = self.app.console
@@ -617,6 +623,8 @@ class RowTable(ScrollView, can_focus=True):
         self.refresh()
 
     def on_resize(self) -> None:
+        self._arrange()
+        self.virtual_size = Size(self._total_width(), len(self._view) + 1)
         self._cache.clear()
         if self._scroll_pending:
             self._scroll_to_cursor()

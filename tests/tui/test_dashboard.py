@@ -94,7 +94,11 @@ async def test_queue_keys_reorder_set_priority_and_control(served: Served,
                           if j["jobId"] == second)["entityId"])
         await until(lambda: served.api("GET", f"/api/v1/experiments/{exp_id}")["experiment"][
             "state"] != "STATE_PAUSED", "activated")
-        await pilot.press("x")
+        await pilot.press("x")  # kill asks first, saying what will happen
+        await until(lambda: type(app.screen).__name__ == "ConfirmScreen", "the kill dialog")
+        assert "without waiting for a checkpoint" in str(
+            app.screen.query_one("#consequence").render())
+        await pilot.press("y")
         await until(lambda: served.api("GET", f"/api/v1/experiments/{exp_id}")["experiment"][
             "state"] in ("STATE_CANCELED", "STATE_STOPPING_KILLED"), "killed", timeout=60)
         # Sort and filter.
@@ -106,11 +110,11 @@ async def test_queue_keys_reorder_set_priority_and_control(served: Served,
         await until(lambda: jobs.keys_in_view_order == [first], "filtered to one job")
         await pilot.press("escape")
         await until(lambda: jobs.row_count >= 2, "filter cleared")
-        await pilot.press("slash")  # a column term with text: state:queued and an id
-        app.screen.query_one("#filter").value = f"State:QUEUED {third[:8]}"  # type: ignore
+        await pilot.press("slash")  # a column term with text: state:paused and an id
+        app.screen.query_one("#filter").value = f"State:PAUSED {third[:8]}"  # type: ignore
         await pilot.press("enter")
         await until(lambda: jobs.keys_in_view_order == [third], "filtered by column")
-        assert "filter 'state:queued" in str(app.screen.query_one("#title").render())
+        assert "filter 'state:paused" in str(app.screen.query_one("#title").render())
 
 
 async def test_open_an_experiment_follow_logs_and_search(served: Served,
@@ -149,18 +153,17 @@ async def test_open_an_experiment_follow_logs_and_search(served: Served,
         await until(lambda: exps.row("1") is None, "archived experiment hidden")
         await pilot.press("A")
         await until(lambda: exps.row("1") is not None, "shown with archived")
-        # Delete it: only after typing yes; then it is gone from the master and the list.
+        # Delete it: only after `y` in a dialog that says what goes; then it is gone from the
+        # master and the list.
         exps.move_cursor_to_key("1")
         await pilot.press("D")
-        await pilot.pause()
-        app.screen.query_one("#answer").value = "no"  # type: ignore[attr-defined]
-        await pilot.press("enter")
-        await until(notified(app, "kept"), "kept without yes")
+        await until(lambda: type(app.screen).__name__ == "ConfirmScreen", "the delete dialog")
+        await pilot.press("n")
+        await until(notified(app, "kept"), "kept without y")
         assert served.api("GET", "/api/v1/experiments/1")["experiment"]["id"] == 1
         await pilot.press("D")
-        await pilot.pause()
-        app.screen.query_one("#answer").value = "yes"  # type: ignore[attr-defined]
-        await pilot.press("enter")
+        await until(lambda: type(app.screen).__name__ == "ConfirmScreen", "the delete dialog")
+        await pilot.press("y")
         await until(lambda: exps.row("1") is None, "deleted experiment leaves the list")
         assert all(e["id"] != 1 for e in served.api("GET", "/api/v1/experiments")["experiments"])
 
@@ -229,7 +232,7 @@ async def test_every_other_binding_acts_through_the_api(served: Served, dashboar
         await until(notified(app, "nowhere"), "unknown pool refused")
         await pilot.press("r")
         assert table(app, "#jobs").sort_reverse
-        await pilot.press("c")  # cancel the selected job's experiment
+        await pilot.press("c", "y")  # cancel the selected job's experiment
         await until(lambda: any(e["state"] == "STATE_CANCELED" for e in served.api(
             "GET", "/api/v1/experiments")["experiments"]), "canceled")
         # Experiments: create one from the dialog, then control it by key.
@@ -265,11 +268,45 @@ async def test_every_other_binding_acts_through_the_api(served: Served, dashboar
         await pilot.press("G")
         await pilot.press("escape")
         await until(lambda: type(app.screen).__name__ == "ExperimentScreen", "back")
-        await pilot.press("x")
+        await pilot.press("x")  # a dialog, unless it has already completed (then: said so)
+        await until(lambda: type(app.screen).__name__ == "ConfirmScreen"
+                    or notified(app, "already ended")(), "the kill dialog")
+        if type(app.screen).__name__ == "ConfirmScreen":
+            await pilot.press("y")
         await until(lambda: served.api("GET", "/api/v1/experiments/3")["experiment"]["state"]
                     in ("STATE_CANCELED", "STATE_COMPLETED"), "killed", timeout=60)
+        await until(lambda: any(w in str(app.screen.query_one("#title").render())
+                                for w in ("CANCELED", "COMPLETED")),
+                    "the header follows the experiment's state")
         await pilot.press("escape")
         await pilot.press("3")
         await until(has_rows(app, "#agents", 1), "agents")
         await pilot.press("s")
         assert table(app, "#agents").sort_column == "id"
+
+
+async def test_escape_then_a_key_in_a_filter_never_acts_on_a_row(served: Served,
+                                                                   dashboard: Dashboard) -> None:
+    """The accident of issue 12: typing in the filter, Escape, then `x` killed whatever row
+    the cursor was on. Now Escape clears the box and stays in it, so `x` is typed there; and
+    on the table, `x` only opens a dialog that `n` (or anything but `y`) leaves."""
+    create_paused(served, 2)
+    app = dashboard
+    async with app.run_test(size=(160, 50)) as pilot:
+        await pilot.press("2")
+        await until(has_rows(app, "#experiments", 2), "two experiments")
+        exps = table(app, "#experiments")
+        await pilot.press("slash", *"spir", "escape", "x")
+        await pilot.pause(0.3)
+        box = app.screen.query_one("#filter")
+        assert box.has_focus and box.value == "x"  # type: ignore[attr-defined]
+        await pilot.press("escape", "escape")  # clear, then close: the table has the focus
+        await pilot.pause(0.2)
+        assert exps.has_focus and exps.filter_text == ""
+        await pilot.press("x")  # on the table: a dialog, not a kill
+        await until(lambda: type(app.screen).__name__ == "ConfirmScreen", "the kill dialog")
+        await pilot.press("escape")
+        await pilot.pause(0.5)
+        states = {e["state"] for e in served.api("GET", "/api/v1/experiments")["experiments"]}
+        assert states == {"STATE_PAUSED"}, states
+        assert app.errors == []

@@ -1,176 +1,72 @@
-"""Snapshots of every screen with fixed data (pytest-textual-snapshot). The client is a fixed
-stand-in at the API boundary; the screens, widgets and stream handling are the real ones.
-Update after an intended change with `pytest tests/tui/test_snapshots.py --snapshot-update`."""
+"""Snapshots of every screen and dialog with fixed data (pytest-textual-snapshot), each at
+80x24 (columns collapse by priority, the footer fits) and 200x50. The client is a fixed stand-in
+at the API boundary (tests/tui/fixed.py); the screens, widgets and stream handling are the real
+ones. Update after an intended change with `pytest tests/tui/test_snapshots.py
+--snapshot-update`, and look at what changed."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from pathlib import Path
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+import pytest
 from textual.pilot import Pilot
+from textual.widgets import Input
 
-from dettui.commands.dashboard import Dashboard
+from dettui.screens.quit import QuitScreen, Work
+from tests.tui.fixed import GPU_AGENT, FixedClient, FixedDashboard
 
-T = "2026-11-22T12:00:00Z"
-
-
-def job(i: int, state: str, slots: str) -> dict[str, Any]:
-    acquired, needed = slots.split("/")
-    return {"jobId": f"{i:08d}-aaaa-bbbb-cccc-dddddddddddd", "type": "TYPE_EXPERIMENT",
-            "name": f"spirals-{i}", "entityId": str(i), "priority": 42 - i, "weight": 1,
-            "submissionTime": T, "allocatedSlots": int(acquired),
-            "requestedSlots": int(needed), "username": "determined",
-            "resourcePool": "default", "summary": {"state": state, "jobsAhead": i - 1}}
+SIZES = {"80x24": (80, 24), "200x50": (200, 50)}
+Steps = Callable[[Pilot[None]], Awaitable[None]]
 
 
-EXPERIMENTS = [{"id": i, "name": f"spirals-{i}", "state": s, "progress": p, "numTrials": n,
-                "searcherType": st, "searcherMetricValue": b, "resourcePool": "default",
-                "username": "determined", "archived": False}
-               for i, s, p, n, st, b in [(1, "STATE_ACTIVE", 0.4, 8, "adaptive_asha", 0.21),
-                                         (2, "STATE_PAUSED", 0.0, 1, "single", None),
-                                         (3, "STATE_COMPLETED", 1.0, 20, "random", 0.0013)]]
-TRIALS = [{"id": i, "state": s, "totalBatchesProcessed": b, "restarts": r,
-           "hparams": {"learning_rate": lr, "hidden": h},
-           "bestValidation": {"metrics": {"avgMetrics": {"validation_loss": v}}},
-           "latestValidation": {"metrics": {"avgMetrics": {"validation_loss": v + 0.01}}}}
-          for i, s, b, r, lr, h, v in [(1, "STATE_RUNNING", 250, 0, 0.03, 64, 0.21),
-                                       (2, "STATE_COMPLETED", 100, 1, 0.2, 8, 0.55)]]
-AGENT = {"id": "vm-local", "hostname": "vm", "resourcePools": ["default"], "enabled": True,
-         "slots": {"0": {"device": {"type": "TYPE_CPU"}, "container": {"id": "1.abc.1"}},
-                   "1": {"device": {"type": "TYPE_CPU"}, "container": None}},
-         "noGpuReason": "NVMLError_LibraryNotFound",
-         "telemetry": {"cpuPercent": 48.0, "memUsed": 3 * 2**30, "memTotal": 8 * 2**30,
-                       "gpus": [],
-                       "allocations": {"1.abc.1": {"cpuPercent": 97.0, "rss": 300 * 2**20}},
-                       "history": {"cpu": [10, 40, 80, 50, 48], "mem": [30, 35, 37, 37, 38],
-                                   "gpuUtil": {}}}}
-GPU_AGENT = {
-    "id": "gpu-box", "hostname": "gpu-box", "resourcePools": ["gpu"], "enabled": True,
-    "noGpuReason": None,
-    "slots": {str(i): {"device": {"type": "TYPE_CUDA"},
-                       "container": {"id": "7.def.1"} if i == 0 else None} for i in range(2)},
-    "telemetry": {"cpuPercent": 12.0, "memUsed": 20 * 2**30, "memTotal": 64 * 2**30,
-                  "gpus": [{"index": i, "name": "NVIDIA A100-SXM4-40GB", "util": u,
-                            "memUsed": m * 2**30, "memTotal": 40 * 2**30, "temperature": t,
-                            "power": w, "processes": p}
-                           for i, u, m, t, w, p in [(0, 93.0, 31.5, 71.0, 310.0,
-                                                     [{"pid": 4242, "memUsed": 31 * 2**30}]),
-                                                    (1, 0.0, 0.4, 34.0, 55.0, [])]],
-                  "allocations": {"7.def.1": {"cpuPercent": 105.0, "rss": 5 * 2**30}},
-                  "history": {"cpu": [10, 12, 14, 12], "mem": [30, 31, 31, 31],
-                              "gpuUtil": {"0": [20, 60, 90, 93], "1": [0, 0, 0, 0]}}}}
+def keys(*pressed: str, wait: float = 0.3, settle: float = 0.3) -> Steps:
+    async def run(pilot: Pilot[None]) -> None:
+        await pilot.pause(0.3)
+        for key in pressed:
+            await pilot.press(key)
+            await pilot.pause(wait)
+        for box in pilot.app.screen.query(Input):  # a blinking cursor is not a difference
+            box.cursor_blink = False
+        await pilot.pause(settle)
+    return run
 
 
-class FixedClient:
-    def __init__(self, agents: list[dict[str, Any]] | None = None) -> None:
-        self.agents = agents or [AGENT]
-
-    async def changes(self, topics: list[str]) -> AsyncIterator[dict[str, Any]]:
-        data = {"jobs": ([job(1, "STATE_RUNNING", "1/1"), job(2, "STATE_QUEUED", "0/2"),
-                          job(3, "STATE_QUEUED", "0/1")], "jobId"),
-                "experiments": (EXPERIMENTS, "id"), "agents": (self.agents, "id"),
-                "experiment:1": (TRIALS, "id")}
-        for topic in topics:
-            objs, key = data[topic]
-            yield {"topic": topic, "kind": "snapshot", "upsert": objs, "remove": [],
-                   "order": [str(o[key]) for o in objs]}
-        await asyncio.Event().wait()
-
-    async def experiment(self, exp_id: int) -> dict[str, Any]:
-        return {**EXPERIMENTS[0], "config": {"searcher": {"metric": "validation_loss"},
-                                             "checkpoint_storage": {"save_trial_best": 1}}}
-
-    async def metrics(self, trial_id: int, group: str | None = None) -> list[dict[str, Any]]:
-        return [{"stepsCompleted": s, "metrics": {"avgMetrics": {"validation_loss": v}}}
-                for s, v in [(50, 0.69), (100, 0.6), (150, 0.4), (200, 0.25), (250, 0.21)]]
-
-    async def checkpoints(self, exp_id: int) -> list[dict[str, Any]]:
-        return [{"uuid": "6b8f2ab8-fc66-485e-83b5-f15023eb2e82", "state": "STATE_COMPLETED",
-                 "metadata": {"steps_completed": 200}, "training": {"trialId": 1,
-                                                                    "searcherMetric": 0.25}}]
-
-    async def trial_logs(self, trial_id: int, **_: Any) -> AsyncIterator[dict[str, Any]]:
-        for i in range(6):
-            loss = 1 / (i + 1)
-            yield {"rankId": i % 2, "message": f"[rank={i % 2}] step {i * 10}: loss {loss:.3f}"}
-        yield {"rankId": 1, "message": "[rank=1] ERROR: something failed"}
-        await asyncio.Event().wait()
-
-    async def pools(self) -> list[dict[str, Any]]:
-        return [{"name": "default", "slotsUsed": 1, "slotsAvailable": 2,
-                 "schedulerType": "SCHEDULER_TYPE_PRIORITY"}]
-
-    async def close(self) -> None:
-        pass
-
-
-class FixedDashboard(Dashboard):
-    def __init__(self, agents: list[dict[str, Any]] | None = None) -> None:
-        super().__init__("http://fixed", Path("/nonexistent"))
-        self.agents = agents
-
-    async def connect(self) -> Any:
-        self.sub_title = "fixed data"
-        return FixedClient(self.agents)
-
-
-async def settle(pilot: Pilot[None]) -> None:
+async def quit_dialog(pilot: Pilot[None]) -> None:
+    await pilot.pause(0.3)
+    await pilot.app.push_screen(QuitScreen(Work(3, ("gpu-box",), 1, 2),
+                                           "http://127.0.0.1:8080", 4242))
     await pilot.pause(0.3)
 
 
-SIZE = (140, 36)
+SCREENS: dict[str, Steps] = {
+    "queue": keys(),
+    "experiments": keys("2"),
+    "experiment": keys("2", "enter", wait=0.4),
+    "logs": keys("2", "enter", "l", wait=0.4),
+    "cluster": keys("3"),
+    "help": keys("question_mark"),
+    "palette": keys("ctrl+p", "k", "i", "l", "l", "down", "up", settle=1.0),
+    "confirm_kill": keys("2", "x"),
+    "confirm_delete": keys("2", "D"),
+    "prompt": keys("P"),
+    "quit": quit_dialog,
+}
 
 
-def test_queue(snap_compare: Any) -> None:
-    assert snap_compare(FixedDashboard(), terminal_size=SIZE, run_before=settle)
+@pytest.mark.parametrize("size", SIZES)
+@pytest.mark.parametrize("screen", SCREENS)
+def test_screen(snap_compare: Any, screen: str, size: str) -> None:
+    assert snap_compare(FixedDashboard(), terminal_size=SIZES[size], run_before=SCREENS[screen])
 
 
-def test_experiments(snap_compare: Any) -> None:
-    assert snap_compare(FixedDashboard(), press=["2"], terminal_size=SIZE, run_before=settle)
-
-
-def test_experiment_with_chart(snap_compare: Any) -> None:
-    async def open_it(pilot: Pilot[None]) -> None:
-        await pilot.press("2")
-        await pilot.pause(0.2)
-        await pilot.press("enter")
-        await pilot.pause(0.5)
-
-    assert snap_compare(FixedDashboard(), terminal_size=SIZE, run_before=open_it)
-
-
-def test_logs(snap_compare: Any) -> None:
-    async def open_logs(pilot: Pilot[None]) -> None:
-        await pilot.press("2")
-        await pilot.pause(0.2)
-        await pilot.press("enter")
-        await pilot.pause(0.3)
-        await pilot.press("l")
-        await pilot.pause(0.5)
-
-    assert snap_compare(FixedDashboard(), terminal_size=SIZE, run_before=open_logs)
-
-
-def test_cluster(snap_compare: Any) -> None:
-    assert snap_compare(FixedDashboard(), press=["3"], terminal_size=SIZE, run_before=settle)
-
-
-def test_cluster_with_gpus(snap_compare: Any) -> None:
+@pytest.mark.parametrize("size", SIZES)
+def test_cluster_with_gpus(snap_compare: Any, size: str) -> None:
     """NVML readings as the master serves them: per GPU utilisation, memory, temperature,
     power and processes, with utilisation history."""
-    assert snap_compare(FixedDashboard([GPU_AGENT]), press=["3"], terminal_size=SIZE,
-                        run_before=settle)
-
-
-def test_help(snap_compare: Any) -> None:
-    async def helped(pilot: Pilot[None]) -> None:
-        await pilot.pause(0.2)
-        await pilot.press("question_mark")
-        await pilot.pause(0.2)
-
-    assert snap_compare(FixedDashboard(), terminal_size=SIZE, run_before=helped)
+    assert snap_compare(FixedDashboard([GPU_AGENT]), terminal_size=SIZES[size],
+                        run_before=keys("3"))
 
 
 class ManyLogs(FixedClient):
@@ -190,7 +86,7 @@ async def test_logs_screen_takes_100k_lines_and_finds_the_last_error() -> None:
     from dettui.screens.logs import LogsScreen
 
     app = ManyLogsDashboard()
-    async with app.run_test(size=SIZE) as pilot:
+    async with app.run_test(size=(140, 36)) as pilot:
         await app.push_screen(LogsScreen(1))
         screen = app.screen
         deadline = asyncio.get_running_loop().time() + 60
@@ -205,3 +101,4 @@ async def test_logs_screen_takes_100k_lines_and_finds_the_last_error() -> None:
         await pilot.press("R")  # rank 0 only: half the lines plus the last one
         await pilot.pause(0.3)
         assert screen.query_one("#log").line_count == 50_001  # type: ignore[attr-defined]
+    assert app.errors == []
