@@ -112,3 +112,17 @@ def test_a_one_off_user_stays_one_off(served: Served) -> None:
     assert "Created experiment" in created.stdout
     exps = served.api("GET", "/api/v1/experiments")["experiments"]
     assert [e["username"] for e in exps] == ["determined"]
+
+
+def test_the_local_agent_offers_one_cpu_slot_per_core(tmp_path: Path) -> None:
+    """Without --agent-slots (as `make run` and `make serve` start it), so that the samples
+    that need 2 slots (ddp.yaml, the ASHA search's concurrency) run as they are."""
+    from dettui.agent.agent import cpu_cores
+
+    s = Served(tmp_path / "state", tmp_path / "config")
+    s.start()
+    try:
+        agents = s.api("GET", "/api/v1/agents")["agents"]
+        assert [len(a["slots"]) for a in agents] == [cpu_cores()]
+    finally:
+        s.stop()

@@ -1,0 +1,121 @@
+"""The README's `dettui` commands, copied from README.md by this test and run as printed
+(against a real `dettui serve`: DET_MASTER says where it is, as `make serve &` would). Only
+the README's own placeholders are filled in (MASTER:8080, TOKEN, ID). Every `dettui ...`
+command the README shows is either run here or listed in NOT_RUN with the reason, so a new
+one cannot slip by untested."""
+
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, Served
+
+pytestmark = pytest.mark.slow
+
+README = (REPO / "README.md").read_text()
+NOT_RUN = {  # command as printed -> why this test does not run it
+    "dettui serve --host 0.0.0.0 --admin-password ...": "starts a master beyond loopback; "
+    "tests/e2e/test_serve_flags.py checks that it needs the password",
+    "dettui t logs 1 --rank 1": "names the ddp sample's trial (2 ranks); the tour runs the "
+    "one-slot sample, whose rank 0 the tour's `t logs 1 --rank 0` shows",
+    "dettui user deactivate|activate|change-password": "a summary of three commands",
+    "dettui user create NAME [--admin]": "a synopsis; tests/e2e/test_agent.py creates users",
+    "dettui --master URL": "the dashboard: tests/tui/test_tmux.py runs it in a terminal",
+    "dettui": "the dashboard: tests/tui/test_tmux.py runs it in a terminal",
+    "dettui serve": "the master this test runs the others against",
+    "dettui serve --no-agent &": "the master this test runs the others against",
+    "dettui serve --agent-timeout": "an option named in a sentence",
+    "dettui serve --stop": "tests/e2e/test_one_master.py and tests/tui/test_tmux.py",
+    "dettui agent token create": "run here as `dettui -u admin agent token create`",
+    "dettui user login": "named in a sentence; tests/e2e/test_agent.py logs in",
+    "dettui e list": "run here from the tour",
+    "dettui e describe": "run here from the tour",
+    "dettui t logs": "run here from the tour",
+    "dettui e cancel": "named in a sentence about detached experiments",
+}
+
+
+def tour() -> list[str]:
+    """The commands of the 5-minute tour's code block that start with `dettui`."""
+    block = README.split("## A 5-minute tour", 1)[1].split("```bash", 1)[1].split("```", 1)[0]
+    return [line.split("  #", 1)[0].strip() for line in block.splitlines()
+            if line.startswith("dettui ")]
+
+
+def inline() -> list[str]:
+    """Every `dettui ...` in backticks, and every line of a code block starting with dettui."""
+    found = [" ".join(c.split()) for c in re.findall(r"`(dettui(?: [^`]*)?)`", README)]
+    blocks = re.findall(r"```\w*\n(.*?)```", README, re.S)
+    found += [line.split("  #", 1)[0].strip() for block in blocks
+              for line in block.splitlines() if line.startswith("dettui")]
+    return [c for c in dict.fromkeys(found) if not c.startswith("dettui/")
+            and not c.startswith("dettui.")]
+
+
+def run(served: Served, command: str, timeout: float = 300) -> str:
+    res = subprocess.run([sys.executable, "-m", "dettui.cli", *shlex.split(command)[1:]],
+                         cwd=REPO, env=served.env(), capture_output=True, text=True,
+                         timeout=timeout)
+    assert res.returncode == 0, f"{command}:\n{res.stdout}\n{res.stderr}"
+    return res.stdout
+
+
+def test_the_readme_commands_run_as_printed(served: Served, tmp_path: Path) -> None:
+    commands = tour()
+    assert commands[0] == "dettui e create sample_ctx/single.yaml sample_ctx --follow"
+    outputs = {c: run(served, c) for c in commands}
+    assert "ended: COMPLETED" in outputs[commands[0]]
+    assert "validation_loss" in outputs["dettui t logs 1 --rank 0"]
+    assert "spirals-mlp" in outputs["dettui e list"]
+    done = set(commands)
+
+    dry = "dettui e create sample_ctx/ddp.yaml sample_ctx --dry-run"
+    assert f"`{dry}`" in README
+    assert "torch_distributed" in run(served, dry)
+    search = "dettui e create sample_ctx/search.yaml sample_ctx"
+    assert f"`{search}`" in README
+    assert "Created experiment 2" in run(served, search)
+    describe = "dettui e describe ID"
+    assert f"`{describe}`" in README
+    assert "adaptive_asha" in run(served, describe.replace("ID", "2"))
+    served.cli("e", "kill", "2")  # the search itself is tests/e2e/test_search.py's
+    done |= {dry, search, describe}
+
+    done |= join_an_agent(served, tmp_path)
+    missing = [c for c in inline() if c not in done and c not in NOT_RUN]
+    assert not missing, f"README commands neither run nor listed in NOT_RUN: {missing}"
+
+
+def join_an_agent(served: Served, tmp_path: Path) -> set[str]:
+    """`dettui -u admin agent token create`, then the agent command with its placeholders."""
+    create = "dettui -u admin agent token create"
+    join = "dettui agent --master http://MASTER:8080 --token TOKEN --slots 4"
+    assert f"`{create}`" in README and f"`{join}`" in README
+    token = re.search(r"^\S{20,}$", run(served, create), re.M)
+    assert token, "the token is printed on a line of its own"
+    command = join.replace("MASTER:8080", served.url.removeprefix("http://")).replace(
+        "TOKEN", token.group(0))
+    argv = [sys.executable, "-m", "dettui.cli", *shlex.split(command)[1:], "--id", "readme",
+            "--work-dir", str(tmp_path / "agent")]
+    agent = subprocess.Popen(argv, cwd=REPO, env=served.env(), stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            agents = {a["id"]: a for a in served.api("GET", "/api/v1/agents")["agents"]}
+            if "readme" in agents:
+                assert len(agents["readme"]["slots"]) == 4
+                break
+            assert time.monotonic() < deadline, "the README's agent never joined"
+            time.sleep(0.3)
+    finally:
+        agent.terminate()
+        agent.wait(30)
+    return {create, join}
