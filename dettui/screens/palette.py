@@ -5,7 +5,7 @@ first; one that needs an open experiment or trial says how to open one."""
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from rich.text import Text
@@ -38,11 +38,15 @@ def screens() -> list[tuple[str, type[Any], str | None]]:
 
 
 def _described(bindings: list[Any]) -> Iterator[Binding]:
-    seen: set[str] = set()
+    """One binding per action, with every key bound to it (`q`, `ctrl+q` -> `q,ctrl+q`)."""
+    keys: dict[str, list[str]] = {}
+    first: dict[str, Binding] = {}
     for b in bindings:
-        if isinstance(b, Binding) and b.description and b.action not in seen:
-            seen.add(b.action)
-            yield b
+        if isinstance(b, Binding) and b.description:
+            first.setdefault(b.action, b)
+            keys.setdefault(b.action, []).append(b.key)
+    for action, b in first.items():
+        yield replace(b, key=",".join(keys[action])) if len(keys[action]) > 1 else b
 
 
 class Actions(Provider):
