@@ -270,6 +270,7 @@ def ensure_master(state_dir: Path, *, port: int, slots: int | None) -> statedir.
         return found
     state_dir.mkdir(parents=True, exist_ok=True)
     logfile = state_dir / "master.log"
+    print(f"starting the master of {state_dir} (its log: {logfile})", file=sys.stderr)
     cmd = [sys.executable, "-m", "dettui.cli", "serve", "--background", "--state-dir",
            str(state_dir), "--port", str(port)]
     if slots is not None:
