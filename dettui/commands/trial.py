@@ -53,6 +53,8 @@ async def _ranks(c: Client, trial: dict[str, object], ranks: list[int]) -> list[
     """The ranks to ask for. A one-slot trial's lines carry no rank: its rank 0 is all of
     them. A rank the trial does not have is an error, not an empty listing."""
     exp = await c.experiment(int(str(trial["experimentId"])))
+    if exp.get("unmanaged"):
+        return ranks  # a detached script's ranks are its own: not in any config
     slots = int(((exp.get("config") or {}).get("resources") or {}).get("slots_per_trial", 1))
     slots = max(slots, 1)
     wrong = sorted({r for r in ranks if not 0 <= r < slots})
