@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from typing import Any
 
 GAP = 2  # cells between columns
-FIT_FLOOR = 10  # a fitted column shrinks to this (or its label) before columns are left out
+COMFORT = 20  # a fitted column at this width (or less) counts as fitting when columns are dropped
+FIT_FLOOR = 10  # ... and shrinks to this (or its label) when even the others do not fit
 
 
 @dataclass(frozen=True)
@@ -40,19 +41,22 @@ def _total(widths: Sequence[int]) -> int:
 
 def arrange(columns: Sequence[Column], wanted: Sequence[int], room: int | None) -> list[int]:
     """Each column's width on screen, 0 for one left out. `wanted`: what each column would
-    take (fixed width, or its content's width); `room`: the cells there are (None: any)."""
+    take (fixed width, or its content's width); `room`: the cells there are (None: any).
+    Columns are left out, least important first, until the rest fit with fitted columns at a
+    comfortable width; then fitted columns get what is spare, down to their floor."""
     if room is None or _total(wanted) <= room:
         return list(wanted)
-    floors = [w if c.width is not None else min(w, max(FIT_FLOOR, len(c.label)))
-              for c, w in zip(columns, wanted, strict=True)]
+    fixed = [c.width is not None for c in columns]
+    comfortable = [w if f else min(w, COMFORT) for f, w in zip(fixed, wanted, strict=True)]
     for i in sorted(range(len(columns)), key=lambda i: (-columns[i].priority, -i)):
-        if _total(floors) <= room or columns[i].priority == 0:
+        if _total(comfortable) <= room or columns[i].priority == 0:
             break
-        floors[i] = 0
-    spare = room - _total(floors)
-    widths = list(floors)
-    for i, column in enumerate(columns):  # fitted columns get back what is spare, in order
-        if widths[i] and column.width is None and spare > 0:
+        comfortable[i] = 0
+    widths = [0 if not c else w if f else min(w, max(FIT_FLOOR, len(col.label)))
+              for c, f, w, col in zip(comfortable, fixed, wanted, columns, strict=True)]
+    spare = room - _total(widths)
+    for i in range(len(columns)):  # fitted columns get back what is spare, in order
+        if widths[i] and not fixed[i] and spare > 0:
             more = min(wanted[i] - widths[i], spare)
             widths[i] += more
             spare -= more

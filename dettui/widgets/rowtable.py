@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Sequence
 from contextlib import suppress
 from typing import Any, ClassVar
 
-from rich.cells import cell_len, set_cell_size
+from rich.cells import cell_len
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
@@ -28,76 +28,16 @@ from textual.message import Message
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
+from dettui.widgets.cells import Descending, cell_text, default_sort_key, fit, styled_pair
 from dettui.widgets.columns import GAP, Column, arrange
-from dettui.widgets.safe import clean
 
-__all__ = ["Column", "RowTable", "cell_text"]
+__all__ = ["Column", "RowTable", "cell_text", "default_sort_key"]
 
 MIN_WIDTH = 3  # a fitted column is at least this wide
 MAX_FIT = 40  # ... and never grows past this many cells
 CACHE_LINES = 512  # rendered row strips kept (a few screens' worth)
 RESORT_AT = 1_000  # a diff moving more rows than this sorts the view again instead
 _EVEN, _ODD, _CURSOR = 0, 1, 2
-_CONTROLS = {i: " " for i in [*range(32), 127]}
-
-
-def _styled_pair(value: Any) -> bool:
-    return (isinstance(value, tuple) and len(value) == 2
-            and isinstance(value[1], str | Style))
-
-
-def cell_text(value: Any) -> str:
-    """The plain text of a cell value: what is shown, filtered on and (by default) sorted by."""
-    if value is None:
-        return ""
-    if isinstance(value, Text):
-        return clean(value.plain)
-    if _styled_pair(value):
-        return cell_text(value[0])
-    return clean(value)
-
-
-def default_sort_key(value: Any) -> tuple[int, Any]:
-    """Numbers (and numeric strings) numerically and first, everything else by casefolded text."""
-    if _styled_pair(value):
-        value = value[0]
-    if isinstance(value, int | float) and not isinstance(value, bool) and value == value:
-        return (0, value)
-    text = cell_text(value)
-    try:
-        number = float(text)
-    except ValueError:
-        return (1, text.casefold())
-    return (0, number) if number == number else (1, text.casefold())
-
-
-class _Desc:
-    """Inverts the order of a sort value, so one ascending bisect serves descending views."""
-
-    __slots__ = ("value",)
-
-    def __init__(self, value: Any) -> None:
-        self.value = value
-
-    def __lt__(self, other: _Desc) -> bool:
-        return bool(other.value < self.value)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, _Desc) and bool(self.value == other.value)
-
-    __hash__ = None  # type: ignore[assignment]
-
-
-def _fit(text: str, width: int, align: str) -> str:
-    """`text` cut (with …) or padded to exactly `width` cells."""
-    if not text.isprintable():
-        text = text.translate(_CONTROLS)
-    size = len(text) if text.isascii() else cell_len(text)
-    if size > width:
-        text = set_cell_size(text, width - 1) + "…" if width > 0 else ""
-        size = width
-    pad = " " * (width - size)
-    return pad + text if align == "right" else text + pad
 
 
 class RowTable(ScrollView, can_focus=True):
@@ -383,7 +323,7 @@ class RowTable(ScrollView, can_focus=True):
         if self._sort_column is None:
             return self._seq[key]
         value = self._sort_values[key]
-        return (_Desc(value) if self._sort_reverse else value), self._seq[key]
+        return (Descending(value) if self._sort_reverse else value), self._seq[key]
 
     def _rebuild(self) -> None:
         keys = list(self._seq)
@@ -545,8 +485,8 @@ class RowTable(ScrollView, can_focus=True):
             if column.key == self._sort_column:
                 arrow = "▼" if self._sort_reverse else "▲"
                 label = f"{label} {arrow}" if cell_len(label) + 2 <= width else \
-                    (_fit(label, width - 2, "left") + " " if width > 2 else "") + arrow
-            cells.append(_fit(label, width, column.align))
+                    (fit(label, width - 2, "left") + " " if width > 2 else "") + arrow
+            cells.append(fit(label, width, column.align))
         return (" " * GAP).join(cells)
 
     def render_line(self, y: int) -> Strip:
@@ -555,7 +495,7 @@ class RowTable(ScrollView, can_focus=True):
         full = max(width, self._total_width())
         if y == 0:
             style = self.get_component_rich_style("rowtable--header")
-            line = Strip([Segment(_fit(self.header_text(), full, "left"), style)], full)
+            line = Strip([Segment(fit(self.header_text(), full, "left"), style)], full)
         else:
             index = scroll_y + y - 1
             if index >= len(self._view):
@@ -591,13 +531,13 @@ class RowTable(ScrollView, can_focus=True):
                 plain.append(" " * GAP)
             first = False
             value = row.get(column.key)
-            if isinstance(value, Text) or _styled_pair(value):
+            if isinstance(value, Text) or styled_pair(value):
                 if plain:
                     segments.append(Segment("".join(plain), style))
                     plain = []
                 segments.extend(self._styled_cell(value, width, column.align, style))
             else:
-                plain.append(_fit(texts[i], width, column.align))
+                plain.append(fit(texts[i], width, column.align))
         plain.append(" " * (full - self._total_width()))
         segments.append(Segment("".join(plain), style))
         return segments
