@@ -126,7 +126,8 @@ class Allocations:
         """Feed a validation to the searcher; the searcher's complaint, if any."""
         outcome, ended = await self.db.run(exits.validation, trial_id, steps, metrics)
         trial = await self.db.run(trial_store.get, trial_id)
-        self.hub.notify("experiments")  # its best value and progress may have moved
+        # Its best value may have moved: followers of the experiments list re-read this one.
+        self.hub.notifier.notify("experiments", ids=[trial.experiment_id])
         self.searcher_effects(trial.experiment_id, outcome)
         await self.ended(ended)
         return outcome.error
