@@ -60,15 +60,14 @@ async def test_a_restarted_agent_reports_its_earlier_runs_allocation_lost(
     running = asyncio.create_task(agent.run())
     try:
         deadline = time.monotonic() + 30
-        while True:
-            allocs = await _allocations(api)
-            if len(allocs) >= 2 and (await _trial(api))["state"] == "STATE_COMPLETED":
-                break
-            assert time.monotonic() < deadline, (allocs, await _trial(api))
+        while (await _trial(api))["state"] != "STATE_COMPLETED":
+            assert time.monotonic() < deadline, (await _allocations(api), await _trial(api))
             await asyncio.sleep(0.1)
     finally:
         agent.stop()
         await asyncio.wait_for(running, 30)
+    allocs = await _allocations(api)  # read after the trial ended: both have exited
+    assert len(allocs) == 2, allocs
     lost, second = allocs[0], allocs[1]
     assert lost.id == first and lost.exit_reason == "lost", lost
     assert second.id != first and second.exit_code == 0
