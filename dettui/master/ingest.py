@@ -31,7 +31,9 @@ class GroupCommit:
         """Commit `reports` (in this order, possibly with others'); each one's refusal, if
         any. Returns once all of them are committed or refused."""
         loop = asyncio.get_running_loop()
-        futures = [loop.create_future() for _ in reports]
+        futures: list[asyncio.Future[None]] = [loop.create_future() for _ in reports]
+        for fut in futures:  # a request cancelled meanwhile leaves no unretrieved refusal
+            fut.add_done_callback(_retrieve)
         self._pending.extend(zip(reports, futures, strict=True))
         if self._writer is None or self._writer.done():
             self._writer = asyncio.create_task(self._write())
@@ -65,3 +67,8 @@ class GroupCommit:
                     fut.set_result(None)
                 else:
                     fut.set_exception(err)
+
+
+def _retrieve(fut: asyncio.Future[None]) -> None:
+    if not fut.cancelled():
+        fut.exception()
