@@ -17,10 +17,11 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[test]' $(TORCH_PIN)
 	touch $(STAMP)
 
-# The real determined==0.38.1 client, in its own venv (its pins clash with ours).
+# The real determined==0.38.1 client, in its own venv (its pins clash with ours), with torch and
+# tensorboard as in Determined's images: trials run the real package with this Python too.
 $(DET_STAMP):
 	test -x $(DET_VENV)/bin/python || $(PYTHON) -m venv $(DET_VENV)
-	$(DET_VENV)/bin/python -m pip install -q determined==0.38.1
+	$(DET_VENV)/bin/python -m pip install -q determined==0.38.1 $(TORCH_PIN) tensorboard
 	touch $(DET_STAMP)
 
 run: $(STAMP)

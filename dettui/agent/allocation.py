@@ -18,10 +18,11 @@ from typing import Any
 import psutil
 
 from dettui import context, lifeline, paths, retry
-from dettui.agent import logship, process, sandbox, spool
+from dettui.agent import logship, process, runinfo, sandbox, spool
 from dettui.client import Client
 from dettui.errors import ContextError, DettuiError, MasterUnreachable
-from dettui.launch import spec
+from dettui.launch import sitedir, spec
+from dettui.launch.torch_distributed import free_port
 from dettui.protocol import StartWork
 from dettui.storage import storage_base
 
@@ -43,6 +44,7 @@ class AllocationRun:
         self.client = client
         self.agent_id = agent_id
         self.workdir = paths.confined(work_root, self.id, where="allocationId")
+        self.run_dir = paths.confined(work_root, f"{self.id}.run", where="allocationId")
         self.master_url = master_url
         self.own_pids = own_pids
         self.proc: asyncio.subprocess.Process | None = None
@@ -111,19 +113,22 @@ class AllocationRun:
         except spec.LaunchArgsError as exc:
             raise DettuiError(str(exc)) from exc
 
-    def _env(self) -> dict[str, str]:
+    def _env(self, mounted: bool) -> dict[str, str]:
         """The trial's environment: the allow-listed part of the agent's (never its secrets),
         then the master's DET_* variables and the experiment's own."""
         env = {k: v for k, v in os.environ.items() if allowed(k)}
         env.update(self.spec.env)
+        env.update(runinfo.environment(self.run_dir, self.workdir, mounted))
+        env.setdefault("C10D_PORT", str(_rendezvous_port(env) or free_port()))
         env.update({
             "DET_MASTER": self.master_url,
+            "DET_MASTER_ADDR": self.master_url.split("://", 1)[-1].rsplit(":", 1)[0],
             "DET_MASTER_HOST": self.master_url.split("://", 1)[-1].rsplit(":", 1)[0],
             "DET_MASTER_PORT": self.master_url.rsplit(":", 1)[-1],
             "DET_AGENT_ID": self.agent_id,
-            "DET_WORKDIR": str(self.workdir),
-            "DET_RUN_DIR": str(self.workdir),
             "PYTHONUNBUFFERED": "1",
+            "PYTHONPATH": os.pathsep.join(p for p in (sitedir.DIRECTORY, env.get("PYTHONPATH"))
+                                          if p),
             process.MARK: self.id,
             process.AGENT_MARK: self.agent_id,
             process.INSTANCE_MARK: process.instance(),
@@ -135,15 +140,17 @@ class AllocationRun:
 
     async def _execute(self) -> None:
         argv = self._argv()
-        env = self._env()
         # The parent-death signal through setpriv rather than a preexec_fn keeps the spawn a
         # vfork (see lifeline.pdeathsig_prefix); a program exec cannot find keeps the old way,
         # so that it still fails to spawn instead of exiting 127.
+        support = sandbox.probe()
+        env = self._env(support.on)
+        await asyncio.to_thread(runinfo.write, self.run_dir, env, self.workdir, support.on)
         found = _runnable(argv[0], self.workdir, env["PATH"])
         prefix = lifeline.pdeathsig_prefix() if found else ()
-        support = sandbox.probe()
         if found:
-            argv = sandbox.wrap(support, argv, self.workdir, self.hidden, self._kept(env))
+            argv = sandbox.wrap(support, argv, env["DET_WORKDIR"], self.hidden,
+                                self._kept(env), self._mounts(env))
         if not support.on:
             self._system_line(f"note: {support.note}")
         self.proc = await asyncio.create_subprocess_exec(
@@ -182,6 +189,17 @@ class AllocationRun:
         with contextlib.suppress(ValueError, KeyError, TypeError):
             kept.append(storage_base(json.loads(env["DET_EXPERIMENT_CONFIG"])))
         return kept
+
+    def _mounts(self, env: dict[str, str]) -> list[runinfo.Mount]:
+        try:
+            config = json.loads(env["DET_EXPERIMENT_CONFIG"])
+        except (KeyError, ValueError):
+            config = {}
+        out = runinfo.mounts(self.run_dir, self.workdir, config)
+        for m in out:  # a mount needs its source; storage may not exist before a checkpoint
+            with contextlib.suppress(OSError):
+                m.source.mkdir(parents=True, exist_ok=True)
+        return out
 
     async def _pump(self, stream: asyncio.StreamReader, stdtype: str) -> None:
         rest = b""
@@ -248,6 +266,7 @@ class AllocationRun:
         if os.environ.get("DETTUI_KEEP_WORKDIRS"):
             return
         shutil.rmtree(self.workdir, ignore_errors=True)
+        shutil.rmtree(self.run_dir, ignore_errors=True)
 
 
 async def ship(client: Client, agent_id: str, batch: Callable[[int], list[dict[str, Any]]],
@@ -283,6 +302,13 @@ ALLOWED_PREFIXES = ("LC_", "CUDA_", "NCCL_", "GLOO_", "NVIDIA_", "OMP_", "MKL_",
 
 def allowed(name: str) -> bool:
     return name in ALLOWED or name.startswith(ALLOWED_PREFIXES)
+
+
+def _rendezvous_port(env: dict[str, str]) -> int | None:
+    """The c10d port the master chose for a multi-node allocation (None for one node)."""
+    with contextlib.suppress(KeyError, ValueError, TypeError):
+        return int(json.loads(env["DETTUI_RENDEZVOUS"])["port"])
+    return None
 
 
 def _runnable(program: str, cwd: Path, path: str) -> bool:

@@ -54,7 +54,27 @@ class ExperimentConfig:
             conf[key] = getattr(self.schema, key).as_dict()
         if conf["log_policies"] is None:
             conf["log_policies"] = [dict(p) for p in DEFAULT_LOG_POLICIES]
+        if conf.get("checkpoint_storage"):
+            conf["checkpoint_storage"] = storage_expconf(conf["checkpoint_storage"])
         return conf
+
+
+# The keys of each storage type, as Determined's master sends them (the real package's storage
+# managers refuse any other key: `extra key in shared_fs config`).
+STORAGE_KEYS = {
+    "shared_fs": ("host_path", "container_path", "storage_path", "propagation"),
+    "directory": ("container_path",),
+    "s3": ("bucket", "access_key", "secret_key", "endpoint_url", "prefix"),
+    "gcs": ("bucket", "prefix"),
+    "azure": ("container", "connection_string", "account_url"),
+}
+STORAGE_COMMON = ("type", "save_experiment_best", "save_trial_best", "save_trial_latest")
+
+
+def storage_expconf(storage: dict[str, Any]) -> dict[str, Any]:
+    """`checkpoint_storage` with only its type's keys (and the GC policy)."""
+    keys = (*STORAGE_COMMON, *STORAGE_KEYS.get(storage.get("type") or "", ()))
+    return {k: storage.get(k) for k in keys}
 
 
 def load_config_file(path: Path | str, overrides: list[str] | tuple[str, ...] = (),

@@ -13,15 +13,21 @@ from dettui.core._checkpoint import CheckpointContext, merge_metadata
 from dettui.core._context import Context, InvalidHP, init
 from dettui.core._detached import DetachedConfig, DetachedContext
 from dettui.core._distributed import DistributedContext
-from dettui.core._info import ClusterInfo, TrialInfo, get_cluster_info
+from dettui.core._info import (
+    ClusterInfo,
+    RendezvousInfo,
+    ResourcesInfo,
+    TrialInfo,
+    get_cluster_info,
+)
 from dettui.core._preempt import DummyPreemptContext, PreemptContext, PreemptMode
 from dettui.core._searcher import SearcherContext, SearcherOperation
 from dettui.core._train import DummyTrainContext, TrainContext
 
 __all__ = [
     "CheckpointContext", "ClusterInfo", "Context", "DetachedConfig", "DetachedContext",
-    "DistributedContext", "DummyPreemptContext",
-    "DummyTrainContext", "InvalidHP", "PreemptContext", "PreemptMode", "SearcherContext",
+    "DistributedContext", "DummyPreemptContext", "DummyTrainContext", "InvalidHP",
+    "PreemptContext", "PreemptMode", "RendezvousInfo", "ResourcesInfo", "SearcherContext",
     "SearcherOperation", "TrainContext", "TrialInfo", "get_cluster_info", "init",
     "merge_metadata",
 ]

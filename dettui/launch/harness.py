@@ -11,12 +11,10 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import importlib.util
 import json
 import logging
 import os
 import sys
-import types
 from pathlib import Path
 from typing import Any
 
@@ -31,18 +29,9 @@ class HarnessError(Exception):
 def alias_determined() -> bool:
     """Make `determined`, `determined.core` and `determined.pytorch` resolve to dettui's,
     unless the real package is installed. Returns True when the alias is in place."""
-    if "determined" in sys.modules or importlib.util.find_spec("determined") is not None:
-        return False
-    from dettui import core, pytorch
+    from dettui.launch import alias
 
-    det = types.ModuleType("determined")
-    det.__path__ = []  # a package, so `import determined.pytorch` works
-    det.core = core  # type: ignore[attr-defined]
-    det.pytorch = pytorch  # type: ignore[attr-defined]
-    det.TrialContext = pytorch.PyTorchTrialContext  # type: ignore[attr-defined]
-    sys.modules.update({"determined": det, "determined.core": core,
-                        "determined.pytorch": pytorch})
-    return True
+    return alias.install()
 
 
 def load_trial_class(spec: str) -> type[Any]:

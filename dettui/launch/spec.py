@@ -53,7 +53,8 @@ class Topology:
             return cls(tuple(info["addresses"]), int(info["rank"]),
                        tuple(int(s) for s in info["slots"]), int(info.get("port", C10D_PORT)))
         slots = json.loads(env.get("DET_SLOT_IDS", "[0]")) or [0]
-        return cls(("127.0.0.1",), 0, (len(slots),), int(env.get("DETTUI_C10D_PORT", C10D_PORT)))
+        port = env.get("DETTUI_C10D_PORT") or env.get("C10D_PORT") or C10D_PORT
+        return cls(("127.0.0.1",), 0, (len(slots),), int(port))
 
 
 @dataclass(frozen=True)

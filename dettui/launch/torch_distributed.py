@@ -151,7 +151,8 @@ def main(argv: list[str] | None = None) -> int:
     if dry_run:
         args = args[1:]
     env = dict(os.environ)
-    if spec.RENDEZVOUS not in env and "DETTUI_C10D_PORT" not in env and not dry_run:
+    if not dry_run and not any(k in env for k in (spec.RENDEZVOUS, "DETTUI_C10D_PORT",
+                                                  "C10D_PORT")):
         env["DETTUI_C10D_PORT"] = str(free_port())  # one node: any free port will do
     try:
         cmd = build(args, env)

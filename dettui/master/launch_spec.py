@@ -14,6 +14,7 @@ from dettui.master.settings import MasterSettings
 from dettui.master.store import checkpoints as ckpt_store
 from dettui.master.store import experiments as exp_store
 from dettui.master.store import trials as trial_store
+from dettui.master.store import users as user_store
 from dettui.master.store.records import Agent, Allocation
 from dettui.protocol import StartWork
 
@@ -58,6 +59,10 @@ def build_start(
     }
     if latest is not None:
         env["DET_LATEST_CHECKPOINT"] = latest.uuid
+    owner = user_store.by_name(conn, exp.username)
+    if owner is not None and owner.active:
+        # As Determined: the owner's own session, for the CLI and SDK inside the trial.
+        env["DET_USER_TOKEN"] = user_store.new_session(conn, owner.id)
     if len(alloc.parts) > 1:
         env.update(Topology(tuple(address_of(peers.get(a)) for a in alloc.agents), node_rank,
                             tuple(len(sl) for _, sl in alloc.parts),

@@ -1,0 +1,125 @@
+"""Code written for Determined runs unchanged on dettui: a Core API script with the real
+determined==0.38.1 package in the trial's Python (with and without namespaces) and without it
+(dettui's modules under Determined's names), read back with the real `det` CLI."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from dettui.agent import sandbox
+from tests.compat.test_det_cli import DET_VENV, det
+from tests.conftest import Served
+from tests.e2e.test_single import write_ctx
+
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(not DET_VENV, reason="run through `make test` "
+                                 "(needs the determined venv)")]
+NAMESPACES = sandbox.probe().on
+
+CORE_SCRIPT = """
+import os, sys, time
+import determined as det
+from determined import core
+
+print("determined is", det.__file__, flush=True)
+info = det.get_cluster_info()
+print("info files", sorted(os.listdir(os.environ["DET_RUN_DIR"] + "/info")), flush=True)
+with core.init() as ctx:
+    start = 0
+    if info.latest_checkpoint:
+        with ctx.checkpoint.restore_path(info.latest_checkpoint) as path:
+            start = int((path / "step").read_text())
+    print("resumed from", start, "run", info.trial._trial_run_id, flush=True)
+    for op in ctx.searcher.operations():
+        for step in range(start + 1, op.length + 1):
+            ctx.train.report_training_metrics(steps_completed=step, metrics={"loss": 1 / step})
+            if step % 2 == 0:
+                ctx.train.report_validation_metrics(steps_completed=step,
+                                                    metrics={"val_loss": 1 / step})
+                with ctx.checkpoint.store_path({"steps_completed": step}) as (path, uuid):
+                    (path / "step").write_text(str(step))
+                print("checkpoint", step, uuid, flush=True)
+            op.report_progress(step)
+            while start == 0 and step == 2 and not ctx.preempt.should_preempt():
+                time.sleep(0.1)  # the first run waits here to be paused
+            if ctx.preempt.should_preempt():
+                print("preempted at", step, flush=True)
+                sys.exit(0)
+        op.report_completed(1 / op.length)
+"""
+
+
+@pytest.fixture(params=["real", "real-fallback", "dettui"])
+def variant(request: pytest.FixtureRequest, tmp_path: Path,
+            monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, Served]]:
+    kind = request.param
+    if kind != "real-fallback" and not NAMESPACES:
+        pytest.skip(sandbox.probe().note or "no namespaces")
+    if kind == "real-fallback":
+        monkeypatch.setenv(sandbox.OFF_SWITCH, "1")
+    s = Served(tmp_path / "state", tmp_path / "config", extra=["--agent-slots", "2"])
+    s.start()
+    try:
+        yield kind, s
+    finally:
+        s.stop()
+
+
+def wait_for(what: str, check: object, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():  # type: ignore[operator]
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_a_core_api_script_reports_pauses_and_resumes(variant: tuple[str, Served],
+                                                      tmp_path: Path) -> None:
+    kind, served = variant
+    python = f"{DET_VENV}/bin/python" if kind.startswith("real") else "python3"
+    cfg, ctx = write_ctx(tmp_path, f"""
+        name: core-{kind}
+        entrypoint: {python} train.py
+        searcher: {{name: single, metric: val_loss, max_length: 6}}
+        """, {"train.py": CORE_SCRIPT})
+    home = tmp_path / "home"
+    home.mkdir()
+    assert det(served, home, "user", "login", "determined", stdin="\n").returncode == 0
+    created = det(served, home, "e", "create", str(cfg), str(ctx))
+    assert created.returncode == 0, created.stdout + created.stderr
+    wait_for("the first checkpoint", lambda: served.api(
+        "GET", "/api/v1/experiments/1/checkpoints")["checkpoints"])
+    assert det(served, home, "e", "pause", "1").returncode == 0
+    wait_for("the pause", lambda: served.api("GET", "/api/v1/experiments/1/trials")[
+        "trials"][0]["state"] == "STATE_PAUSED")
+    assert det(served, home, "e", "activate", "1").returncode == 0
+    exp = served.wait_experiment(1, timeout=180)
+    logs = served.cli("t", "logs", "1").stdout
+    assert exp["state"] == "STATE_COMPLETED", logs
+    expected = (f"{DET_VENV}/lib" if kind.startswith("real")
+                else "dettui/launch/_determined.py")
+    assert f"determined is {expected}" in logs or expected in logs, logs
+    assert "info files ['cluster.json', 'rendezvous.json', 'resources.json', 'trial.json']" \
+        in logs, logs
+    assert "preempted at 2" in logs and "resumed from 2 run 2" in logs, logs
+    trial = served.api("GET", "/api/v1/trials/1")["trial"]
+    assert trial["totalBatchesProcessed"] == 6 and trial["restarts"] == 0, trial
+    last = [line.split()[-1] for line in logs.splitlines() if "checkpoint 6 " in line]
+    assert last, logs
+    described = det(served, home, "e", "describe", "1", "--metrics")
+    assert described.returncode == 0, described.stdout + described.stderr
+    assert "Validation Metric: val_loss" in described.stdout, described.stdout
+    rows = [[c.strip() for c in r.split("|")] for r in described.stdout.splitlines()]
+    row = next((r for r in rows if len(r) > 9 and r[1] == "6"), [])
+    assert row[5] == "COMPLETED" and row[-1] == "0.166667", described.stdout
+    assert last[0] in served.cli("e", "describe", "1").stdout
+    ckpt = served.state_dir / "checkpoints" / last[0]
+    assert (ckpt / "step").read_text() == "6" and (ckpt / "metadata.json").is_file()
+    if kind == "real" and os.path.isdir("/determined_shared_fs"):
+        assert not (Path("/determined_shared_fs") / last[0]).exists()  # the host's is empty

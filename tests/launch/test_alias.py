@@ -1,0 +1,62 @@
+"""`import determined` in a trial's Python: dettui's modules when the real package is missing,
+the real package (untouched) when it is there. Run through the trial's sitecustomize, as every
+process of a trial is."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dettui.launch import sitedir
+
+DET_VENV = os.environ.get("DETTUI_DET_VENV")
+
+
+def python(code: str, *args: str, extra_path: str = "", cwd: Path | None = None,
+           env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    path = os.pathsep.join(p for p in (sitedir.DIRECTORY, extra_path) if p)
+    full = {**os.environ, "PYTHONPATH": path, **(env or {})}
+    return subprocess.run([sys.executable, *(["-c", code] if code else []), *args],
+                          capture_output=True, text=True, env=full, timeout=120, cwd=cwd)
+
+
+def test_determined_resolves_to_dettui_without_the_real_package() -> None:
+    res = python("""
+import determined as det
+from determined import core
+import determined.pytorch as dp
+import dettui.core, dettui.pytorch
+assert core is dettui.core and dp is dettui.pytorch, (core, dp)
+assert det.InvalidHP is dettui.core.InvalidHP and det.get_cluster_info() is None
+assert det.TrialContext is dettui.pytorch.PyTorchTrialContext
+assert dettui.core.__spec__.name == "dettui.core"  # the alias keeps the module's own spec
+import determined.launch.torch_distributed
+print("ok")
+""")
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "ok"
+
+
+def test_python_m_runs_dettuis_launcher_under_determineds_name(tmp_path: Path) -> None:
+    res = python("", "-m", "determined.launch.torch_distributed", "--dry-run", "python3",
+                 "train.py", cwd=tmp_path, env={"DET_SLOT_IDS": "[0,1]"})
+    assert res.returncode == 0, res.stderr
+    assert "--nproc_per_node 2" in res.stdout and "dettui.launch.worker" in res.stdout
+
+
+def test_a_missing_module_is_still_missing() -> None:
+    res = python("import determined.nothing_here")
+    assert res.returncode == 1 and "No module named 'determined.nothing_here'" in res.stderr
+
+
+@pytest.mark.skipif(not DET_VENV, reason="run through `make test` (needs the determined venv)")
+def test_the_real_package_wins_when_it_is_importable() -> None:
+    site = next((Path(DET_VENV or "") / "lib").glob("python3*/site-packages"))
+    res = python("import determined, determined.core as c; print(determined.__file__, c.__name__)",
+                 extra_path=str(site))
+    assert res.returncode == 0, res.stderr
+    assert str(site) in res.stdout and "determined.core" in res.stdout
