@@ -119,7 +119,8 @@ class AllocationRun:
         env = {k: v for k, v in os.environ.items() if allowed(k)}
         env.update(self.spec.env)
         env.update(runinfo.environment(self.run_dir, self.workdir, mounted))
-        env.setdefault("C10D_PORT", str(_rendezvous_port(env) or free_port()))
+        for name, port in runinfo.ports(env, free_port).items():
+            env.setdefault(name, port)
         env.update({
             "DET_MASTER": self.master_url,
             "DET_MASTER_ADDR": self.master_url.split("://", 1)[-1].rsplit(":", 1)[0],
@@ -302,13 +303,6 @@ ALLOWED_PREFIXES = ("LC_", "CUDA_", "NCCL_", "GLOO_", "NVIDIA_", "OMP_", "MKL_",
 
 def allowed(name: str) -> bool:
     return name in ALLOWED or name.startswith(ALLOWED_PREFIXES)
-
-
-def _rendezvous_port(env: dict[str, str]) -> int | None:
-    """The c10d port the master chose for a multi-node allocation (None for one node)."""
-    with contextlib.suppress(KeyError, ValueError, TypeError):
-        return int(json.loads(env["DETTUI_RENDEZVOUS"])["port"])
-    return None
 
 
 def _runnable(program: str, cwd: Path, path: str) -> bool:

@@ -13,9 +13,10 @@ Without namespaces the run dir stays where it is: DET_RUN_DIR names it, and the 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -100,6 +101,24 @@ def mounts(run_dir: Path, workdir: Path, config: Mapping[str, Any]) -> list[Moun
     if storage.get("type") == "shared_fs" and isinstance(host_path, str) and host_path:
         out.append(Mount(Path(host_path), SHARED_FS))
     return out
+
+
+# Determined's per-container ports (SEMANTICS §2.3), each the real package's environment override:
+# torchrun's rendezvous, the ZMQ pair of DistributedContext, and the DeepSpeed/Horovod sshd.
+PORT_NAMES = ("C10D_PORT", "INTER_TRAIN_PROCESS_COMM_PORT_1", "INTER_TRAIN_PROCESS_COMM_PORT_2",
+              "DTRAIN_SSH_PORT")
+
+
+def ports(env: Mapping[str, str], free_port: Callable[[], int]) -> dict[str, str]:
+    """The allocation's ports: from the master's rendezvous port and the three after it when
+    the allocation spans agents (every node must agree), else free ports of this machine
+    (two trials on one machine must not share them)."""
+    base: int | None = None
+    with contextlib.suppress(KeyError, ValueError, TypeError):
+        base = int(json.loads(env["DETTUI_RENDEZVOUS"])["port"])
+    if base is not None:
+        return {name: str(base + i) for i, name in enumerate(PORT_NAMES)}
+    return {name: str(free_port()) for name in PORT_NAMES}
 
 
 def environment(run_dir: Path, workdir: Path, mounted: bool) -> dict[str, str]:

@@ -15,7 +15,7 @@ from typing import Any
 
 from dettui.launch import spec
 
-LAUNCHERS = {"dettui.launch.torch_distributed"}
+LAUNCHERS = {"dettui.launch.torch_distributed", "determined.launch.torch_distributed"}
 
 
 @dataclass(frozen=True)

@@ -109,14 +109,14 @@ def torchrun_command(
     return Command(tuple(argv), env)
 
 
-_DET_LAUNCHER = re.compile(r"(?<![\w.])determined\.launch\.")
-
-
 def entrypoint_argv(entrypoint: str | Sequence[str], python: str = "python3") -> list[str]:
-    """Determined's exec/launch.py rules, with Determined's launchers mapped to ours.
+    """Determined's exec/launch.py rules.
 
     A legacy `module:TrialClass` runs under the torch_distributed launcher's trial harness;
-    another string runs with `sh -c`; a list is exec'd as it is.
+    another string runs with `sh -c`; a list is exec'd as it is. Determined's own launchers
+    (`python3 -m determined.launch.torch_distributed ...`) are left as written: the real
+    package runs them where the trial's Python has it, dettui's launchers under the same
+    names where it does not (`dettui.launch.alias`).
     """
     if isinstance(entrypoint, str):
         text = entrypoint.strip()
@@ -124,9 +124,8 @@ def entrypoint_argv(entrypoint: str | Sequence[str], python: str = "python3") ->
             raise LaunchArgsError("the experiment has no entrypoint")
         if LEGACY_TRIAL.match(text):
             return [python, "-m", "dettui.launch.torch_distributed", "--trial", text]
-        return ["sh", "-c", _DET_LAUNCHER.sub("dettui.launch.", text)]
+        return ["sh", "-c", text]
     argv = [str(a) for a in entrypoint]
     if not argv:
         raise LaunchArgsError("the experiment has no entrypoint")
-    return [_DET_LAUNCHER.sub("dettui.launch.", a) if a.startswith("determined.launch.") else a
-            for a in argv]
+    return argv

@@ -123,3 +123,52 @@ def test_a_core_api_script_reports_pauses_and_resumes(variant: tuple[str, Served
     assert (ckpt / "step").read_text() == "6" and (ckpt / "metadata.json").is_file()
     if kind == "real" and os.path.isdir("/determined_shared_fs"):
         assert not (Path("/determined_shared_fs") / last[0]).exists()  # the host's is empty
+
+
+DIST_SCRIPT = """
+import torch.distributed as dist
+import determined as det
+from determined import core
+
+dist.init_process_group("gloo")
+distributed = core.DistributedContext.from_torch_distributed()
+print("determined is", det.__file__, "rank", distributed.rank, "of", distributed.size,
+      flush=True)
+with core.init(distributed=distributed) as ctx:
+    ranks = ctx.distributed.allgather(distributed.rank)
+    if distributed.rank == 0:
+        ctx.train.report_training_metrics(steps_completed=1,
+                                          metrics={"ranks_seen": float(len(set(ranks)))})
+    md = {"steps_completed": 1, f"from_rank_{distributed.rank}": distributed.rank}
+    with ctx.checkpoint.store_path(md, shard=True) as (path, uuid):
+        (path / f"model-rank{distributed.rank}.bin").write_text(f"rank {distributed.rank}")
+    print("sharded checkpoint", uuid, flush=True)
+dist.destroy_process_group()
+"""
+
+
+def test_the_real_torch_distributed_launcher_with_two_slots(served: Served,
+                                                            tmp_path: Path) -> None:
+    """`python3 -m determined.launch.torch_distributed` of the real package (its pid_server,
+    torchrun, wrap_rank): both ranks report through the real Core API and their shards merge."""
+    cfg, ctx = write_ctx(tmp_path, f"""
+        name: dist-real
+        entrypoint: >-
+          export PATH={DET_VENV}/bin:$PATH;
+          python3 -m determined.launch.torch_distributed python3 train.py
+        resources: {{slots_per_trial: 2}}
+        searcher: {{name: single, metric: x}}
+        max_restarts: 0
+        """, {"train.py": DIST_SCRIPT})
+    out = served.cli("e", "create", str(cfg), str(ctx), "--follow", timeout=180).stdout
+    assert "ended: COMPLETED" in out, out
+    for rank in (0, 1):
+        assert f"[rank={rank}] || determined is {DET_VENV}/lib" in out, out
+    uuid = out.split("sharded checkpoint ", 1)[1].split()[0]
+    ckpt = served.api("GET", f"/api/v1/checkpoints/{uuid}")["checkpoint"]
+    assert ckpt["metadata"] == {"steps_completed": 1, "from_rank_0": 0, "from_rank_1": 1}
+    assert {"model-rank0.bin", "model-rank1.bin", "metadata.json"} <= set(ckpt["resources"])
+    files = served.state_dir / "checkpoints" / uuid
+    assert (files / "model-rank1.bin").read_text() == "rank 1"
+    metrics = served.api("GET", "/api/v1/trials/1/metrics?group=training")["metrics"]
+    assert metrics[-1]["metrics"]["avgMetrics"]["ranks_seen"] == 2

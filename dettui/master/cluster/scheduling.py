@@ -18,6 +18,8 @@ from dettui.models import ExperimentState
 
 log = logging.getLogger("dettui.master.cluster")
 
+PORTS_PER_ALLOCATION = 4
+
 
 def _request(trial_id: int, exp: Experiment) -> scheduler.Request:
     return scheduler.Request(
@@ -31,7 +33,7 @@ class Scheduling:
         self.hub = hub
         self.db = hub.db
         self.allocations = allocations
-        self._next_port = 30000 + (int(time.time()) % 5000)
+        self._next_port = 30000 + (int(time.time()) % 1250) * PORTS_PER_ALLOCATION
 
     async def loop(self) -> None:
         while True:
@@ -112,6 +114,7 @@ class Scheduling:
         return set(self.hub.backfilled.values())
 
     def _port(self) -> int:
-        """A rendezvous port for a trial spanning agents (torchrun's master port on the chief)."""
-        self._next_port = 30000 + (self._next_port - 30000 + 1) % 5000
+        """A rendezvous port for a trial spanning agents (torchrun's master port on the chief);
+        the three after it are the allocation's too (Determined's ZMQ and SSH ports)."""
+        self._next_port = 30000 + (self._next_port - 30000 + PORTS_PER_ALLOCATION) % 5000
         return self._next_port
