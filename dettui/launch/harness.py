@@ -115,7 +115,7 @@ def run(trial_spec: str, config_path: str | None = None, hparams_json: str | Non
         distributed = core.DistributedContext.from_torch_distributed()
     try:
         with core.init(distributed=distributed) as ctx:
-            Controller(trial_class, ctx, hparams, config).run()
+            Controller.for_class(trial_class, ctx, hparams, config).run()
     finally:
         if group:
             import torch.distributed as dist

@@ -112,7 +112,8 @@ def torchrun_command(
 def entrypoint_argv(entrypoint: str | Sequence[str], python: str = "python3") -> list[str]:
     """Determined's exec/launch.py rules.
 
-    A legacy `module:TrialClass` runs under the torch_distributed launcher's trial harness;
+    A legacy `module:TrialClass` runs under `determined.launch.torch_distributed --trial` (the
+    real package's launcher and harness where the trial's Python has them, else dettui's);
     another string runs with `sh -c`; a list is exec'd as it is. Determined's own launchers
     (`python3 -m determined.launch.torch_distributed ...`) are left as written: the real
     package runs them where the trial's Python has it, dettui's launchers under the same
@@ -122,8 +123,8 @@ def entrypoint_argv(entrypoint: str | Sequence[str], python: str = "python3") ->
         text = entrypoint.strip()
         if not text:
             raise LaunchArgsError("the experiment has no entrypoint")
-        if LEGACY_TRIAL.match(text):
-            return [python, "-m", "dettui.launch.torch_distributed", "--trial", text]
+        if LEGACY_TRIAL.match(text):  # as Determined's exec/launch.py
+            return [python, "-m", "determined.launch.torch_distributed", "--trial", text]
         return ["sh", "-c", text]
     argv = [str(a) for a in entrypoint]
     if not argv:

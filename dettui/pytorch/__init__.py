@@ -1,4 +1,5 @@
-"""`dettui.pytorch`: Determined's PyTorchTrial API, run by `python -m dettui.launch.harness`.
+"""`dettui.pytorch`: Determined's PyTorchTrial API, run by `python -m dettui.launch.harness`
+(or by `Trainer.fit` in a script of your own).
 
     from dettui import pytorch
 
@@ -14,7 +15,7 @@
             self.context.step_optimizer(self.opt)
             return {"loss": loss}
 
-        def evaluate_batch(self, batch, batch_idx):
+        def evaluate_batch(self, batch):  # batch_idx too, if you want it
             return {"validation_loss": ...}
 
         def build_training_data_loader(self):
@@ -24,14 +25,17 @@
 
 Entrypoint: `python3 -m dettui.launch.torch_distributed --trial model_def:MyTrial` (or the
 legacy `model_def:MyTrial`, or Determined's own `determined.launch.torch_distributed` line).
+Callbacks (`build_callbacks`), `MetricReducer`s (`context.wrap_reducer`), `evaluation_reducer`,
+`wrap_scaler`, `samplers` and `to_device` are Determined's.
 """
 
-from dettui.pytorch._trial import (
-    DataLoader,
-    LRScheduler,
-    PyTorchTrial,
-    PyTorchTrialContext,
-    TorchData,
-)
+from dettui.pytorch import samplers
+from dettui.pytorch._callback import PyTorchCallback
+from dettui.pytorch._data import DataLoader, TorchData, to_device
+from dettui.pytorch._reducer import MetricReducer, Reducer
+from dettui.pytorch._trainer import Batch, Epoch, Trainer, TrainUnit, init
+from dettui.pytorch._trial import LRScheduler, PyTorchTrial, PyTorchTrialContext
 
-__all__ = ["DataLoader", "LRScheduler", "PyTorchTrial", "PyTorchTrialContext", "TorchData"]
+__all__ = ["Batch", "DataLoader", "Epoch", "LRScheduler", "MetricReducer", "PyTorchCallback",
+           "PyTorchTrial", "PyTorchTrialContext", "Reducer", "TorchData", "TrainUnit", "Trainer",
+           "init", "samplers", "to_device"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import enum
 import logging
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -17,89 +18,12 @@ from torch import nn
 from torch.utils import data as torch_data
 
 from dettui import core
+from dettui.pytorch import _reducer
+from dettui.pytorch._callback import PyTorchCallback
+from dettui.pytorch._data import DataLoader, TorchData, to_device
 
 log = logging.getLogger("dettui.pytorch")
-TorchData = Any  # a tensor, or a dict / list / tuple of them: a batch
 Metrics = dict[str, Any]
-
-
-class DataLoader:
-    """Describes a torch DataLoader; the harness builds it per rank.
-
-    Takes torch.utils.data.DataLoader's arguments. `batch_size` is the per-slot batch size
-    (`context.get_per_slot_batch_size()`); in a distributed trial each rank reads its own part
-    of the dataset, and a resumed trial continues mid-epoch without re-reading what it skipped.
-    """
-
-    def __init__(self, dataset: torch_data.Dataset[Any], batch_size: int = 1,
-                 shuffle: bool = False, drop_last: bool = False, **kwargs: Any) -> None:
-        if "sampler" in kwargs or "batch_sampler" in kwargs:
-            raise ValueError("dettui.pytorch.DataLoader builds its own sampler; pass shuffle "
-                             "or return a torch.utils.data.DataLoader instead")
-        self.dataset = dataset
-        self.batch_size = int(batch_size)
-        self.shuffle = shuffle
-        self.drop_last = drop_last
-        self.kwargs = kwargs
-
-    def build(self, rank: int, size: int, seed: int) -> _Loader:
-        return _Loader(self, rank, size, seed)
-
-
-class _Loader:
-    """Batches of one rank, epoch by epoch, from any batch index."""
-
-    def __init__(self, spec: DataLoader, rank: int, size: int, seed: int) -> None:
-        self.spec = spec
-        self.sampler = torch_data.DistributedSampler(
-            spec.dataset, num_replicas=size, rank=rank, shuffle=spec.shuffle, seed=seed,
-            drop_last=spec.drop_last)
-
-    def __len__(self) -> int:
-        n = len(self.sampler)
-        b = self.spec.batch_size
-        return n // b if self.spec.drop_last else -(-n // b)
-
-    def batches(self, epoch: int, start: int = 0) -> Iterator[Any]:
-        self.sampler.set_epoch(epoch)
-        indices = list(self.sampler)
-        b = self.spec.batch_size
-        chunks = [indices[i:i + b] for i in range(0, len(indices), b)]
-        if self.spec.drop_last and chunks and len(chunks[-1]) < b:
-            chunks.pop()
-        loader = torch_data.DataLoader(self.spec.dataset, batch_sampler=chunks[start:],
-                                       **self.spec.kwargs)
-        yield from loader
-
-
-class _PlainLoader:
-    """A torch DataLoader returned as is: each rank reads all of it."""
-
-    def __init__(self, loader: torch_data.DataLoader[Any]) -> None:
-        self.loader = loader
-
-    def __len__(self) -> int:
-        return len(self.loader)
-
-    def batches(self, epoch: int, start: int = 0) -> Iterator[Any]:
-        sampler = getattr(self.loader, "sampler", None)
-        if hasattr(sampler, "set_epoch"):
-            sampler.set_epoch(epoch)
-        for i, batch in enumerate(self.loader):
-            if i >= start:
-                yield batch
-
-
-def as_loader(obj: Any, rank: int, size: int, seed: int, what: str) -> _Loader | _PlainLoader:
-    if isinstance(obj, DataLoader):
-        return obj.build(rank, size, seed)
-    if isinstance(obj, torch_data.DataLoader):
-        if size > 1:
-            log.warning("%s is a torch DataLoader: every rank reads all of it; return a "
-                        "dettui.pytorch.DataLoader to split it across ranks", what)
-        return _PlainLoader(obj)
-    raise TypeError(f"{what} must return a dettui.pytorch.DataLoader or a "
-                    f"torch.utils.data.DataLoader, not {type(obj).__name__}")
 
 
 class LRScheduler:
@@ -141,7 +65,17 @@ class PyTorchTrialContext:
         self.models: list[nn.Module] = []
         self.optimizers: list[torch.optim.Optimizer] = []
         self.lr_schedulers: list[LRScheduler] = []
+        self.reducers: list[_reducer.Wrapped] = []
+        self._scaler: Any = None
+        self._to_device_warned: set[type] = set()
         self._global_batch_size = self._batch_size()
+        self._batch_idx = 0
+        self._epoch_end = False
+        self._batches_trained = 0
+        self._epochs_trained = 0
+        self._initial_batch = 0
+        self._tensorboard = True
+        self._tensorboard_writer: Any = None
 
     def _batch_size(self) -> int | None:
         raw = self._hparams.get("global_batch_size")
@@ -194,6 +128,17 @@ class PyTorchTrialContext:
         info = self._core.info
         return info.trial.trial_seed if info else 0
 
+    def get_initial_batch(self) -> int:
+        """The batch this run of the trial started from (0, or the checkpoint's)."""
+        return self._initial_batch
+
+    def current_train_batch(self) -> int:
+        """Batches trained so far (the one in `train_batch` not yet counted)."""
+        return self._batches_trained
+
+    def current_train_epoch(self) -> int:
+        return self._epochs_trained
+
     def get_stop_requested(self) -> bool:
         return bool(getattr(self, "_stop_requested", False))
 
@@ -224,13 +169,70 @@ class PyTorchTrialContext:
         return lr_scheduler
 
     def to_device(self, data: TorchData) -> TorchData:
-        if isinstance(data, torch.Tensor):
-            return data.to(self.device)
-        if isinstance(data, dict):
-            return {k: self.to_device(v) for k, v in data.items()}
-        if isinstance(data, (list, tuple)):
-            return type(data)(self.to_device(v) for v in data)
-        return data
+        return to_device(data, self.device, self._to_device_warned)
+
+    def wrap_reducer(self, reducer: _reducer.MetricReducer | Callable[[list[Any]], Any],
+                     name: str | None = None, for_training: bool = True,
+                     for_validation: bool = True) -> _reducer.MetricReducer:
+        """Reduce values across the batches of each training report and validation, and across
+        ranks; the result joins that window's metrics (as `name`, or the dict it returns). A
+        function of a list is wrapped: call `.update(value)` on what this returns."""
+        wrapped = _reducer.wrap(reducer, name, for_training, for_validation)
+        self.reducers.append(wrapped)
+        return wrapped.reducer
+
+    def wrap_scaler(self, scaler: Any) -> Any:
+        """A `torch.cuda.amp.GradScaler` (or `torch.amp.GradScaler`): pass it to
+        `step_optimizer(..., scaler=scaler)`; the harness calls `scaler.update()` after each
+        `train_batch` and keeps its state in checkpoints."""
+        if self._scaler is not None:
+            raise ValueError("wrap_scaler may be called only once")
+        self._scaler = scaler
+        return scaler
+
+    def autocast_forward_pass(self, to_wrap: nn.Module) -> nn.Module:
+        """Run the module's forward pass under `torch.autocast`, its outputs back in float32."""
+        forward = to_wrap.forward
+        device_type = self.device.type
+
+        def autocast_forward(*args: Any, **kwargs: Any) -> Any:
+            with torch.autocast(device_type=device_type):
+                return _float32(forward(*args, **kwargs))
+
+        to_wrap.forward = autocast_forward  # type: ignore[method-assign]
+        return to_wrap
+
+    def set_enable_tensorboard_logging(self, enable_tensorboard_logging: bool) -> None:
+        self._tensorboard = bool(enable_tensorboard_logging)
+
+    def get_enable_tensorboard_logging(self) -> bool:
+        return self._tensorboard
+
+    def get_tensorboard_path(self) -> Path:
+        """Where TensorBoard events go: `<storage>/<cluster>/tensorboard/experiment/E/trial/T`
+        on a cluster (Determined's layout), a local directory off it."""
+        info = self._core.info
+        if info is None:
+            return Path("tensorboard").resolve()
+        return (Path(self._core.checkpoint.base) / info.cluster_id / "tensorboard" /
+                "experiment" / str(info.trial.experiment_id) / "trial" /
+                str(info.trial.trial_id))
+
+    def get_tensorboard_writer(self) -> Any:
+        """A `torch.utils.tensorboard.SummaryWriter` on `get_tensorboard_path()` (needs the
+        tensorboard package, as in Determined)."""
+        if self._tensorboard_writer is None:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError as exc:
+                raise ImportError("get_tensorboard_writer needs the tensorboard package: "
+                                  "pip install tensorboard") from exc
+            self._tensorboard_writer = SummaryWriter(str(self.get_tensorboard_path()))
+        return self._tensorboard_writer
+
+    def set_profiler(self, *args: Any, **kwargs: Any) -> None:
+        """Accepted for Determined's trials; dettui does not run the PyTorch profiler."""
+        log.info("context.set_profiler: profiling is not run by dettui")
 
     def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
         """Gradients of `loss`; DDP averages them across ranks during this call."""
@@ -238,10 +240,15 @@ class PyTorchTrialContext:
 
     def step_optimizer(self, optimizer: torch.optim.Optimizer,
                        clip_grads: Callable[[Iterator[nn.Parameter]], None] | None = None,
-                       auto_zero_grads: bool = True) -> None:
+                       auto_zero_grads: bool = True, scaler: Any = None) -> None:
         if clip_grads is not None:
+            if scaler is not None:
+                scaler.unscale_(optimizer)
             clip_grads(p for group in optimizer.param_groups for p in group["params"])
-        optimizer.step()
+        if scaler is not None:
+            scaler.step(optimizer)
+        else:
+            optimizer.step()
         if auto_zero_grads:
             optimizer.zero_grad()
         for sched in self.lr_schedulers:
@@ -249,10 +256,20 @@ class PyTorchTrialContext:
                 sched.step()
 
     def is_epoch_start(self) -> bool:
-        return bool(getattr(self, "_batch_idx", 0) == 0)
+        return self._batch_idx == 0
 
     def is_epoch_end(self) -> bool:
-        return bool(getattr(self, "_epoch_end", False))
+        return self._epoch_end
+
+
+def _float32(output: Any) -> Any:
+    if isinstance(output, torch.Tensor):
+        return output.float() if output.dtype in (torch.float16, torch.bfloat16) else output
+    if isinstance(output, dict):
+        return {k: _float32(v) for k, v in output.items()}
+    if isinstance(output, (list, tuple)):
+        return type(output)(_float32(v) for v in output)
+    return output
 
 
 class PyTorchTrial:
@@ -280,3 +297,11 @@ class PyTorchTrial:
     def evaluate_full_dataset(self, data_loader: Any) -> Metrics | None:
         """Override to validate the whole set at once (chief only) instead of per batch."""
         return None
+
+    def build_callbacks(self) -> dict[str, PyTorchCallback]:
+        """Callbacks by name, called at the points of the training loop."""
+        return {}
+
+    def evaluation_reducer(self) -> _reducer.Reducer | dict[str, _reducer.Reducer]:
+        """How `evaluate_batch` metrics combine: one Reducer for all, or one per name."""
+        return _reducer.Reducer.AVG

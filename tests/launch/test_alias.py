@@ -34,7 +34,9 @@ assert core is dettui.core and dp is dettui.pytorch, (core, dp)
 assert det.InvalidHP is dettui.core.InvalidHP and det.get_cluster_info() is None
 assert det.TrialContext is dettui.pytorch.PyTorchTrialContext
 assert dettui.core.__spec__.name == "dettui.core"  # the alias keeps the module's own spec
-import determined.launch.torch_distributed
+import determined.pytorch.samplers, determined.launch.torch_distributed
+dp2 = determined.pytorch
+assert dp2.Trainer and dp2.PyTorchCallback and dp2.MetricReducer and dp2.samplers
 print("ok")
 """)
     assert res.returncode == 0, res.stderr

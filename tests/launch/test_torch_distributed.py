@@ -109,7 +109,7 @@ def test_split_overrides_table() -> None:
 
 @pytest.mark.parametrize(("entrypoint", "argv"), [
     ("python3 train.py", ["sh", "-c", "python3 train.py"]),
-    ("model_def:MyTrial", ["py", "-m", "dettui.launch.torch_distributed", "--trial",
+    ("model_def:MyTrial", ["py", "-m", "determined.launch.torch_distributed", "--trial",
                            "model_def:MyTrial"]),
     # Determined's launchers stay as written: the alias runs ours where the real one is absent
     ("python3 -m determined.launch.torch_distributed python3 t.py",

@@ -1,0 +1,118 @@
+"""Determined's PyTorch API on dettui's loop, off a cluster: `pytorch.init` + `Trainer.fit`,
+callbacks at their points, reducers, `evaluation_reducer`, and `batch_idx` given only to
+methods that take it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+from dettui import pytorch
+from dettui.pytorch._units import accepts
+
+
+class _T:
+    def one(self, batch): ...  # noqa: ANN001, ANN201
+    def two(self, batch, batch_idx): ...  # noqa: ANN001, ANN201
+    def other(self, batch, i): ...  # noqa: ANN001, ANN201
+
+
+def test_batch_idx_goes_only_where_it_is_taken() -> None:
+    t = _T()
+    assert not accepts(t.one, "batch_idx", 2)
+    assert accepts(t.two, "batch_idx", 2)
+    assert accepts(t.other, "batch_idx", 2)  # by position, as Determined's has_param
+
+
+class Recorder(pytorch.PyTorchCallback):
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def on_trial_startup(self, first_batch_idx: int, checkpoint_uuid: str | None) -> None:
+        self.calls.append(f"startup {first_batch_idx} {checkpoint_uuid}")
+
+    def on_training_epoch_start(self, epoch_idx: int) -> None:
+        self.calls.append(f"epoch {epoch_idx}")
+
+    def on_validation_end(self, metrics: dict[str, Any]) -> None:
+        self.calls.append(f"validated {metrics['batches']} {metrics['count']}")
+
+    def on_checkpoint_upload_end(self, uuid: str) -> None:
+        self.calls.append("checkpoint")
+
+    def on_trial_shutdown(self) -> None:
+        self.calls.append("shutdown")
+
+
+class OneArgTrial(pytorch.PyTorchTrial):
+    def __init__(self, context: pytorch.PyTorchTrialContext) -> None:
+        self.context = context
+        self.model = context.wrap_model(nn.Linear(1, 1))
+        self.opt = context.wrap_optimizer(torch.optim.SGD(self.model.parameters(), lr=0.1))
+        self.sizes = context.wrap_reducer(sum, name="rows_seen", for_training=False)
+        self.recorder = Recorder()
+        x = torch.arange(12, dtype=torch.float32).unsqueeze(1)
+        self.data = torch.utils.data.TensorDataset(x, x)
+
+    def build_callbacks(self) -> dict[str, pytorch.PyTorchCallback]:
+        return {"rec": self.recorder}
+
+    def build_training_data_loader(self) -> pytorch.DataLoader:
+        return pytorch.DataLoader(self.data, batch_size=4)
+
+    def build_validation_data_loader(self) -> pytorch.DataLoader:
+        return pytorch.DataLoader(self.data, batch_size=5)
+
+    def train_batch(self, batch: Any, epoch_idx: int, batch_idx: int) -> dict[str, Any]:
+        loss = nn.functional.mse_loss(self.model(batch[0]), batch[1])
+        self.context.backward(loss)
+        self.context.step_optimizer(self.opt)
+        return {"loss": loss}
+
+    def evaluate_batch(self, batch: Any) -> dict[str, Any]:  # no batch_idx, as Determined allows
+        self.sizes.update(len(batch[0]))
+        return {"count": float(len(batch[0])), "top": float(batch[0].max())}
+
+    def evaluation_reducer(self) -> dict[str, pytorch.Reducer]:
+        return {"count": pytorch.Reducer.SUM, "top": pytorch.Reducer.MAX}
+
+
+def test_trainer_fit_off_cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))
+    monkeypatch.delenv("DET_SESSION_TOKEN", raising=False)
+    with pytorch.init(hparams={"global_batch_size": 4}) as context:
+        trial = OneArgTrial(context)
+        pytorch.Trainer(trial, context).fit(max_length=pytorch.Epoch(2),
+                                            validation_period=pytorch.Batch(3),
+                                            checkpoint_period=pytorch.Batch([4]))
+        assert context.current_train_batch() == 6
+    calls = trial.recorder.calls
+    assert calls[0] == "startup 0 None" and calls[-1] == "shutdown"
+    assert calls.count("epoch 0") == 1 and calls.count("epoch 1") == 1
+    assert "validated 3 12.0" in calls and "validated 6 12.0" in calls  # SUM over 3 batches
+    assert calls.count("checkpoint") == 2  # at batch 4 (the listed step) and at the end
+    saved = list((tmp_path / "dettui" / "checkpoints").iterdir())
+    assert len(saved) == 2
+
+
+def test_fit_needs_a_length_off_cluster(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("DET_SESSION_TOKEN", raising=False)
+    with pytorch.init(hparams={"global_batch_size": 4}) as context, \
+            pytest.raises(ValueError, match="max_length"):
+        pytorch.Trainer(OneArgTrial(context), context).fit()
+
+
+def test_samplers_and_to_device() -> None:
+    base = list(pytorch.samplers.DistributedSampler(range(10), num_workers=3, rank=1))
+    assert base == [1, 4, 7]
+    batches = torch.utils.data.BatchSampler(range(7), batch_size=2, drop_last=False)
+    assert list(pytorch.samplers.SkipBatchSampler(batches, 2)) == [[4, 5], [6]]
+    import numpy as np
+
+    moved = pytorch.to_device({"a": np.ones(2), "b": [torch.zeros(1)], "c": "text"},
+                              torch.device("cpu"))
+    assert isinstance(moved["a"], torch.Tensor) and moved["c"] == "text"
