@@ -109,9 +109,12 @@ class AllocationRun:
 
     def _argv(self) -> list[str]:
         try:
-            return spec.entrypoint_argv(self.spec.entrypoint or "", sys.executable)
+            argv = spec.entrypoint_argv(self.spec.entrypoint or "", sys.executable)
         except spec.LaunchArgsError as exc:
             raise DettuiError(str(exc)) from exc
+        if (self.workdir / spec.STARTUP_HOOK).is_file():
+            return spec.with_startup_hook(argv)
+        return argv
 
     def _env(self, mounted: bool) -> dict[str, str]:
         """The trial's environment: the allow-listed part of the agent's (never its secrets),

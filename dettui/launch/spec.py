@@ -130,3 +130,14 @@ def entrypoint_argv(entrypoint: str | Sequence[str], python: str = "python3") ->
     if not argv:
         raise LaunchArgsError("the experiment has no entrypoint")
     return argv
+
+
+STARTUP_HOOK = "startup-hook.sh"
+# As Determined's entrypoint.sh: the hook is sourced (its exports reach the entrypoint) under
+# `set -e` (a failing command in it fails the trial), then the entrypoint replaces the shell.
+_HOOK_SCRIPT = 'set -e; . "./$0"; set +e; exec "$@"'
+
+
+def with_startup_hook(argv: Sequence[str]) -> list[str]:
+    """`argv` run after `startup-hook.sh` of the context root is sourced."""
+    return ["sh", "-c", _HOOK_SCRIPT, STARTUP_HOOK, *argv]

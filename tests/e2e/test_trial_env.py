@@ -1,0 +1,69 @@
+"""What a trial runs in: startup-hook.sh sourced before the entrypoint (its exports reach it,
+its output is in the trial's logs), and an experiment kill ends every process of the trial,
+however it double-forked (its PID namespace, or the process-group fallback)."""
+
+from __future__ import annotations
+
+import pytest
+
+from dettui.agent import sandbox
+from tests.conftest import Served
+from tests.e2e.test_sandbox import SLEEPER, allocation_processes, wait_for
+from tests.e2e.test_single import write_ctx
+
+pytestmark = pytest.mark.slow
+
+
+def test_the_startup_hook_is_sourced_before_the_entrypoint(served: Served, tmp_path) -> None:
+    cfg, ctx = write_ctx(tmp_path, """
+        name: hooked
+        entrypoint: python3 -c 'import os; print("entrypoint sees", os.environ["FROM_HOOK"])'
+        searcher: {name: single, metric: x, max_length: 1}
+        max_restarts: 0
+        """, {"startup-hook.sh": """
+        echo "hook runs in $(pwd) for trial $DET_TRIAL_ID"
+        export FROM_HOOK="set-by-the-hook"
+        """})
+    out = served.cli("e", "create", str(cfg), str(ctx), "--follow", timeout=120).stdout
+    assert "ended: COMPLETED" in out, out
+    assert "hook runs in " in out and "for trial 1" in out, out
+    assert "entrypoint sees set-by-the-hook" in out, out
+    assert out.index("hook runs in") < out.index("entrypoint sees"), out
+
+
+def test_a_failing_startup_hook_fails_the_trial(served: Served, tmp_path) -> None:
+    cfg, ctx = write_ctx(tmp_path, """
+        name: bad-hook
+        entrypoint: python3 -c 'print("entrypoint ran")'
+        searcher: {name: single, metric: x, max_length: 1}
+        max_restarts: 0
+        """, {"startup-hook.sh": "echo about to fail\nfalse\necho not reached\n"})
+    out = served.cli("e", "create", str(cfg), str(ctx), "--follow", timeout=120,
+                     check=False).stdout
+    assert "ended: ERROR" in out and "about to fail" in out, out
+    assert "entrypoint ran" not in out and "not reached" not in out, out
+
+
+@pytest.mark.parametrize("namespaces", [True, False], ids=["namespaces", "fallback"])
+def test_killing_the_experiment_leaves_no_process(tmp_path, monkeypatch: pytest.MonkeyPatch,
+                                                  namespaces: bool) -> None:
+    if namespaces and not sandbox.probe().on:
+        pytest.skip(sandbox.probe().note or "no namespaces")
+    if not namespaces:
+        monkeypatch.setenv(sandbox.OFF_SWITCH, "1")
+    s = Served(tmp_path / "state", tmp_path / "config", extra=["--agent-slots", "1"])
+    s.start()
+    try:
+        cfg, ctx = write_ctx(tmp_path, """
+            name: daemon
+            entrypoint: python3 sleeper.py
+            searcher: {name: single, metric: x, max_length: 1}
+            """, {"sleeper.py": SLEEPER})
+        s.cli("e", "create", str(cfg), str(ctx))
+        wait_for("the trial and its daemon", lambda: any(
+            len(pids) >= 2 for pids in allocation_processes().values()))
+        s.cli("e", "kill", "1")
+        wait_for("no process left", lambda: not allocation_processes(), 30)
+        assert s.wait_experiment(1, timeout=60)["state"] == "STATE_CANCELED"
+    finally:
+        s.stop()
