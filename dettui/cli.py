@@ -208,6 +208,27 @@ def _experiment_args(sub: Any) -> None:
     gc.add_argument("--save-trial-best", type=int, required=True)
     gc.add_argument("--save-trial-latest", type=int, required=True)
     gc.add_argument("--yes", action="store_true", help="apply without previewing")
+    dl = ev.add_parser("download", help="download the best checkpoints (by the searcher metric)")
+    dl.add_argument("id", type=int)
+    dl.add_argument("--top", type=int, default=1, help="how many (default 1)")
+    dl.add_argument("-o", "--output", type=Path, default=Path("checkpoints"))
+    dl.add_argument("--mode", choices=("auto", "direct", "master"), default="auto",
+                    help="from storage, through the master, or whichever works (default)")
+    _checkpoint_args(sub)
+
+
+def _checkpoint_args(sub: Any) -> None:
+    ck = sub.add_parser("checkpoint", aliases=["c"], help="checkpoints")
+    cv = ck.add_subparsers(dest="verb", required=True)
+    cl = cv.add_parser("list", aliases=["ls"], help="an experiment's checkpoints")
+    cl.add_argument("id", type=int, help="experiment id")
+    cl.add_argument("--best", type=int, help="only the best N (by the searcher metric)")
+    cl.add_argument("--json", action="store_true")
+    cd = cv.add_parser("download", help="download a checkpoint's files")
+    cd.add_argument("uuid")
+    cd.add_argument("-o", "--output", type=Path, help="directory (default checkpoints/UUID)")
+    cd.add_argument("--mode", choices=("auto", "direct", "master"), default="auto",
+                    help="from storage, through the master, or whichever works (default)")
 
 
 def _trial_args(sub: Any) -> None:
@@ -234,7 +255,7 @@ async def _with_client(args: argparse.Namespace,
 
 
 def _dispatch(args: argparse.Namespace) -> Callable[[api.Client], Awaitable[Any]] | None:
-    from dettui.commands import cluster, experiment, trial
+    from dettui.commands import checkpoint, cluster, experiment, trial
 
     cmd, verb = args.command, getattr(args, "verb", None)
     if cmd in ("experiment", "e"):
@@ -249,6 +270,9 @@ def _dispatch(args: argparse.Namespace) -> Callable[[api.Client], Awaitable[Any]
             return lambda c: experiment.describe(c, args.id, as_json=args.json)
         if verb == "delete":
             return lambda c: experiment.delete(c, args.id, yes=args.yes)
+        if verb == "download":
+            return lambda c: checkpoint.download_experiment(c, args.id, args.output,
+                                                            top=args.top, mode=args.mode)
         if verb == "set" and args.what == "priority":
             return lambda c: experiment.set_priority(c, args.id, args.priority)
         if verb == "set":
@@ -257,6 +281,10 @@ def _dispatch(args: argparse.Namespace) -> Callable[[api.Client], Awaitable[Any]
                 trial_best=args.save_trial_best, trial_latest=args.save_trial_latest,
                 yes=args.yes)
         return lambda c: experiment.action(c, args.id, verb)
+    if cmd in ("checkpoint", "c"):
+        if verb == "download":
+            return lambda c: checkpoint.download_one(c, args.uuid, args.output, mode=args.mode)
+        return lambda c: checkpoint.list_(c, args.id, best=args.best, as_json=args.json)
     if cmd in ("trial", "t"):
         if verb == "logs":
             return lambda c: trial.logs(c, args.id, follow=args.follow, ranks=args.rank,

@@ -107,6 +107,25 @@ class Client:
             raise errors.MasterUnreachable(
                 f"the master at {self.url} did not answer in time") from exc
 
+    async def download(self, path: str, sink: Callable[[bytes], object]) -> int:
+        """GET `path` as bytes, each chunk handed to `sink` as it arrives; the byte count."""
+        total = 0
+        try:
+            async with self.session.get(self.url + path, headers=self._headers(),
+                                        timeout=aiohttp.ClientTimeout(total=None,
+                                                                      sock_read=300)) as resp:
+                if resp.status != 200:
+                    raise errors.from_response(resp.status, await resp.text())
+                async for chunk in resp.content.iter_chunked(1 << 20):
+                    sink(chunk)
+                    total += len(chunk)
+        except aiohttp.ClientConnectionError as exc:
+            raise errors.MasterUnreachable(f"cannot reach the master at {self.url}: {exc}") from exc
+        except aiohttp.ClientPayloadError as exc:
+            raise errors.MasterUnreachable(f"the download from {self.url} was cut short: "
+                                           f"{exc}") from exc
+        return total
+
     async def _ndjson(self, path: str, params: Any = None) -> AsyncIterator[dict[str, Any]]:
         """NDJSON stream: yields each line's `result`; an `error` line raises."""
         try:

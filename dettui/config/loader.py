@@ -94,6 +94,12 @@ def load_config(text: str, overrides: list[str] | tuple[str, ...] = (),
     if overrides:
         data = apply_overrides(data, list(overrides), source)
     now = time.time() if now is None else now
+    raw_storage = data.get("checkpoint_storage")
+    # No storage, or a partial one without a place (`{save_trial_best: 3}`): the master's
+    # default storage is merged under it first, as Determined's master does.
+    storage_defaulted = raw_storage is None or (
+        isinstance(raw_storage, dict) and "type" not in raw_storage
+        and "host_path" not in raw_storage)
     data = _with_defaults(data, now)
     problems: list[str] = []
     schema = None
@@ -104,8 +110,7 @@ def load_config(text: str, overrides: list[str] | tuple[str, ...] = (),
     problems += _semantic_problems(data, managed)
     if problems or schema is None:
         raise ConfigError(_dedupe(problems), source)
-    storage_defaulted = "checkpoint_storage" not in data or data["checkpoint_storage"] is None
-    if storage_defaulted:
+    if raw_storage is None:
         schema.checkpoint_storage = _default_storage()
     return ExperimentConfig(schema, data, _warnings(data), storage_defaulted)
 
@@ -168,6 +173,10 @@ def _with_defaults(data: dict[str, Any], now: float) -> dict[str, Any]:
         repro = dict(repro or {})
         repro["experiment_seed"] = int(now) % 2**32
         data["reproducibility"] = repro
+    storage = data.get("checkpoint_storage")
+    if isinstance(storage, dict) and "type" not in storage:
+        data["checkpoint_storage"] = {**_default_storage().model_dump(exclude_unset=True),
+                                      **storage}
     return data
 
 

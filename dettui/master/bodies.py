@@ -179,6 +179,12 @@ class PatchCheckpointsBody(Body):
     checkpoints: list[CheckpointLeft]
 
 
+class DeleteCheckpointsBody(Body):
+    """DELETE /api/v1/checkpoints: the checkpoints to take out of storage."""
+
+    checkpoint_uuids: list[str]
+
+
 class JobUpdate(Body):
     job_id: str
     queue_control: dict[str, Any] | None = None

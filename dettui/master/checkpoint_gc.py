@@ -71,6 +71,13 @@ async def remove_all(db: Database, exp: Experiment) -> int:
     return len(ckpts)
 
 
+async def delete(db: Database, exp: Experiment, ckpts: list[Checkpoint]) -> None:
+    """`det checkpoint delete`: these checkpoints' files out of storage, records DELETED."""
+    for ckpt in ckpts:
+        await _remove(exp, ckpt)
+    await db.run(ckpt_store.set_resources_many, [(c.uuid, {}) for c in ckpts])
+
+
 async def _remove(exp: Experiment, ckpt: Checkpoint) -> None:
     """One checkpoint's files out of the experiment's storage (gone already is fine). Only the
     entry named by a valid uuid directly under the storage base is removed: a record with any

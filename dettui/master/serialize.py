@@ -108,8 +108,12 @@ def checkpoint_workload(c: Checkpoint | None) -> dict[str, Any] | None:
 def checkpoint(
     c: Checkpoint, *, hparams: dict[str, Any] | None = None,
     validation: Metric | None = None, searcher_metric: str | None = None,
+    config: dict[str, Any] | None = None, training: Metric | None = None,
 ) -> dict[str, Any]:
+    """Determined's v1Checkpoint; `training` carries what the SDK reads (experimentConfig,
+    hparams, the metrics reported at the checkpoint's step)."""
     val = encode_metrics(validation.metrics) if validation else None
+    train = encode_metrics(training.metrics) if training else None
     return {
         "uuid": c.uuid,
         "taskId": c.task_id,
@@ -122,11 +126,14 @@ def checkpoint(
         "training": {
             "trialId": c.trial_id,
             "experimentId": c.experiment_id,
+            "experimentConfig": config,
             "hparams": hparams,
-            "validationMetrics": {"avgMetrics": val} if val is not None else None,
+            "validationMetrics": {"avgMetrics": val, "batchMetrics": None}
+            if val is not None else None,
             "searcherMetric": (validation.metrics.get(searcher_metric)
                                if validation and searcher_metric else None),
-            "trainingMetrics": None,
+            "trainingMetrics": {"avgMetrics": train, "batchMetrics": training.batch_metrics}
+            if training is not None else None,
         },
     }
 

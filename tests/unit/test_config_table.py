@@ -201,3 +201,20 @@ def test_seed_000_config_loads() -> None:
 def test_image_is_accepted_with_a_warning() -> None:
     cfg = load("environment: {image: determinedai/pytorch-ngc:0.38.1}")
     assert any("environment.image is accepted but not used" in w for w in cfg.warnings)
+
+
+def test_a_partial_checkpoint_storage_merges_the_masters_default() -> None:
+    """Determined merges the master's storage under `checkpoint_storage: {save_trial_best: 3}`;
+    the storage managers of the real package then take only their type's keys."""
+    cfg = load_config(BASE + "checkpoint_storage: {save_trial_best: 3}\n")
+    assert cfg.checkpoint_storage_was_defaulted  # the master puts its own place there
+    storage = cfg.to_expconf()["checkpoint_storage"]
+    assert storage["type"] == "shared_fs" and storage["save_trial_best"] == 3
+    assert set(storage) == {"type", "save_experiment_best", "save_trial_best",
+                            "save_trial_latest", "host_path", "container_path",
+                            "storage_path", "propagation"}
+    own = load_config(BASE + "checkpoint_storage: {type: directory, container_path: /ck}\n")
+    assert own.to_expconf()["checkpoint_storage"] == {
+        "type": "directory", "container_path": "/ck", "save_experiment_best": 0,
+        "save_trial_best": 1, "save_trial_latest": 1}
+    assert not own.checkpoint_storage_was_defaulted

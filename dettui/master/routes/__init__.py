@@ -9,6 +9,7 @@ from dettui.master.routes import (
     checkpoints,
     experiments,
     jobs,
+    metrics,
     session,
     stream,
     trials,
@@ -16,6 +17,6 @@ from dettui.master.routes import (
 
 
 def setup(app: web.Application) -> None:
-    for module in (session, experiments, trials, checkpoints, jobs, agents):
+    for module in (session, experiments, metrics, trials, checkpoints, jobs, agents):
         app.router.add_routes(module.routes)
     stream.setup(app)

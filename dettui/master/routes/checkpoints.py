@@ -2,20 +2,28 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
 from aiohttp import web
 
-from dettui.errors import InvalidArgument, PermissionDenied
-from dettui.master import keys, serialize
-from dettui.master.bodies import CheckpointBody, PatchCheckpointsBody, parse
+from dettui.errors import FailedPrecondition, InvalidArgument, PermissionDenied
+from dettui.master import checkpoint_files, checkpoint_gc, checkpoint_views, keys, serialize
+from dettui.master.bodies import (
+    CheckpointBody,
+    DeleteCheckpointsBody,
+    PatchCheckpointsBody,
+    parse,
+)
 from dettui.master.middleware import principal, read_json, require_owner, task_route
 from dettui.master.openapi import op
 from dettui.master.store import checkpoints as ckpt_store
 from dettui.master.store import experiments as exp_store
 from dettui.master.store import trials as trial_store
-from dettui.master.wire import parse_ts
+from dettui.master.store.records import Checkpoint
+from dettui.master.wire import big_json_response, paginate, parse_ts, path_int
+from dettui.models import CheckpointState
 from dettui.paths import checkpoint_uuid
 
 routes = web.RouteTableDef()
@@ -49,19 +57,23 @@ async def report(request: web.Request) -> web.Response:
 routes.post("/api/v1/checkpoints")(report)
 
 
-@task_route
-async def get(request: web.Request) -> web.Response:
+async def _readable(request: web.Request, uuid: str) -> Checkpoint:
+    """The checkpoint, if the caller may read it (an allocation: only its experiment's)."""
     db = request.app[keys.DB]
-    ckpt = await db.run(ckpt_store.get, checkpoint_uuid(request.match_info["uuid"]))
+    ckpt = await db.run(ckpt_store.get, checkpoint_uuid(uuid))
     p = principal(request)
     if p.allocation is not None and ckpt.trial_id is not None:
         mine = await db.run(trial_store.get, p.allocation.trial_id)
         if ckpt.experiment_id != mine.experiment_id:
             raise PermissionDenied("an allocation token may only read its experiment's checkpoints")
-    hparams = None
-    if ckpt.trial_id is not None:
-        hparams = (await db.run(trial_store.get, ckpt.trial_id)).hparams
-    return web.json_response({"checkpoint": serialize.checkpoint(ckpt, hparams=hparams)})
+    return ckpt
+
+
+@task_route
+async def get(request: web.Request) -> web.Response:
+    ckpt = await _readable(request, request.match_info["uuid"])
+    db = request.app[keys.DB]
+    return web.json_response({"checkpoint": await db.call(checkpoint_views.view, db.conn, ckpt)})
 
 
 routes.get("/api/v1/checkpoints/{uuid}")(get)
@@ -106,3 +118,71 @@ def _left(item: Any, i: int) -> tuple[str, dict[str, str]]:
     if not isinstance(res, dict):
         raise InvalidArgument(f"checkpoints[{i}].resources.resources: must be an object")
     return item["uuid"], {str(k): str(v) for k, v in res.items()}
+
+
+@task_route
+@op(body=DeleteCheckpointsBody)
+async def delete(request: web.Request) -> web.Response:
+    """`det checkpoint delete`: files out of storage, records DELETED (owners and admins)."""
+    body = await parse(request, DeleteCheckpointsBody)
+    if len(body.checkpoint_uuids) > MAX_PATCH:
+        raise InvalidArgument(f"checkpointUuids: at most {MAX_PATCH} per request")
+    db = request.app[keys.DB]
+    by_exp: dict[int, list[Checkpoint]] = {}
+    for i, raw in enumerate(body.checkpoint_uuids):
+        ckpt = await db.run(ckpt_store.get, checkpoint_uuid(raw, f"checkpointUuids[{i}]"))
+        if ckpt.experiment_id is None:
+            raise FailedPrecondition(f"checkpoint {ckpt.uuid} belongs to no experiment")
+        by_exp.setdefault(ckpt.experiment_id, []).append(ckpt)
+    exps = {eid: await db.run(exp_store.get, eid) for eid in by_exp}
+    for eid, ckpts in by_exp.items():
+        require_owner(request, exps[eid].owner_id, f"checkpoint {ckpts[0].uuid}")
+    for eid, ckpts in by_exp.items():
+        await checkpoint_gc.delete(db, exps[eid], ckpts)
+        request.app[keys.NOTIFIER].notify(f"experiment:{eid}")
+    return web.json_response({})
+
+
+routes.delete("/api/v1/checkpoints")(delete)
+
+
+@task_route
+async def download(request: web.Request) -> web.StreamResponse:
+    """The checkpoint's files as a tar.gz, for clients that cannot reach its storage."""
+    ckpt = await _readable(request, request.match_info["uuid"])
+    if ckpt.experiment_id is None:
+        raise FailedPrecondition(f"checkpoint {ckpt.uuid} belongs to no experiment")
+    if ckpt.state not in (CheckpointState.COMPLETED, CheckpointState.PARTIALLY_DELETED):
+        raise FailedPrecondition(f"checkpoint {ckpt.uuid} is {ckpt.state.value}: only "
+                                 "COMPLETED or PARTIALLY_DELETED checkpoints can be downloaded")
+    exp = await request.app[keys.DB].run(exp_store.get, ckpt.experiment_id)
+    root = await asyncio.to_thread(checkpoint_files.directory, exp.config, ckpt.uuid)
+    return await checkpoint_files.stream(request, root, ckpt.uuid)
+
+
+routes.get("/checkpoints/{uuid}")(download)
+
+LIST_QUERY = {"sortByAttr": str, "sortByMetric": str, "orderBy": str, "states": list[str]}
+
+
+@routes.get("/api/v1/trials/{id}/checkpoints")
+@op(query=LIST_QUERY, paged=True)
+async def trial_checkpoints(request: web.Request) -> web.Response:
+    trial_id = path_int(request, "id")
+    db = request.app[keys.DB]
+    trial = await db.run(trial_store.get, trial_id)
+    exp = await db.run(exp_store.get, trial.experiment_id)
+    rows = await db.run(ckpt_store.for_trial, trial_id)
+    return await listed(request, rows, exp.config)
+
+
+async def listed(request: web.Request, rows: list[Checkpoint],
+                 config: dict[str, Any]) -> web.Response:
+    """A list route's page of checkpoint views, filtered and sorted as Determined's."""
+    db = request.app[keys.DB]
+    q = request.query
+    out = await db.call(checkpoint_views.ordered, db.conn, rows, config,
+                        sort_attr=q.get("sortByAttr"), sort_metric=q.get("sortByMetric") or None,
+                        order=q.get("orderBy"), states=q.getall("states", []))
+    page, pagination = paginate(out, request)
+    return await big_json_response({"checkpoints": page, "pagination": pagination})

@@ -23,6 +23,7 @@ from dettui.master.middleware import (
     task_route,
 )
 from dettui.master.openapi import op
+from dettui.master.routes import checkpoints as ckpt_routes
 from dettui.master.routes.views import trial_views
 from dettui.master.store import Database
 from dettui.master.store import checkpoints as ckpt_store
@@ -376,27 +377,13 @@ async def trials(request: web.Request) -> web.Response:
 
 
 @routes.get("/api/v1/experiments/{id}/checkpoints")
-@op(paged=True)
+@op(query=ckpt_routes.LIST_QUERY, paged=True)
 async def checkpoints(request: web.Request) -> web.Response:
     exp_id = path_int(request, "id")
     db = request.app[keys.DB]
     exp = await db.run(exp_store.get, exp_id)
     rows = await db.run(ckpt_store.for_experiment, exp_id)
-    page, pagination = paginate(rows, request)
-    out = []
-    for c in page:
-        val = await db.run(_validation_at, c.trial_id, c.steps_completed)
-        out.append(serialize.checkpoint(c, validation=val, searcher_metric=exp.searcher_metric))
-    return await big_json_response({"checkpoints": out, "pagination": pagination})
-
-
-def _validation_at(conn: Any, trial_id: int | None, steps: int | None) -> Any:
-    if trial_id is None or steps is None:
-        return None
-    for m in metric_store.for_trial(conn, trial_id, "validation", after_steps=steps - 1):
-        if m.steps_completed == steps:
-            return m
-    return None
+    return await ckpt_routes.listed(request, rows, exp.config)
 
 
 @routes.get("/api/v1/experiments/{id}/model_def")

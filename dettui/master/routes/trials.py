@@ -12,7 +12,7 @@ from typing import Any
 from aiohttp import web
 
 from dettui.errors import DettuiError, InvalidArgument, PermissionDenied
-from dettui.master import keys, offload, serialize
+from dettui.master import keys, serialize
 from dettui.master.bodies import (
     CreateTrialBody,
     EarlyExitBody,
@@ -257,28 +257,6 @@ async def workloads(request: web.Request) -> web.Response:
                                  "endTime": ts(item.report_time), "numInputs": 0,
                                  "metrics": body}})
     return await big_json_response({"workloads": out, "pagination": pagination})
-
-
-@routes.get("/api/v1/trials/metrics/trial_metrics")
-@op(query={"trialIds": list[int], "group": str})
-async def trial_metrics_stream(request: web.Request) -> web.StreamResponse:
-    """Determined's GetMetrics: NDJSON, one result with every report of the trials."""
-    ids = [parse_id(x, "trialIds") for x in request.query.getall("trialIds", [])]
-    group = request.query.get("group") or None
-    db = request.app[keys.DB]
-    out: list[dict[str, Any]] = []
-    for trial_id in ids:
-        await db.run(trial_store.get, trial_id)
-        out.extend(metric_json(m) for m in await db.run(metric_store.for_trial, trial_id, group))
-    resp = web.StreamResponse(headers={"Content-Type": "application/json"})
-    await resp.prepare(request)
-    await resp.write(await offload.cpu(_ndjson_line, {"result": {"metrics": out}}))
-    await resp.write_eof()
-    return resp
-
-
-def _ndjson_line(data: Any) -> bytes:
-    return (json.dumps(data) + "\n").encode()
 
 
 @task_route

@@ -155,3 +155,11 @@ def validations_with(conn: sqlite3.Connection, trial_ids: list[int], metric: str
         (*trial_ids, f'$."{metric}"'),
     )
     return [Metric.from_row(r) for r in rows]
+
+
+def at_steps(conn: sqlite3.Connection, trial_id: int, group: str, steps: int) -> Metric | None:
+    """The trial's report of `group` at exactly `steps` (the newest run's), if any."""
+    row = conn.execute(
+        "SELECT * FROM metrics WHERE trial_id=? AND grp=? AND steps_completed=? AND archived=0 "
+        "ORDER BY run_id DESC, id DESC LIMIT 1", (trial_id, group, steps)).fetchone()
+    return Metric.from_row(row) if row else None

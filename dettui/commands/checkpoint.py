@@ -1,0 +1,138 @@
+"""`dettui checkpoint list|download` and `dettui e download`: checkpoints back out of the
+cluster, straight from storage when this machine reaches it, else streamed by the master (a
+tar.gz, as Determined's checkpoint download API), with progress."""
+
+from __future__ import annotations
+
+import shutil
+import tarfile
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+
+from dettui.client import Client
+from dettui.commands import output
+from dettui.commands.experiment import _size
+from dettui.errors import FailedPrecondition, InvalidArgument
+from dettui.paths import checkpoint_uuid
+from dettui.storage import storage_base
+
+
+def _progress() -> Progress:
+    return Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
+                    TransferSpeedColumn(), console=output.err_console, transient=True)
+
+
+async def list_(c: Client, exp_id: int, *, best: int | None, as_json: bool) -> None:
+    params: dict[str, Any] = {"sortByAttr": "SORT_BY_SEARCHER_METRIC" if best else
+                              "SORT_BY_END_TIME"}
+    if best:
+        params["limit"] = best
+    body = await c.request("GET", f"/api/v1/experiments/{exp_id}/checkpoints", params=params)
+    ckpts = body["checkpoints"]
+    if as_json:
+        output.print_json(ckpts)
+        return
+    metric = ""
+    if ckpts:
+        metric = ((ckpts[0]["training"].get("experimentConfig") or {}).get("searcher")
+                  or {}).get("metric") or ""
+    rows = [[c["training"]["trialId"], c["metadata"].get("steps_completed"),
+             output.state(c["state"]), _metric(c, metric), c["uuid"], _size(c),
+             output.when(c["reportTime"])] for c in ckpts]
+    output.table(f"Checkpoints of experiment {exp_id}",
+                 ["Trial", "Batches", "State", metric or "Metric", "UUID", "Size", "Reported"],
+                 rows)
+
+
+def _metric(c: dict[str, Any], metric: str) -> str:
+    val = ((c["training"].get("validationMetrics") or {}).get("avgMetrics") or {}).get(metric)
+    return "" if val is None else f"{val:.6g}" if isinstance(val, float) else str(val)
+
+
+async def download(c: Client, uuid: str, output_dir: Path | None, *,
+                   mode: str = "auto") -> Path:
+    """Fetch one checkpoint into `output_dir` (default ./checkpoints/<uuid>); its path."""
+    uuid = checkpoint_uuid(uuid)
+    ckpt = (await c.request("GET", f"/api/v1/checkpoints/{uuid}"))["checkpoint"]
+    if ckpt["state"] not in ("STATE_COMPLETED", "STATE_PARTIALLY_DELETED"):
+        raise FailedPrecondition(f"checkpoint {uuid} is {output.state(ckpt['state'])}: only "
+                                 "COMPLETED or PARTIALLY_DELETED checkpoints can be downloaded")
+    dest = Path(output_dir) if output_dir else Path("checkpoints") / uuid
+    source = _local_source(ckpt) if mode in ("auto", "direct") else None
+    if mode == "direct" and source is None:
+        raise FailedPrecondition(f"checkpoint {uuid}'s storage is not reachable from here; "
+                                 "use --mode master (or auto)")
+    if source is not None:
+        _copy(source, dest, ckpt)
+    else:
+        await _via_master(c, uuid, dest, ckpt)
+    return dest
+
+
+def _local_source(ckpt: dict[str, Any]) -> Path | None:
+    config = ckpt["training"].get("experimentConfig") or {}
+    storage = config.get("checkpoint_storage") or {}
+    if storage.get("type") not in ("shared_fs", "directory"):
+        return None
+    path = storage_base(config) / ckpt["uuid"]
+    return path if path.is_dir() else None
+
+
+def _total(ckpt: dict[str, Any]) -> int:
+    return sum(int(v) for v in (ckpt.get("resources") or {}).values() if str(v).isdigit())
+
+
+def _copy(source: Path, dest: Path, ckpt: dict[str, Any]) -> None:
+    with _progress() as bar:
+        task = bar.add_task(f"Copying {ckpt['uuid'][:8]}", total=_total(ckpt) or None)
+
+        def copy(src: str, dst: str) -> object:
+            out = shutil.copy2(src, dst)
+            bar.advance(task, Path(src).stat().st_size)
+            return out
+
+        shutil.copytree(source, dest, symlinks=True, copy_function=copy, dirs_exist_ok=True)
+
+
+async def _via_master(c: Client, uuid: str, dest: Path, ckpt: dict[str, Any]) -> None:
+    dest.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryFile() as tmp, _progress() as bar:
+        task = bar.add_task(f"Downloading {uuid[:8]} (via the master)", total=None)
+
+        def sink(chunk: bytes) -> None:
+            tmp.write(chunk)
+            bar.advance(task, len(chunk))
+
+        await c.download(f"/checkpoints/{uuid}", sink)
+        tmp.seek(0)
+        try:
+            with tarfile.open(fileobj=tmp, mode="r:gz") as tar:
+                tar.extractall(dest, filter="data")  # no absolute paths, no links out
+        except (tarfile.TarError, OSError) as exc:
+            raise FailedPrecondition(f"the master's archive of {uuid} is not valid: {exc}") \
+                from exc
+
+
+async def download_experiment(c: Client, exp_id: int, output_dir: Path, *, top: int,
+                              mode: str = "auto") -> list[Path]:
+    """The experiment's best `top` checkpoints (by its searcher metric), each in
+    `output_dir/<uuid>`."""
+    if top < 1:
+        raise InvalidArgument("--top must be at least 1")
+    body = await c.request("GET", f"/api/v1/experiments/{exp_id}/checkpoints", params={
+        "sortByAttr": "SORT_BY_SEARCHER_METRIC", "states": "STATE_COMPLETED", "limit": top})
+    paths = []
+    for ck in body["checkpoints"]:
+        paths.append(await download(c, ck["uuid"], Path(output_dir) / ck["uuid"], mode=mode))
+        output.console.print(f"{ck['uuid']} -> {paths[-1]}")
+    if not paths:
+        output.console.print(f"experiment {exp_id} has no completed checkpoint")
+    return paths
+
+
+async def download_one(c: Client, uuid: str, output_dir: Path | None, *, mode: str) -> None:
+    path = await download(c, uuid, output_dir, mode=mode)
+    output.console.print(f"{uuid} -> {path}")

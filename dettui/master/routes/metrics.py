@@ -1,0 +1,71 @@
+"""Determined's metric streams for the SDK (`trial.iter_metrics`, `stream_training_metrics`):
+NDJSON, one result holding every report of the trials, each a v1MetricsReport."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from aiohttp import web
+
+from dettui.master import keys, offload
+from dettui.master.middleware import check_trial
+from dettui.master.openapi import op
+from dettui.master.store import metrics as metric_store
+from dettui.master.store import trials as trial_store
+from dettui.master.store.records import Metric
+from dettui.master.wire import encode_metrics, parse_id, ts
+
+routes = web.RouteTableDef()
+STREAM_QUERY = {"trialIds": list[int]}
+
+
+def report(m: Metric, index: int) -> dict[str, Any]:
+    """A v1MetricsReport: the SDK reads `metrics["avg_metrics"]`, or `["validation_metrics"]`
+    for the validation group (Determined's legacy layout)."""
+    avg = encode_metrics(m.metrics)
+    body: dict[str, Any] = {"avg_metrics": avg, "batch_metrics": m.batch_metrics}
+    if m.group == "validation":
+        body["validation_metrics"] = avg
+    return {"id": f"{m.trial_id}.{m.group}.{m.steps_completed}.{index}", "trialId": m.trial_id,
+            "trialRunId": m.run_id, "totalBatches": m.steps_completed, "group": m.group,
+            "endTime": ts(m.report_time), "archived": False, "metrics": body}
+
+
+async def _stream(request: web.Request, group: str | None) -> web.StreamResponse:
+    ids = [parse_id(x, "trialIds") for x in request.query.getall("trialIds", [])]
+    db = request.app[keys.DB]
+    out: list[dict[str, Any]] = []
+    for trial_id in ids:
+        check_trial(request, trial_id)
+        await db.run(trial_store.get, trial_id)
+        rows = await db.run(metric_store.for_trial, trial_id, group)
+        out.extend(report(m, i) for i, m in enumerate(rows))
+    resp = web.StreamResponse(headers={"Content-Type": "application/json"})
+    await resp.prepare(request)
+    await resp.write(await offload.cpu(_ndjson_line, {"result": {"metrics": out}}))
+    await resp.write_eof()
+    return resp
+
+
+def _ndjson_line(data: Any) -> bytes:
+    return (json.dumps(data) + "\n").encode()
+
+
+@routes.get("/api/v1/trials/metrics/trial_metrics")
+@op(query={**STREAM_QUERY, "group": str})
+async def trial_metrics(request: web.Request) -> web.StreamResponse:
+    """Determined's GetMetrics: every report of a group (all groups without one)."""
+    return await _stream(request, request.query.get("group") or None)
+
+
+@routes.get("/api/v1/trials/metrics/training_metrics")
+@op(query=STREAM_QUERY)
+async def training_metrics(request: web.Request) -> web.StreamResponse:
+    return await _stream(request, "training")
+
+
+@routes.get("/api/v1/trials/metrics/validation_metrics")
+@op(query=STREAM_QUERY)
+async def validation_metrics(request: web.Request) -> web.StreamResponse:
+    return await _stream(request, "validation")
