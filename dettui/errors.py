@@ -101,6 +101,15 @@ class Unavailable(DettuiError):
     grpc_reason = "Unavailable"
 
 
+class Unimplemented(DettuiError):
+    """A feature of Determined that dettui does not offer; the message says what to use."""
+
+    title = "Not supported"
+    http_status = 501
+    grpc_code = 12
+    grpc_reason = "Unimplemented"
+
+
 class ConfigError(InvalidArgument):
     """An experiment config with one or more problems, each naming its path.
 
@@ -150,6 +159,7 @@ _BY_STATUS: dict[int, type[DettuiError]] = {
     410: Gone,
     409: Conflict,
     413: TooLarge,
+    501: Unimplemented,
     503: Unavailable,
 }
 

@@ -17,7 +17,7 @@ from dettui.errors import (
     TooLarge,
     Unauthenticated,
 )
-from dettui.master import keys, offload
+from dettui.master import keys, offload, unsupported
 from dettui.master.openapi import op_of
 from dettui.master.store import credentials, trials, users
 from dettui.master.store.credentials import AgentCredential
@@ -31,7 +31,8 @@ BIG_BODY = 256 * 1024  # bytes of JSON decoded off the event loop
 MAX_JSON_DEPTH = 100  # levels of nested lists and objects in a request body
 BODY: web.RequestKey[list[bytes]] = web.RequestKey("body")  # as it arrived, in chunks
 
-PUBLIC = {("GET", "/info"), ("POST", "/api/v1/auth/login")}
+# No sign-in needed (WIRE §1): the CLI reads /api/v1/master unauthenticated (rbacEnabled)
+PUBLIC = {("GET", "/info"), ("POST", "/api/v1/auth/login"), ("GET", "/api/v1/master")}
 # WebSocket clients that cannot set headers may pass their token as `?token=` here (only here:
 # a token in a URL ends up in logs and histories).
 QUERY_TOKEN_PATHS = {"/api/v1/stream"}
@@ -105,6 +106,7 @@ def _bearer(value: str | None) -> str | None:
 
 @web.middleware
 async def auth(request: web.Request, handler: Handler) -> web.StreamResponse:
+    unsupported.check(request.path)  # 501 with what to use instead, signed in or not
     if (request.method, request.path) in PUBLIC or request.method == "OPTIONS":
         return await handler(request)
     principal = await _principal(request)

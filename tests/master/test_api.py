@@ -20,11 +20,11 @@ async def create(api: Api, config: str = SIMPLE_CONFIG) -> dict:
                           {"config": config, "modelDefinition": files, "activate": True})
 
 
-async def test_only_info_and_login_need_no_token(api: Api) -> None:
+async def test_only_info_login_and_master_need_no_token(api: Api) -> None:
     info = await api.call("GET", "/info", headers={})
     assert info["version"] == "0.38.1"
-    await api.call("GET", "/api/v1/master", headers={}, status=401)
-    master = await api.call("GET", "/api/v1/master")
+    await api.call("GET", "/api/v1/experiments", headers={}, status=401)
+    master = await api.call("GET", "/api/v1/master", headers={})  # WIRE §1: the CLI reads it
     for key in ("clusterId", "clusterName", "masterId", "version", "hasCustomLogo",
                 "strictJobQueueControl"):
         assert key in master

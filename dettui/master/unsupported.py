@@ -1,0 +1,50 @@
+"""Features of Determined that dettui does not offer: their routes answer 501 with one sentence
+saying what to use instead (the real `det` CLI prints it as `Failed to <command>: <sentence>`),
+whoever asks, rather than "no such route"."""
+
+from __future__ import annotations
+
+from dettui.errors import Unimplemented
+
+_REGISTRY = ("the model registry is", "download checkpoints with `det checkpoint download` or "
+             "`dettui checkpoint download`")
+_PROJECTS = ("are", "every experiment is in one project; tell them apart by name")
+_TEMPLATES = ("config templates are", "keep shared settings in the config file, or override "
+              "keys with --config KEY=VALUE")
+_RBAC = ("RBAC is", "dettui has Determined's basic model: owners and admins change things")
+# path prefix under /api/v1/ -> (what, what to use instead)
+FEATURES: dict[str, tuple[str, str]] = {
+    "models": _REGISTRY, "model": _REGISTRY,
+    "workspaces": ("workspaces " + _PROJECTS[0], _PROJECTS[1]),
+    "projects": ("projects " + _PROJECTS[0], _PROJECTS[1]),
+    "templates": _TEMPLATES, "template": _TEMPLATES,
+    "notebooks": ("notebooks are", "run Jupyter on your machine"),
+    "shells": ("shells are", "use ssh to the agent's machine"),
+    "commands": ("commands are", "run the command as an experiment's entrypoint"),
+    "generic-tasks": ("generic tasks are", "run the work as an experiment's entrypoint"),
+    "tensorboards": ("TensorBoard instances are", "run `tensorboard --logdir <checkpoint "
+                     "storage>/<cluster id>/tensorboard` on your machine"),
+    "groups": ("user groups are", "give each user an account of their own (`det user create`)"),
+    "roles": _RBAC, "permissions": _RBAC,
+    "webhooks": ("webhooks are", "follow experiments with `dettui e create --follow` or the "
+                 "dashboard"),
+    "tokens": ("access tokens are", "log in with `det user login` (sessions last 7 days)"),
+}
+
+
+def check(path: str) -> None:
+    """Raise Unimplemented if `path` belongs to a feature dettui does not offer."""
+    if not path.startswith("/api/v1/"):
+        return
+    feature = FEATURES.get(path[len("/api/v1/"):].split("/", 1)[0])
+    if feature is not None:
+        what, instead = feature
+        raise Unimplemented(f"{what} not supported by dettui: {instead}")
+
+
+def template(name: str | None) -> None:
+    """`det e create --template NAME`: there are no templates to take settings from."""
+    if name:
+        what, instead = _TEMPLATES
+        raise Unimplemented(f"{what} not supported by dettui (--template {name[:80]!r}): "
+                            f"{instead}")
