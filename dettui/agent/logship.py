@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 MAX_LINE = 8191
 RANK_RE = re.compile(rb"^\[rank=(\d+)\] ")
-LEVEL_RE = re.compile(rb"^(TRACE|DEBUG|INFO|WARNING|ERROR|CRITICAL): ")
+LEVEL_RE = re.compile(rb"^ ?(DEBUG|INFO|WARNING|ERROR|CRITICAL): ?")  # ship_logs.py's
 
 
 @dataclass(frozen=True)

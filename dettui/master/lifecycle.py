@@ -32,6 +32,8 @@ class ExitFacts:
 def decide_trial(f: ExitFacts) -> tuple[TrialState, int]:
     """The trial's next state and restart count after one allocation exits."""
     failed = f.reason not in ("", LOST) or (f.exit_code not in (0, None))
+    if f.trial_state is TrialState.STOPPING_KILLED:  # `det trial kill`: whatever the exit
+        return TrialState.CANCELED, f.restarts
     if f.reason == LOST and not f.kill_requested:
         return _requeue(f), f.restarts
     if f.experiment_state in _STOPPING:

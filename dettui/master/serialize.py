@@ -145,7 +145,7 @@ def log_line(line: LogLine) -> dict[str, Any]:
         "taskId": line.task_id,
         "allocationId": line.allocation_id,
         "timestamp": ts(line.timestamp),
-        "level": f"LOG_LEVEL_{line.level}" if line.level else "LOG_LEVEL_INFO",
+        "level": f"LOG_LEVEL_{line.level}" if line.level else "LOG_LEVEL_UNSPECIFIED",
         "message": message(line),
         "log": line.log,
         "rankId": line.rank_id,
@@ -154,6 +154,13 @@ def log_line(line: LogLine) -> dict[str, Any]:
         "source": line.source,
         "stdtype": line.stdtype,
     }
+
+
+def task_log_line(line: LogLine) -> dict[str, Any]:
+    """Determined's v1TaskLogsResponse (`det task logs`)."""
+    out = log_line(line)
+    out.pop("trialId")
+    return out
 
 
 def message(line: LogLine) -> str:

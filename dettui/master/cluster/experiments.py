@@ -29,3 +29,11 @@ class Experiments:
         if await self.hub.db.run(control.activate, exp_id):
             self.hub.experiment_changed(exp_id, jobs=True)
             self.hub.kick()
+
+    async def kill_trial(self, trial_id: int, exp_id: int) -> None:
+        stopped = await self.hub.db.run(control.kill_trial, trial_id)
+        for alloc in stopped.kill:
+            await self.allocations.deliver_kill(alloc, "trial killed")
+        self.hub.notify(f"trial:{trial_id}", f"experiment:{exp_id}", "jobs", "experiments")
+        await self.allocations.ended(stopped.ended)
+        self.hub.kick()

@@ -9,6 +9,7 @@ from dettui.master.routes import (
     checkpoints,
     experiments,
     jobs,
+    logs,
     metrics,
     session,
     stream,
@@ -17,6 +18,6 @@ from dettui.master.routes import (
 
 
 def setup(app: web.Application) -> None:
-    for module in (session, experiments, metrics, trials, checkpoints, jobs, agents):
+    for module in (session, experiments, metrics, logs, trials, checkpoints, jobs, agents):
         app.router.add_routes(module.routes)
     stream.setup(app)

@@ -3,15 +3,13 @@ the unmanaged (detached) trials that scripts outside the cluster create, start a
 
 from __future__ import annotations
 
-import asyncio
-import json
 import logging
 import time
 from typing import Any
 
 from aiohttp import web
 
-from dettui.errors import DettuiError, InvalidArgument, PermissionDenied
+from dettui.errors import DettuiError, FailedPrecondition, InvalidArgument, PermissionDenied
 from dettui.master import keys, serialize
 from dettui.master.bodies import (
     CreateTrialBody,
@@ -52,11 +50,9 @@ from dettui.master.wire import (
     decode_number,
     encode_metrics,
     paginate,
-    parse_id,
     parse_ts,
     path_int,
     query_bool,
-    query_int,
     ts,
 )
 from dettui.models import CheckpointState, TrialState
@@ -64,13 +60,8 @@ from dettui.models import CheckpointState, TrialState
 log = logging.getLogger("dettui.master.trials")
 
 routes = web.RouteTableDef()
-LOG_BATCH = 1000
 MAX_METRICS_BATCH = 10_000  # reports in one batch request
 MAX_METRICS_BATCH_BODY = 64 * 1024 * 1024
-LOG_QUERY = {"rankIds": list[int], "stdtypes": list[str], "levels": list[str],
-             "searchText": str, "timestampBefore": str, "timestampAfter": str, "limit": int,
-             "follow": bool, "orderBy": str}
-FOLLOW_GRACE = 0.3  # seconds to wait for last lines after a trial ends
 
 
 @task_route
@@ -312,78 +303,18 @@ async def runner_metadata(request: web.Request) -> web.Response:
 routes.post("/api/v1/trials/{id}/runner/metadata")(runner_metadata)
 
 
-# --- logs -----------------------------------------------------------------------------------
-
-
-def _filter(request: web.Request) -> log_store.LogFilter:
-    ranks = tuple(parse_id(r, "rankIds") for r in request.query.getall("rankIds", []))
-    levels = tuple(lv.removeprefix("LOG_LEVEL_") for lv in request.query.getall("levels", []))
-    return log_store.LogFilter(
-        rank_ids=ranks, stdtypes=tuple(request.query.getall("stdtypes", [])), levels=levels,
-        search_text=request.query.get("searchText") or None,
-        timestamp_before=parse_ts(request.query.get("timestampBefore")),
-        timestamp_after=parse_ts(request.query.get("timestampAfter")),
-    )
-
-
-@routes.get("/api/v1/trials/{id}/logs")
-@op(query=LOG_QUERY, long_poll="follow")
-async def trial_logs(request: web.Request) -> web.StreamResponse:
+@routes.post("/api/v1/trials/{id}/kill")
+async def kill_trial(request: web.Request) -> web.Response:
+    """`det trial kill`: this trial ends (CANCELED) at once; the experiment goes on."""
     trial_id = path_int(request, "id")
     db = request.app[keys.DB]
-    await db.run(trial_store.get, trial_id)
-    flt = _filter(request)
-    limit = query_int(request, "limit", 0)
-    follow = request.query.get("follow", "false").lower() == "true"
-    descending = request.query.get("orderBy") == "ORDER_BY_DESC"
-    resp = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
-    await resp.prepare(request)
-    if descending:
-        lines = await db.run(log_store.fetch, trial_id, flt, limit=limit, descending=True)
-        await _write(resp, lines)
-        last = max((ln.id for ln in lines), default=0)
-    else:
-        last = await _drain(request, resp, trial_id, flt, 0, limit)
-    if follow:
-        await _follow(request, resp, trial_id, flt, last)
-    await resp.write_eof()
-    return resp
-
-
-async def _write(resp: web.StreamResponse, lines: list[Any]) -> None:
-    if lines:
-        payload = "".join(json.dumps({"result": serialize.log_line(ln)}) + "\n" for ln in lines)
-        await resp.write(payload.encode())
-
-
-async def _drain(request: web.Request, resp: web.StreamResponse, trial_id: int,
-                 flt: log_store.LogFilter, after: int, limit: int = 0) -> int:
-    db = request.app[keys.DB]
-    sent = 0
-    while True:
-        batch = LOG_BATCH if limit <= 0 else min(LOG_BATCH, limit - sent)
-        if batch <= 0:
-            return after
-        lines = await db.run(log_store.fetch, trial_id, flt, after_id=after, limit=batch)
-        await _write(resp, lines)
-        if not lines:
-            return after
-        after = lines[-1].id
-        sent += len(lines)
-
-
-async def _follow(request: web.Request, resp: web.StreamResponse, trial_id: int,
-                  flt: log_store.LogFilter, last: int) -> None:
-    db = request.app[keys.DB]
-    notifier = request.app[keys.NOTIFIER]
-    while True:
-        last = await _drain(request, resp, trial_id, flt, last)
-        trial = await db.run(trial_store.get, trial_id)
-        if trial.state.is_terminal():
-            await asyncio.sleep(FOLLOW_GRACE)
-            await _drain(request, resp, trial_id, flt, last)
-            return
-        await notifier.wait(f"logs:{trial_id}", 1.0)
+    trial = await db.run(trial_store.get, trial_id)
+    exp = await db.run(exp_store.get, trial.experiment_id)
+    require_owner(request, exp.owner_id, f"trial {trial_id}")
+    if exp.unmanaged:
+        raise FailedPrecondition(f"trial {trial_id} is detached: end it from its script")
+    await request.app[keys.CLUSTER].experiments.kill_trial(trial_id, exp.id)
+    return web.json_response({})
 
 
 @task_route

@@ -7,9 +7,11 @@ from the store by the long-poll (`preempt_requested`).
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from dettui.errors import FailedPrecondition
 from dettui.master.store import exits
@@ -73,3 +75,55 @@ def activate(conn: sqlite3.Connection, exp_id: int) -> bool:
         conn.execute("UPDATE trials SET state=? WHERE experiment_id=? AND state=?",
                      (TrialState.QUEUED.value, exp_id, TrialState.PAUSED.value))
     return True
+
+
+def kill_trial(conn: sqlite3.Connection, trial_id: int) -> Stopped:
+    """`det trial kill`: the trial becomes STOPPING_KILLED and its running allocation is
+    killed (CANCELED when it exits); a trial with nothing running is CANCELED at once, and the
+    searcher hears of it. The rest of the experiment goes on."""
+    from dettui.master.store import search as search_store
+    from dettui.master.store import trials as trial_store
+
+    with transaction(conn):
+        trial = trial_store.get(conn, trial_id)
+        if trial.state.is_terminal() or trial.state is TrialState.STOPPING_KILLED:
+            return Stopped()
+        live = [allocation(conn, r["id"]) for r in conn.execute(
+            "SELECT id FROM allocations WHERE trial_id=? AND state != ?",
+            (trial_id, AllocationState.EXITED.value))]
+        exp = exp_store.get(conn, trial.experiment_id)
+        if not live:
+            conn.execute("UPDATE trials SET state=?, end_time=? WHERE id=?",
+                         (TrialState.CANCELED.value, time.time(), trial_id))
+            search_store.apply_end(conn, exp, trial_store.get(conn, trial_id))
+            return Stopped(ended=exits.settle(conn, exp.id))
+        conn.execute("UPDATE trials SET state=? WHERE id=?",
+                     (TrialState.STOPPING_KILLED.value, trial_id))
+        conn.executemany("UPDATE allocations SET kill_requested=1, state=? WHERE id=?",
+                         [(AllocationState.TERMINATING.value, a.id) for a in live])
+        return Stopped(kill=tuple(allocation(conn, a.id) for a in live))
+
+
+def continue_experiment(conn: sqlite3.Connection, exp_id: int, config: dict[str, Any]) -> None:
+    """`det e continue` (ContinueExperiment): an ended experiment runs again with `config`; a
+    single-searcher trial (or, for grid and random, each trial that did not complete) is
+    queued again with its restarts zeroed, to resume from its latest checkpoint."""
+    from dettui.master.store import trials as trial_store
+
+    with transaction(conn):
+        exp = exp_store.get(conn, exp_id)
+        if not exp.state.is_terminal():
+            raise FailedPrecondition(f"experiment in non terminal state "
+                                     f"'{exp.state.value.removeprefix('STATE_')}', try again "
+                                     "later")
+        trials = trial_store.for_experiment(conn, exp_id)
+        single = (config.get("searcher") or {}).get("name") == "single"
+        again = trials if single else [t for t in trials if t.state is not TrialState.COMPLETED]
+        if not again:
+            raise FailedPrecondition("experiment has been completed, cannot continue this "
+                                     "experiment")
+        conn.executemany("UPDATE trials SET state=?, restarts=0, end_time=NULL WHERE id=?",
+                         [(TrialState.QUEUED.value, t.id) for t in again])
+        conn.execute("UPDATE experiments SET state=?, end_time=NULL, progress=0, config=?, "
+                     "gc_pending=0 WHERE id=?",
+                     (ExperimentState.ACTIVE.value, json.dumps(config), exp_id))

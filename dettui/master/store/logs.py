@@ -17,6 +17,9 @@ class LogFilter:
     rank_ids: tuple[int, ...] = ()
     stdtypes: tuple[str, ...] = ()
     levels: tuple[str, ...] = ()
+    agent_ids: tuple[str, ...] = ()
+    container_ids: tuple[str, ...] = ()
+    sources: tuple[str, ...] = ()
     search_text: str | None = None
     timestamp_before: float | None = None
     timestamp_after: float | None = None
@@ -43,7 +46,8 @@ def insert(conn: sqlite3.Connection, lines: list[dict[str, Any]]) -> int:
 def _where(trial_id: int, flt: LogFilter) -> tuple[str, list[Any]]:
     where, args = ["trial_id=?"], [trial_id]  # type: ignore[list-item]
     for col, values in (("rank_id", flt.rank_ids), ("stdtype", flt.stdtypes),
-                        ("level", flt.levels)):
+                        ("level", flt.levels), ("agent_id", flt.agent_ids),
+                        ("container_id", flt.container_ids), ("source", flt.sources)):
         if values:
             where.append(f"{col} IN ({','.join('?' * len(values))})")
             args.extend(values)

@@ -1,0 +1,117 @@
+"""Reading logs: a trial's (`det trial logs`) and a task's (`det task logs`), NDJSON, with
+Determined's filters (ranks, agents, containers, sources, stdtypes, levels, time, text), head,
+tail and follow."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from typing import Any
+
+from aiohttp import web
+
+from dettui.master import keys, serialize
+from dettui.master.middleware import check_trial
+from dettui.master.openapi import op
+from dettui.master.store import logs as log_store
+from dettui.master.store import trials as trial_store
+from dettui.master.wire import parse_id, parse_ts, path_int, query_int
+
+routes = web.RouteTableDef()
+LOG_BATCH = 1000
+LOG_QUERY = {"rankIds": list[int], "agentIds": list[str], "containerIds": list[str],
+             "sources": list[str], "stdtypes": list[str], "levels": list[str],
+             "searchText": str, "timestampBefore": str, "timestampAfter": str, "limit": int,
+             "follow": bool, "orderBy": str}
+FOLLOW_GRACE = 0.3  # seconds to wait for last lines after a trial ends
+Serializer = Callable[[Any], dict[str, Any]]
+
+
+def _filter(request: web.Request) -> log_store.LogFilter:
+    q = request.query
+    ranks = tuple(parse_id(r, "rankIds") for r in q.getall("rankIds", []))
+    levels = tuple(lv.removeprefix("LOG_LEVEL_") for lv in q.getall("levels", []))
+    return log_store.LogFilter(
+        rank_ids=ranks, stdtypes=tuple(q.getall("stdtypes", [])), levels=levels,
+        agent_ids=tuple(q.getall("agentIds", [])),
+        container_ids=tuple(q.getall("containerIds", [])), sources=tuple(q.getall("sources", [])),
+        search_text=q.get("searchText") or None,
+        timestamp_before=parse_ts(q.get("timestampBefore")),
+        timestamp_after=parse_ts(q.get("timestampAfter")),
+    )
+
+
+@routes.get("/api/v1/trials/{id}/logs")
+@op(query=LOG_QUERY, long_poll="follow")
+async def trial_logs(request: web.Request) -> web.StreamResponse:
+    trial_id = path_int(request, "id")
+    await request.app[keys.DB].run(trial_store.get, trial_id)
+    return await _stream(request, trial_id, serialize.log_line)
+
+
+@routes.get("/api/v1/tasks/{taskId}/logs")
+@op(query=LOG_QUERY, long_poll="follow")
+async def task_logs(request: web.Request) -> web.StreamResponse:
+    """`det task logs TASK_ID`: a trial's task, as Determined's v1TaskLogsResponse."""
+    trial = await request.app[keys.DB].run(trial_store.by_task_id, request.match_info["taskId"])
+    check_trial(request, trial.id)
+    return await _stream(request, trial.id, serialize.task_log_line)
+
+
+async def _stream(request: web.Request, trial_id: int,
+                  line_json: Serializer) -> web.StreamResponse:
+    db = request.app[keys.DB]
+    flt = _filter(request)
+    limit = query_int(request, "limit", 0)
+    follow = request.query.get("follow", "false").lower() == "true"
+    descending = request.query.get("orderBy") == "ORDER_BY_DESC"
+    resp = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
+    await resp.prepare(request)
+    if descending:
+        lines = await db.run(log_store.fetch, trial_id, flt, limit=limit, descending=True)
+        await _write(resp, lines, line_json)
+        last = max((ln.id for ln in lines), default=0)
+    else:
+        last = await _drain(request, resp, trial_id, flt, line_json, 0, limit)
+    if follow:
+        await _follow(request, resp, trial_id, flt, line_json, last)
+    await resp.write_eof()
+    return resp
+
+
+async def _write(resp: web.StreamResponse, lines: list[Any], line_json: Serializer) -> None:
+    if lines:
+        payload = "".join(json.dumps({"result": line_json(ln)}) + "\n" for ln in lines)
+        await resp.write(payload.encode())
+
+
+async def _drain(request: web.Request, resp: web.StreamResponse, trial_id: int,
+                 flt: log_store.LogFilter, line_json: Serializer, after: int,
+                 limit: int = 0) -> int:
+    db = request.app[keys.DB]
+    sent = 0
+    while True:
+        batch = LOG_BATCH if limit <= 0 else min(LOG_BATCH, limit - sent)
+        if batch <= 0:
+            return after
+        lines = await db.run(log_store.fetch, trial_id, flt, after_id=after, limit=batch)
+        await _write(resp, lines, line_json)
+        if not lines:
+            return after
+        after = lines[-1].id
+        sent += len(lines)
+
+
+async def _follow(request: web.Request, resp: web.StreamResponse, trial_id: int,
+                  flt: log_store.LogFilter, line_json: Serializer, last: int) -> None:
+    db = request.app[keys.DB]
+    notifier = request.app[keys.NOTIFIER]
+    while True:
+        last = await _drain(request, resp, trial_id, flt, line_json, last)
+        trial = await db.run(trial_store.get, trial_id)
+        if trial.state.is_terminal():
+            await asyncio.sleep(FOLLOW_GRACE)
+            await _drain(request, resp, trial_id, flt, line_json, last)
+            return
+        await notifier.wait(f"logs:{trial_id}", 1.0)
