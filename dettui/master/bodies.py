@@ -179,6 +179,13 @@ class PatchCheckpointsBody(Body):
     checkpoints: list[CheckpointLeft]
 
 
+class ContinueExperimentBody(Body):
+    """POST /api/v1/experiments/continue (`det e continue`)."""
+
+    id: int
+    override_config: str | None = None
+
+
 class DeleteCheckpointsBody(Body):
     """DELETE /api/v1/checkpoints: the checkpoints to take out of storage."""
 

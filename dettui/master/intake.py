@@ -90,3 +90,46 @@ def check_searcher(conf: dict[str, Any]) -> None:
         searcher.build(conf["searcher"], conf.get("hyperparameters") or {}, seed)
     except (searcher.SearcherError, ValueError) as exc:
         raise InvalidArgument(f"invalid experiment configuration: {exc}") from exc
+
+
+CONTINUABLE = ("single", "grid", "random")
+
+
+def continue_config(active: dict[str, Any], override_text: str | None) -> dict[str, Any]:
+    """`det e continue`: the experiment's config with the override merged over it (Determined's
+    parseAndMergeContinueConfig), checked like a new config. Runs on the CPU pool."""
+    name = (active.get("searcher") or {}).get("name")
+    if name not in CONTINUABLE:
+        raise InvalidArgument(f"Unsupported searcher type provided: '{name}'")
+    try:
+        override = yamlsafe.load(override_text or "{}") or {}
+    except (yaml.YAMLError, yamlsafe.YamlTooBig) as exc:
+        raise InvalidArgument(f"parsing override config: {exc}") from exc
+    if not isinstance(override, dict):
+        raise InvalidArgument("parsing override config: it must be a mapping")
+    if override and name != "single":
+        raise InvalidArgument("override config is provided and experiment is not single "
+                              f"searcher, got '{name}' instead")
+    for key in ("project", "workspace"):
+        if key in override:
+            raise InvalidArgument(f"'{key}' in override config cannot be specified")
+    merged = _merge(active, override)
+    if name == "single" and (merged.get("searcher") or {}).get("name") != "single":
+        raise InvalidArgument("override config must have single searcher type got "
+                              f"'{merged['searcher'].get('name')}' instead")
+    conf = load_config(yaml.safe_dump(merged), source="override config").to_expconf()
+    conf["checkpoint_storage"] = merged["checkpoint_storage"]  # the master's place stays
+    conf["resources"] = {**merged.get("resources", {}), **conf["resources"],
+                         "resource_pool": merged["resources"].get("resource_pool"),
+                         "priority": merged["resources"].get("priority")}
+    return conf
+
+
+def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out

@@ -10,8 +10,15 @@ from aiohttp import web
 from dettui import metric
 from dettui.config.schema import priority_value, weight_value
 from dettui.errors import FailedPrecondition, InvalidArgument
-from dettui.master import checkpoint_gc, intake, keys, offload, serialize
-from dettui.master.bodies import CreateExperimentBody, PatchExperimentBody, checked, parse_obj
+from dettui.master import checkpoint_gc, intake, keys, offload, serialize, unsupported
+from dettui.master.bodies import (
+    ContinueExperimentBody,
+    CreateExperimentBody,
+    PatchExperimentBody,
+    checked,
+    parse,
+    parse_obj,
+)
 from dettui.master.gc import GcPolicy
 from dettui.master.intake import Intake
 from dettui.master.middleware import (
@@ -25,7 +32,7 @@ from dettui.master.middleware import (
 from dettui.master.openapi import op
 from dettui.master.routes import checkpoints as ckpt_routes
 from dettui.master.routes.views import trial_views
-from dettui.master.store import Database
+from dettui.master.store import Database, control
 from dettui.master.store import checkpoints as ckpt_store
 from dettui.master.store import experiments as exp_store
 from dettui.master.store import metrics as metric_store
@@ -60,6 +67,7 @@ async def _intake(request: web.Request, by_external_id: bool = False) -> Intake:
 @op(body=CreateExperimentBody, max_body=MAX_CREATE_BODY)
 async def create(request: web.Request) -> web.Response:
     got = await _intake(request)
+    unsupported.template(got.body.template)
     user = require_user(request)
     if got.body.unmanaged:
         return await _create_unmanaged(request, got, None)
@@ -313,6 +321,25 @@ async def _action(request: web.Request, action: str) -> web.Response:
         await db.run(exp_store.update_fields, exp_id, archived=0)
     request.app[keys.NOTIFIER].experiment_changed(exp_id, jobs=True)
     return web.json_response({})
+
+
+@routes.post("/api/v1/experiments/continue")
+@op(body=ContinueExperimentBody)
+async def continue_experiment(request: web.Request) -> web.Response:
+    """`det e continue ID [--config K=V]`: an ended experiment trains on from its trials'
+    latest checkpoints, with the override merged into its config."""
+    body = await parse(request, ContinueExperimentBody)
+    db = request.app[keys.DB]
+    exp = await db.run(exp_store.get, body.id)
+    require_owner(request, exp.owner_id, f"experiment {exp.id}")
+    if exp.unmanaged:
+        raise FailedPrecondition(f"experiment {exp.id} is unmanaged: run its script again")
+    conf = await offload.cpu(intake.continue_config, exp.config, body.override_config)
+    await db.run(control.continue_experiment, exp.id, conf)
+    request.app[keys.NOTIFIER].notify(f"experiment:{exp.id}", "experiments", "jobs")
+    request.app[keys.CLUSTER].kick()
+    exp = await db.run(exp_store.get, exp.id)
+    return web.json_response({"experiment": serialize.experiment(exp), "config": exp.config})
 
 
 async def _unmanaged_action(request: web.Request, exp: Any, action: str) -> web.Response:
