@@ -5,10 +5,12 @@ validation metrics reported at the checkpoint's step; and their order for the li
 
 from __future__ import annotations
 
+import math
 import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
+from dettui import metric
 from dettui.errors import InvalidArgument, NotFound
 from dettui.master import serialize
 from dettui.master.store import experiments as exp_store
@@ -58,11 +60,11 @@ class _Cache:
 def view(conn: sqlite3.Connection, c: Checkpoint, cache: _Cache | None = None) -> dict[str, Any]:
     cache = cache or _Cache(conn)
     exp, trial = cache.exp(c.experiment_id), cache.trial(c.trial_id)
-    config = exp.config if exp is not None else None
     return serialize.checkpoint(
-        c, hparams=trial.hparams if trial is not None else None, config=config,
+        c, hparams=trial.hparams if trial is not None else None,
+        config=exp.config if exp is not None else None,
         training=cache.metric(c, "training"), validation=cache.metric(c, "validation"),
-        searcher_metric=((config or {}).get("searcher") or {}).get("metric"))
+        searcher_metric=exp.searcher_metric if exp is not None else None)
 
 
 def views(conn: sqlite3.Connection, ckpts: Sequence[Checkpoint]) -> list[dict[str, Any]]:
@@ -70,12 +72,13 @@ def views(conn: sqlite3.Connection, ckpts: Sequence[Checkpoint]) -> list[dict[st
     return [view(conn, c, cache) for c in ckpts]
 
 
-def ordered(conn: sqlite3.Connection, ckpts: Sequence[Checkpoint], config: dict[str, Any],
-            *, sort_attr: str | None, sort_metric: str | None, order: str | None,
-            states: Sequence[str]) -> list[dict[str, Any]]:
+def ordered(conn: sqlite3.Connection, ckpts: Sequence[Checkpoint], searcher_metric: str,
+            smaller_is_better: bool, *, sort_attr: str | None, sort_metric: str | None,
+            order: str | None, states: Sequence[str]) -> list[dict[str, Any]]:
     """The views of `ckpts` filtered by state and sorted as Determined's master sorts them:
     by the searcher metric best first (smaller_is_better decides, unless `order` does), by a
-    named validation metric, or by an attribute; checkpoints without the value last."""
+    named validation metric, or by an attribute; checkpoints without the value (or with NaN,
+    `dettui.metric`'s rule) last."""
     for value, allowed, what in ((sort_attr, SORT_ATTRS, "sortByAttr"),
                                  (order, ORDERS, "orderBy")):
         if value and value not in allowed:
@@ -84,23 +87,20 @@ def ordered(conn: sqlite3.Connection, ckpts: Sequence[Checkpoint], config: dict[
     if bad:
         raise InvalidArgument(f"states: unknown value {bad[0][:40]!r}")
     out = views(conn, [c for c in ckpts if not states or c.state.value in states])
-    searcher = config.get("searcher") or {}
-    metric = sort_metric or (searcher.get("metric") if sort_attr == "SORT_BY_SEARCHER_METRIC"
-                             else None)
-    if metric is not None:
+    name = sort_metric or (searcher_metric if sort_attr == "SORT_BY_SEARCHER_METRIC" else None)
+    if name is not None:
         desc = (order == "ORDER_BY_DESC" if order not in (None, "ORDER_BY_UNSPECIFIED")
-                else sort_metric is None and searcher.get("smaller_is_better") is False)
-        return _by_value(out, lambda v: _val(v, metric), desc)
+                else sort_metric is None and not smaller_is_better)
+        return _by_value(out, lambda v: _val(v, name), desc)
     key = {"SORT_BY_UUID": lambda v: v["uuid"], "SORT_BY_TRIAL_ID": lambda v: v["training"][
         "trialId"], "SORT_BY_BATCH_NUMBER": lambda v: v["metadata"].get("steps_completed"),
         "SORT_BY_STATE": lambda v: v["state"]}.get(sort_attr or "", lambda v: v["reportTime"])
     return _by_value(out, key, order == "ORDER_BY_DESC")
 
 
-def _val(v: dict[str, Any], metric: str) -> Any:
-    val = (v["training"].get("validationMetrics") or {}).get("avgMetrics") or {}
-    x = val.get(metric)
-    return x if isinstance(x, int | float) and not isinstance(x, bool) else None
+def _val(v: dict[str, Any], name: str) -> float | None:
+    value = metric.number((v["training"].get("validationMetrics") or {}).get("avgMetrics"), name)
+    return None if value is None or math.isnan(value) else value
 
 
 def _by_value(rows: list[dict[str, Any]], key: Any, desc: bool) -> list[dict[str, Any]]:

@@ -21,7 +21,7 @@ from dettui.master.openapi import op
 from dettui.master.store import checkpoints as ckpt_store
 from dettui.master.store import experiments as exp_store
 from dettui.master.store import trials as trial_store
-from dettui.master.store.records import Checkpoint
+from dettui.master.store.records import Checkpoint, Experiment
 from dettui.master.wire import big_json_response, paginate, parse_ts, path_int
 from dettui.models import CheckpointState
 from dettui.paths import checkpoint_uuid
@@ -173,15 +173,15 @@ async def trial_checkpoints(request: web.Request) -> web.Response:
     trial = await db.run(trial_store.get, trial_id)
     exp = await db.run(exp_store.get, trial.experiment_id)
     rows = await db.run(ckpt_store.for_trial, trial_id)
-    return await listed(request, rows, exp.config)
+    return await listed(request, rows, exp)
 
 
-async def listed(request: web.Request, rows: list[Checkpoint],
-                 config: dict[str, Any]) -> web.Response:
+async def listed(request: web.Request, rows: list[Checkpoint], exp: Experiment) -> web.Response:
     """A list route's page of checkpoint views, filtered and sorted as Determined's."""
     db = request.app[keys.DB]
     q = request.query
-    out = await db.call(checkpoint_views.ordered, db.conn, rows, config,
+    out = await db.call(checkpoint_views.ordered, db.conn, rows, exp.searcher_metric,
+                        exp.smaller_is_better,
                         sort_attr=q.get("sortByAttr"), sort_metric=q.get("sortByMetric") or None,
                         order=q.get("orderBy"), states=q.getall("states", []))
     page, pagination = paginate(out, request)
