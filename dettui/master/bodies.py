@@ -179,6 +179,12 @@ class PatchCheckpointsBody(Body):
     checkpoints: list[CheckpointLeft]
 
 
+class DisableAgentBody(Body):
+    """POST /api/v1/agents/{id}/disable: `drain` lets running work finish."""
+
+    drain: bool | None = None
+
+
 class ContinueExperimentBody(Body):
     """POST /api/v1/experiments/continue (`det e continue`)."""
 

@@ -224,7 +224,8 @@ async def test_heartbeats_carry_telemetry_and_the_master_keeps_a_bounded_history
             u["cpuPercent"] > 20 and u["rss"] > 1_000_000
             for u in a["telemetry"]["allocations"].values()))
         (alloc_id,) = busy["telemetry"]["allocations"]
-        assert busy["slots"]["0"]["container"]["id"] == alloc_id
+        # the slot's container is the allocation's part on this agent (node rank 0)
+        assert busy["slots"]["0"]["container"]["id"] == f"{alloc_id.split('.', 1)[1]}.0"
         history = busy["telemetry"]["history"]
         assert len(history["time"]) == len(history["cpu"]) == len(history["mem"]) == 8
         assert history["time"] == sorted(set(history["time"]))

@@ -70,10 +70,22 @@ class Agents:
         self.hub.notify("agents")
         await self._reconcile(link, set(running), registering=False)
 
-    async def set_enabled(self, agent_id: str, enabled: bool) -> Agent:
-        """Disable: no new work goes to the agent (running trials finish). Enable: it's back."""
+    async def set_enabled(self, agent_id: str, enabled: bool, drain: bool = False) -> Agent:
+        """Enable: the agent takes work again. Disable: no new work; as in Determined, its
+        running trials are killed (and rescheduled) unless `drain` lets them finish."""
         link = self.hub.links.require(agent_id)
-        link.agent = await self.db.run(agent_store.set_enabled, agent_id, enabled)
+        link.agent = await self.db.run(agent_store.set_enabled, agent_id, enabled, drain)
+        if not enabled and not drain:
+            for alloc in await self.db.run(trial_store.live_allocations):
+                if agent_id in alloc.agents and agent_id not in alloc.part_exits:
+                    await self.allocations.lose(alloc, f"agent {agent_id} disabled")
+        self.hub.notify("agents")
+        self.hub.kick()
+        return link.agent
+
+    async def set_slot_enabled(self, agent_id: str, slot_id: int, enabled: bool) -> Agent:
+        link = self.hub.links.require(agent_id)
+        link.agent = await self.db.run(agent_store.set_slot_enabled, agent_id, slot_id, enabled)
         self.hub.notify("agents")
         self.hub.kick()
         return link.agent

@@ -106,9 +106,10 @@ class Links:
         return [
             scheduler.AgentView(
                 id=link.agent.id, pool=link.agent.pool,
-                slot_ids=tuple(int(s["id"]) for s in link.agent.slots),
+                slot_ids=tuple(int(s["id"]) for s in link.agent.slots
+                               if int(s["id"]) not in link.agent.disabled_slots),
                 used=frozenset(used.get(link.agent.id, ())),
-                enabled=link.agent.enabled and not link.draining)
+                enabled=link.agent.enabled and not link.draining and not link.agent.draining)
             for link in self._links.values()
         ]
 

@@ -9,17 +9,19 @@ from aiohttp import web
 
 from dettui.errors import InvalidArgument, NotFound, PermissionDenied
 from dettui.master import keys
-from dettui.master.bodies import AgentCredentialBody, parse
+from dettui.master.bodies import AgentCredentialBody, DisableAgentBody, parse
 from dettui.master.cluster import AgentLink
 from dettui.master.middleware import (
     agent_route,
     check_allocation,
+    read_json,
     require_admin,
     require_agent,
     task_route,
 )
 from dettui.master.openapi import op
 from dettui.master.store import credentials
+from dettui.master.store import experiments as exp_store
 from dettui.master.store import logs as log_store
 from dettui.master.store import trials as trial_store
 from dettui.master.wire import path_int, query_float, ts
@@ -39,12 +41,13 @@ LEVELS = ("TRACE", "DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 def agent_json(link: AgentLink, used: dict[int, str]) -> dict[str, Any]:
     a = link.agent
+    draining = link.draining or a.draining
     slots = {}
     for s in a.slots:
         sid = int(s["id"])
         device_type = "TYPE_CUDA" if s.get("type") == "cuda" else "TYPE_CPU"
         slots[str(sid)] = {
-            "id": str(sid), "enabled": a.enabled, "draining": link.draining,
+            "id": str(sid), "enabled": a.slot_enabled(sid), "draining": draining,
             "device": {"id": sid, "brand": s.get("brand", ""), "uuid": s.get("uuid") or "",
                        "type": device_type},
             "container": ({"id": used[sid], "state": "STATE_RUNNING", "devices": []}
@@ -53,7 +56,7 @@ def agent_json(link: AgentLink, used: dict[int, str]) -> dict[str, Any]:
     return {
         "id": a.id, "registeredTime": ts(a.registered_time), "slots": slots,
         "slotStats": slot_stats(list(slots.values())),
-        "resourcePools": [a.pool], "enabled": a.enabled, "draining": link.draining,
+        "resourcePools": [a.pool], "enabled": a.enabled, "draining": draining,
         "addresses": a.addresses, "version": "dettui", "hostname": a.hostname,
         "lastHeartbeat": ts(time.time() - (time.monotonic() - link.last_seen)),
         "telemetry": link.telemetry.json(),  # null until the first heartbeat with a sample
@@ -85,7 +88,7 @@ async def agent_objects(app: web.Application) -> list[dict[str, Any]]:
     for alloc in await app[keys.DB].run(trial_store.live_allocations):
         for agent_id, slots in alloc.parts:
             for s in slots:
-                used.setdefault(agent_id, {})[s] = alloc.id
+                used.setdefault(agent_id, {})[s] = alloc.container_id(agent_id)
     return [agent_json(link, used.get(link.agent.id, {})) for link in cluster.agents.connected()]
 
 
@@ -132,9 +135,12 @@ async def heartbeat(request: web.Request) -> web.Response:
 
 async def _enable(request: web.Request, enabled: bool) -> web.Response:
     require_admin(request)
+    body = await read_json(request)
+    drain = bool(body.get("drain")) if isinstance(body, dict) else False
     agents = request.app[keys.CLUSTER].agents
-    agent = await agents.set_enabled(request.match_info["agentId"], enabled)
-    return web.json_response({"agent": {"id": agent.id, "enabled": agent.enabled}})
+    agent = await agents.set_enabled(request.match_info["agentId"], enabled, drain)
+    return web.json_response({"agent": {"id": agent.id, "enabled": agent.enabled,
+                                        "draining": agent.draining}})
 
 
 @routes.post("/api/v1/agents/{agentId}/enable")
@@ -143,8 +149,31 @@ async def enable(request: web.Request) -> web.Response:
 
 
 @routes.post("/api/v1/agents/{agentId}/disable")
+@op(body=DisableAgentBody)
 async def disable(request: web.Request) -> web.Response:
+    """`det agent disable [--drain]`: without --drain its running trials are killed and
+    rescheduled elsewhere, as in Determined; with it they finish."""
     return await _enable(request, False)
+
+
+async def _slot(request: web.Request, enabled: bool) -> web.Response:
+    require_admin(request)
+    slot_id = path_int(request, "slotId")
+    agents = request.app[keys.CLUSTER].agents
+    agent = await agents.set_slot_enabled(request.match_info["agentId"], slot_id, enabled)
+    return web.json_response({"slot": {"id": str(slot_id), "enabled": agent.slot_enabled(
+        slot_id), "draining": agent.draining}})
+
+
+@routes.post("/api/v1/agents/{agentId}/slots/{slotId}/enable")
+async def enable_slot(request: web.Request) -> web.Response:
+    return await _slot(request, True)
+
+
+@routes.post("/api/v1/agents/{agentId}/slots/{slotId}/disable")
+async def disable_slot(request: web.Request) -> web.Response:
+    """`det slot disable`: no new work on the slot (what runs there goes on)."""
+    return await _slot(request, False)
 
 
 @routes.get("/api/v1/tasks")
@@ -154,15 +183,28 @@ async def tasks(request: web.Request) -> web.Response:
     out = {}
     for alloc in await db.run(trial_store.live_allocations):
         trial = await db.run(trial_store.get, alloc.trial_id)
+        exp = await db.run(exp_store.get, trial.experiment_id)
         out[alloc.id] = {
             "taskId": trial.task_id, "allocationId": alloc.id, "name": f"Trial {trial.id}",
-            "registeredTime": ts(alloc.start_time), "resourcePool": "",
+            "registeredTime": ts(alloc.start_time), "resourcePool": exp.resource_pool,
             "slotsNeeded": alloc.total_slots, "state": alloc.state.value, "type": "TRIAL",
             "trialId": trial.id, "experimentId": trial.experiment_id,
-            "resources": [{"agentId": a, "slots": sl} for a, sl in alloc.parts],
+            "priority": exp.priority, "schedulerType": "priority", "proxyPorts": [],
+            "resources": [_resources(alloc, a, sl) for a, sl in alloc.parts],
             "preempting": alloc.preempt_requested,
         }
     return web.json_response({"allocationIdToSummary": out})
+
+
+def _resources(alloc: Any, agent_id: str, slots: list[int]) -> dict[str, Any]:
+    """Determined's v1ResourcesSummary: one agent's part of an allocation (`det task list`
+    reads the agent from `agentDevices`, `det slot list` matches `containerId`)."""
+    cid = alloc.container_id(agent_id)
+    return {"resourcesId": cid, "containerId": cid, "allocationId": alloc.id,
+            "resourcesType": "dettui-process", "agentId": agent_id, "slots": slots,
+            "agentDevices": {agent_id: {"devices": [
+                {"id": s, "brand": "", "uuid": "", "type": "TYPE_UNSPECIFIED"} for s in slots]}},
+            "started": None, "exited": None}
 
 
 @routes.post("/api/v1/agents/{agentId}/drain")
@@ -216,6 +258,7 @@ async def agent_logs(request: web.Request) -> web.Response:
     body = await parse(request, AgentLogsBody)
     db = request.app[keys.DB]
     trial_of: dict[str, tuple[int, str]] = {}
+    containers: dict[str, str] = {}
     rows = []
     for line in body.logs:
         if line.allocation_id not in trial_of:
@@ -224,11 +267,12 @@ async def agent_logs(request: web.Request) -> web.Response:
                 raise PermissionDenied(f"allocation {alloc.id} has no part on agent {agent_id}")
             trial = await db.run(trial_store.get, alloc.trial_id)
             trial_of[line.allocation_id] = (trial.id, trial.task_id)
+            containers[line.allocation_id] = alloc.container_id(agent_id)
         trial_id, task_id = trial_of[line.allocation_id]
         level = (line.level or "").removeprefix("LOG_LEVEL_") or None
         rows.append({"trial_id": trial_id, "task_id": task_id,
                      "allocation_id": line.allocation_id, "agent_id": agent_id,
-                     "container_id": f"{line.allocation_id}.0".split(".", 1)[-1],
+                     "container_id": containers[line.allocation_id],
                      "rank_id": line.rank_id, "stdtype": line.stdtype, "source": "task",
                      "level": level if level in LEVELS else None, "timestamp": line.timestamp,
                      "log": line.log, "seq": line.seq})

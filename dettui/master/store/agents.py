@@ -7,6 +7,7 @@ import sqlite3
 import time
 from typing import Any
 
+from dettui.errors import NotFound
 from dettui.master.store.records import Agent, columns
 from dettui.master.store.tx import transaction
 
@@ -44,7 +45,23 @@ def cluster_value(conn: sqlite3.Connection, key: str, default: str) -> str:
     return str(conn.execute("SELECT value FROM cluster WHERE key=?", (key,)).fetchone()[0])
 
 
-def set_enabled(conn: sqlite3.Connection, agent_id: str, enabled: bool) -> Agent:
+def set_enabled(conn: sqlite3.Connection, agent_id: str, enabled: bool,
+                drain: bool = False) -> Agent:
+    """Enable (and stop draining), or disable, draining or not."""
     with transaction(conn):
-        conn.execute("UPDATE agents SET enabled=? WHERE id=?", (int(enabled), agent_id))
+        conn.execute("UPDATE agents SET enabled=?, draining=? WHERE id=?",
+                     (int(enabled), int(drain and not enabled), agent_id))
+    return get(conn, agent_id)
+
+
+def set_slot_enabled(conn: sqlite3.Connection, agent_id: str, slot_id: int,
+                     enabled: bool) -> Agent:
+    """`det slot enable|disable`: no new work on a disabled slot."""
+    with transaction(conn):
+        agent = get(conn, agent_id)
+        if slot_id not in {int(s["id"]) for s in agent.slots}:
+            raise NotFound(f"agent {agent_id} has no slot {slot_id}")
+        off = set(agent.disabled_slots) - {slot_id} | (set() if enabled else {slot_id})
+        conn.execute("UPDATE agents SET disabled_slots=? WHERE id=?",
+                     (json.dumps(sorted(off)), agent_id))
     return get(conn, agent_id)

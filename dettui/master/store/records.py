@@ -191,6 +191,13 @@ class Allocation:
     def agents(self) -> list[str]:
         return [agent for agent, _ in self.parts]
 
+    def container_id(self, agent_id: str) -> str:
+        """The id of `agent_id`'s part (Determined's container id: DET_CONTAINER_ID, the logs'
+        containerId, the slots' container): the allocation id without the experiment id, and
+        the node rank."""
+        rank = self.agents.index(agent_id) if agent_id in self.agents else 0
+        return f"{self.id.split('.', 1)[-1]}.{rank}"
+
     def slots_on(self, agent_id: str) -> list[int]:
         return next((slots for agent, slots in self.parts if agent == agent_id), [])
 
@@ -285,7 +292,8 @@ class Checkpoint:
 
 @dataclass(frozen=True)
 class Agent:
-    COLUMNS: ClassVar[str] = "id pool slots hostname addresses registered_time enabled"
+    COLUMNS: ClassVar[str] = ("id pool slots hostname addresses registered_time enabled draining "
+                              "disabled_slots")
 
     id: str
     pool: str
@@ -294,8 +302,14 @@ class Agent:
     addresses: list[str]
     registered_time: float
     enabled: bool
+    draining: bool = False  # disabled with --drain: running work finishes
+    disabled_slots: tuple[int, ...] = ()
 
     @classmethod
     def from_row(cls, r: sqlite3.Row) -> Agent:
         return cls(r["id"], r["pool"], json.loads(r["slots"]), r["hostname"],
-                   json.loads(r["addresses"]), r["registered_time"], bool(r["enabled"]))
+                   json.loads(r["addresses"]), r["registered_time"], bool(r["enabled"]),
+                   bool(r["draining"]), tuple(json.loads(r["disabled_slots"])))
+
+    def slot_enabled(self, slot_id: int) -> bool:
+        return self.enabled and slot_id not in self.disabled_slots
