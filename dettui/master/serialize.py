@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import yaml
@@ -44,11 +45,20 @@ def experiment(e: Experiment) -> dict[str, Any]:
         "unmanaged": e.unmanaged,
         "externalExperimentId": e.external_id,
         "hyperparameters": e.config.get("hyperparameters", {}),
+        # filled in for one experiment (GET /api/v1/experiments/{id}: routes.views.extras)
         "checkpointSize": "0",
         "checkpointCount": 0,
+        "trialIds": [],
+        "duration": _duration(e.start_time, e.end_time),
+        "bestTrialId": None,
         "searcherMetric": (e.config.get("searcher") or {}).get("metric"),
         "bestTrialSearcherMetric": e.best,
     }
+
+
+def _duration(start: float, end: float | None) -> int:
+    """Seconds from start to end (or now, while it runs), as Determined's `duration`."""
+    return max(0, int((end if end is not None else time.time()) - start))
 
 
 def workload(m: Metric | None) -> dict[str, Any] | None:
@@ -67,7 +77,9 @@ def trial(
     t: Trial, *, latest_validation: Metric | None = None, best_validation: Metric | None = None,
     latest_training: Metric | None = None, best_checkpoint: Checkpoint | None = None,
     searcher_metric: str | None = None, allocation_ids: list[str] | None = None,
+    summary_metrics: dict[str, Any] | None = None, checkpoints: list[Checkpoint] | None = None,
 ) -> dict[str, Any]:
+    kept = [c for c in checkpoints or () if c.state.value in KEPT_STATES]
     smv = None
     if latest_validation is not None and searcher_metric:
         smv = latest_validation.metrics.get(searcher_metric)
@@ -88,7 +100,9 @@ def trial(
         "latestTraining": workload(latest_training),
         "bestCheckpoint": checkpoint_workload(best_checkpoint),
         "searcherMetricValue": smv,
-        "summaryMetrics": None,
+        "summaryMetrics": summary_metrics,
+        "checkpointCount": len(kept),
+        "totalCheckpointSize": str(sum(resources_size(c.resources) for c in kept)),
         "warmStartCheckpointUuid": None,
         "wallClockTime": ((t.end_time or 0) - t.start_time) if t.end_time else None,
         "progress": t.progress,
@@ -96,6 +110,20 @@ def trial(
         "runId": t.run_id,
         "allocationIds": allocation_ids or [],
     }
+
+
+KEPT_STATES = ("STATE_COMPLETED", "STATE_PARTIALLY_DELETED")  # checkpoints holding files
+
+
+def resources_size(resources: dict[str, str]) -> int:
+    """A checkpoint's bytes: its resources' sizes (strings of integers)."""
+    total = 0
+    for size in resources.values():
+        try:
+            total += int(size)
+        except (TypeError, ValueError):
+            continue
+    return total
 
 
 def checkpoint_workload(c: Checkpoint | None) -> dict[str, Any] | None:

@@ -31,7 +31,7 @@ from dettui.master.middleware import (
 )
 from dettui.master.openapi import op
 from dettui.master.routes import checkpoints as ckpt_routes
-from dettui.master.routes.views import trial_views
+from dettui.master.routes.views import extras, trial_views
 from dettui.master.store import Database, control
 from dettui.master.store import checkpoints as ckpt_store
 from dettui.master.store import experiments as exp_store
@@ -187,9 +187,10 @@ async def list_(request: web.Request) -> web.Response:
 
 @routes.get("/api/v1/experiments/{id}")
 async def get(request: web.Request) -> web.Response:
-    exp = await request.app[keys.DB].run(exp_store.get, path_int(request, "id"))
-    return web.json_response({"experiment": serialize.experiment(exp), "config": exp.config,
-                              "jobSummary": None})
+    db = request.app[keys.DB]
+    exp = await db.run(exp_store.get, path_int(request, "id"))
+    view = serialize.experiment(exp) | await db.call(extras, db.conn, exp)
+    return web.json_response({"experiment": view, "config": exp.config, "jobSummary": None})
 
 
 @routes.patch("/api/v1/experiments/{id}")
@@ -410,7 +411,7 @@ async def checkpoints(request: web.Request) -> web.Response:
     db = request.app[keys.DB]
     exp = await db.run(exp_store.get, exp_id)
     rows = await db.run(ckpt_store.for_experiment, exp_id)
-    return await ckpt_routes.listed(request, rows, exp.config)
+    return await ckpt_routes.listed(request, rows, exp)
 
 
 @routes.get("/api/v1/experiments/{id}/model_def")

@@ -6,7 +6,7 @@ import sqlite3
 from typing import Any
 
 from dettui import metric
-from dettui.master import serialize
+from dettui.master import serialize, summary
 from dettui.master.store import checkpoints as ckpt_store
 from dettui.master.store import metrics as metric_store
 from dettui.master.store import trials as trial_store
@@ -36,5 +36,28 @@ def trial_views(conn: sqlite3.Connection, exp: Experiment, trials: list[Trial]) 
             latest_training=metric_store.latest(conn, t.id, "training"),
             best_checkpoint=best_ckpt, searcher_metric=name,
             allocation_ids=[a.id for a in trial_store.allocations_for_trial(conn, t.id)],
+            summary_metrics=summary.summarize(metric_store.reports(conn, t.id)),
+            checkpoints=ckpts,
         ))
+    return out
+
+
+def extras(conn: sqlite3.Connection, exp: Experiment) -> dict[str, Any]:
+    """What Determined's GetExperiment adds to an experiment, read for one experiment only (a
+    list would pay it per row): its trials, the checkpoints still holding files and their
+    bytes, and the trial with the best validation of the searcher metric."""
+    trial_ids = [t.id for t in trial_store.for_experiment(conn, exp.id)]
+    kept = [c for c in ckpt_store.for_experiment(conn, exp.id)
+            if c.state.value in serialize.KEPT_STATES]
+    out: dict[str, Any] = {
+        "trialIds": trial_ids, "checkpointCount": len(kept),
+        "checkpointSize": str(sum(serialize.resources_size(c.resources) for c in kept)),
+        "bestTrialId": None, "bestTrialSearcherMetric": None}
+    name = exp.searcher_metric
+    if name and trial_ids:
+        best = best_of(metric_store.validations_with(conn, trial_ids, name), name,
+                       exp.smaller_is_better)
+        if best is not None:
+            out["bestTrialId"] = best.trial_id
+            out["bestTrialSearcherMetric"] = metric.number(best.metrics, name)
     return out

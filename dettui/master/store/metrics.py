@@ -163,3 +163,10 @@ def at_steps(conn: sqlite3.Connection, trial_id: int, group: str, steps: int) ->
         "SELECT * FROM metrics WHERE trial_id=? AND grp=? AND steps_completed=? AND archived=0 "
         "ORDER BY run_id DESC, id DESC LIMIT 1", (trial_id, group, steps)).fetchone()
     return Metric.from_row(row) if row else None
+
+
+def reports(conn: sqlite3.Connection, trial_id: int) -> list[tuple[str, dict[str, Any]]]:
+    """Every live report of the trial as (group, metrics), in the order they were made."""
+    rows = conn.execute("SELECT grp, metrics FROM metrics WHERE trial_id=? AND archived=0 "
+                        "ORDER BY id", (trial_id,))
+    return [(r["grp"], json.loads(r["metrics"])) for r in rows]
