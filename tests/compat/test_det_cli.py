@@ -37,9 +37,9 @@ def test_real_det_cli_runs_an_experiment(served: Served, tmp_path: Path) -> None
     listed = det(served, home, "e", "list")
     assert listed.returncode == 0, listed.stdout + listed.stderr
     assert " 1 " in listed.stdout or "| 1" in listed.stdout
-    jobs = det(served, home, "job", "list")
+    jobs = det(served, home, "job", "list")  # as Determined: a paused job requests nothing
     assert jobs.returncode == 0, jobs.stdout + jobs.stderr
-    assert "TYPE_EXPERIMENT" in jobs.stdout and "STATE_QUEUED" in jobs.stdout, jobs.stdout
+    assert "TYPE_EXPERIMENT" not in jobs.stdout, jobs.stdout
     users = det(served, home, "user", "list")
     assert users.returncode == 0 and "admin" in users.stdout, users.stdout + users.stderr
     for what in ("agent", "slot"):  # agents carry telemetry and slotStats for det
@@ -48,6 +48,9 @@ def test_real_det_cli_runs_an_experiment(served: Served, tmp_path: Path) -> None
         assert "default" in listed.stdout, listed.stdout
     activated = det(served, home, "e", "activate", "1")
     assert activated.returncode == 0, activated.stdout + activated.stderr
+    jobs = det(served, home, "job", "list")
+    assert "TYPE_EXPERIMENT" in jobs.stdout or served.api(
+        "GET", "/api/v1/experiments/1")["experiment"]["state"] == "STATE_COMPLETED", jobs.stdout
     exp = served.wait_experiment(1, timeout=300)
     assert exp["state"] == "STATE_COMPLETED"
     listed = det(served, home, "e", "list")
@@ -74,21 +77,26 @@ def test_real_det_cli_queue_and_experiment_settings(served: Served, tmp_path: Pa
         res = det(served, home, "e", "create", "--paused", str(SAMPLE / "single.yaml"),
                   str(SAMPLE))
         assert res.returncode == 0, res.stdout + res.stderr
-    jobs = served.api("GET", "/api/v1/job-queues-v2")["jobs"]
-    j1, j2 = (j["full"]["jobId"] for j in jobs)
+    # paused experiments are not in Determined's job queue; their jobs can still be changed
+    assert served.api("GET", "/api/v1/job-queues-v2")["jobs"] == []
+    j1, j2 = (served.api("GET", f"/api/v1/experiments/{i}")["experiment"]["jobId"]
+              for i in (1, 2))
     res = det(served, home, "job", "update", j2, "--priority", "7")
     assert res.returncode == 0, res.stdout + res.stderr
     res = det(served, home, "job", "update-batch", f"{j1}.priority=3", f"{j2}.priority=5")
     assert res.returncode == 0, res.stdout + res.stderr
-    prios = {j["full"]["jobId"]: j["full"]["priority"]
-             for j in served.api("GET", "/api/v1/job-queues-v2")["jobs"]}
-    assert prios == {j1: 3, j2: 5}
+    prios = [served.api("GET", f"/api/v1/experiments/{i}")["experiment"]["config"][
+        "resources"]["priority"] for i in (1, 2)]
+    assert prios == [3, 5]
     res = det(served, home, "e", "set", "priority", "2", "9")
     assert res.returncode == 0, res.stdout + res.stderr
     assert served.api("GET", "/api/v1/experiments/2")["experiment"]["config"]["resources"][
         "priority"] == 9
+    assert det(served, home, "e", "activate", "2").returncode == 0
     listed = det(served, home, "job", "list")
-    assert listed.returncode == 0 and "9" in listed.stdout
+    rows = [r.split("|") for r in listed.stdout.splitlines() if "TYPE_EXPERIMENT" in r]
+    assert listed.returncode == 0 and (any(r[4].strip() == "9" for r in rows) or served.api(
+        "GET", "/api/v1/experiments/2")["experiment"]["state"] == "STATE_COMPLETED"), listed.stdout
     assert det(served, home, "e", "activate", "1").returncode == 0
     served.wait_experiment(1, timeout=300)
     res = det(served, home, "e", "set", "gc-policy", "1", "--save-experiment-best", "0",

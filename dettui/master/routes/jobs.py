@@ -72,12 +72,15 @@ def job_rows(
     exps: list[Experiment], trials: list[Trial], unschedulable: dict[int, str],
     fair_pools: set[str] = frozenset(),  # type: ignore[assignment]
     backfilled: set[int] = frozenset(),  # type: ignore[assignment]
+    only_requests: bool = False,
 ) -> list[dict[str, Any]]:
     """Live experiments as jobs, in scheduling order, with their slots and state.
 
     A running job is SCHEDULED_BACKFILLED when one of its trials was started by backfilling
     (`backfilled` trial ids), as in Determined; a job that started first stays SCHEDULED when
-    a more urgent one queues behind it.
+    a more urgent one queues behind it. With `only_requests`, as Determined's job queue, only
+    jobs with a pending or running request (a trial queued or running) are listed: a paused
+    experiment with nothing running is not.
     """
     by_exp: dict[int, list[Trial]] = {}
     for t in trials:
@@ -91,6 +94,8 @@ def job_rows(
         mine = by_exp.get(e.id, [])
         running = [t for t in mine if t.state is TrialState.RUNNING]
         waiting = [t for t in mine if t.state is TrialState.QUEUED]
+        if only_requests and not running and not waiting:
+            continue
         requested = e.slots_per_trial * max(1, len(running) + len(waiting))
         state = JobState.QUEUED
         if running:
@@ -112,7 +117,8 @@ def job_rows(
     return rows
 
 
-async def queue_jobs(app: web.Application, pool: str | None = None) -> list[dict[str, Any]]:
+async def queue_jobs(app: web.Application, pool: str | None = None,
+                     only_requests: bool = False) -> list[dict[str, Any]]:
     """The job objects of the queue (of one pool, else of all), in queue order."""
     db = app[keys.DB]
     exps = await db.run(exp_store.live)
@@ -122,13 +128,13 @@ async def queue_jobs(app: web.Application, pool: str | None = None) -> list[dict
     fair = {p for p, pol in app[keys.SETTINGS].policies.items() if pol.scheduler == FAIR_SHARE}
     scheduling = app[keys.CLUSTER].scheduling
     return job_rows(exps, trials, scheduling.waiting_reasons(), fair,
-                    scheduling.backfilled_trials())
+                    scheduling.backfilled_trials(), only_requests)
 
 
 @routes.get("/api/v1/job-queues-v2")
 @op(query={"resourcePool": str, "states": list[str]}, paged=True)
 async def job_queue(request: web.Request) -> web.Response:
-    rows = await queue_jobs(request.app, request.query.get("resourcePool"))
+    rows = await queue_jobs(request.app, request.query.get("resourcePool"), only_requests=True)
     states = request.query.getall("states", [])
     if states:
         rows = [r for r in rows if r["summary"]["state"] in states]
