@@ -8,15 +8,15 @@ from dettui.errors import Unimplemented
 
 _REGISTRY = ("the model registry is", "download checkpoints with `det checkpoint download` or "
              "`dettui checkpoint download`")
-_PROJECTS = ("are", "every experiment is in one project; tell them apart by name")
+_PROJECTS = ("workspaces and projects are",
+             "every experiment is in one project; tell them apart by name")
 _TEMPLATES = ("config templates are", "keep shared settings in the config file, or override "
               "keys with --config KEY=VALUE")
 _RBAC = ("RBAC is", "dettui has Determined's basic model: owners and admins change things")
 # path prefix under /api/v1/ -> (what, what to use instead)
 FEATURES: dict[str, tuple[str, str]] = {
     "models": _REGISTRY, "model": _REGISTRY,
-    "workspaces": ("workspaces " + _PROJECTS[0], _PROJECTS[1]),
-    "projects": ("projects " + _PROJECTS[0], _PROJECTS[1]),
+    "workspaces": _PROJECTS, "projects": _PROJECTS,
     "templates": _TEMPLATES, "template": _TEMPLATES,
     "notebooks": ("notebooks are", "run Jupyter on your machine"),
     "shells": ("shells are", "use ssh to the agent's machine"),

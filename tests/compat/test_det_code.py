@@ -100,6 +100,8 @@ def test_a_core_api_script_reports_pauses_and_resumes(variant: tuple[str, Served
         "trials"][0]["state"] == "STATE_PAUSED")
     assert det(served, home, "e", "activate", "1").returncode == 0
     exp = served.wait_experiment(1, timeout=180)
+    wait_for("the second run's logs", lambda: "resumed from 2" in served.cli(
+        "t", "logs", "1").stdout, 30)
     logs = served.cli("t", "logs", "1").stdout
     assert exp["state"] == "STATE_COMPLETED", logs
     expected = (f"{DET_VENV}/lib" if kind.startswith("real")
