@@ -245,7 +245,8 @@ class Client:
         return self._ndjson(f"/api/v1/trials/{trial_id}/logs", params=params)
 
     async def jobs(self, pool: str | None = None) -> list[dict[str, Any]]:
-        params = {"limit": "0"} | ({"resourcePool": pool} if pool else {})
+        """Every live job (dettui's queue: paused ones too, unlike Determined's list)."""
+        params = {"limit": "0", "includeIdle": "true"} | ({"resourcePool": pool} if pool else {})
         return [j["full"] for j in (await self.request("GET", "/api/v1/job-queues-v2",
                                                        params=params))["jobs"]]
 

@@ -132,9 +132,13 @@ async def queue_jobs(app: web.Application, pool: str | None = None,
 
 
 @routes.get("/api/v1/job-queues-v2")
-@op(query={"resourcePool": str, "states": list[str]}, paged=True)
+@op(query={"resourcePool": str, "states": list[str], "includeIdle": bool}, paged=True)
 async def job_queue(request: web.Request) -> web.Response:
-    rows = await queue_jobs(request.app, request.query.get("resourcePool"), only_requests=True)
+    """Determined's job queue: jobs with a pending or running request. dettui's own clients
+    add `includeIdle=true` to see every live job (a paused one too, to activate it)."""
+    idle = request.query.get("includeIdle", "false").lower() == "true"
+    rows = await queue_jobs(request.app, request.query.get("resourcePool"),
+                            only_requests=not idle)
     states = request.query.getall("states", [])
     if states:
         rows = [r for r in rows if r["summary"]["state"] in states]
