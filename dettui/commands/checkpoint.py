@@ -4,13 +4,15 @@ tar.gz, as Determined's checkpoint download API), with progress."""
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import tarfile
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+from rich import progress as rich_progress
 
 from dettui.client import Client
 from dettui.commands import output
@@ -20,9 +22,10 @@ from dettui.paths import checkpoint_uuid
 from dettui.storage import storage_base
 
 
-def _progress() -> Progress:
-    return Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
-                    TransferSpeedColumn(), console=output.err_console, transient=True)
+def _progress() -> rich_progress.Progress:
+    rp = rich_progress
+    return rp.Progress(rp.TextColumn("{task.description}"), rp.BarColumn(), rp.DownloadColumn(),
+                       rp.TransferSpeedColumn(), console=output.err_console, transient=True)
 
 
 async def list_(c: Client, exp_id: int, *, best: int | None, as_json: bool) -> None:
@@ -52,24 +55,40 @@ def _metric(c: dict[str, Any], metric: str) -> str:
     return "" if val is None else f"{val:.6g}" if isinstance(val, float) else str(val)
 
 
-async def download(c: Client, uuid: str, output_dir: Path | None, *,
-                   mode: str = "auto") -> Path:
-    """Fetch one checkpoint into `output_dir` (default ./checkpoints/<uuid>); its path."""
+Progress = Callable[[int, int | None], None]  # bytes so far, total (None: not known)
+
+
+async def fetch(c: Client, uuid: str, dest: Path, *, mode: str = "auto",
+                progress: Progress | None = None) -> Path:
+    """Fetch one checkpoint's files into `dest`: copied from its storage when this machine
+    reaches it (mode auto or direct), else streamed by the master as a tar.gz and extracted
+    (auto or master). File work runs in a thread; `progress` may be called from it."""
     uuid = checkpoint_uuid(uuid)
     ckpt = (await c.request("GET", f"/api/v1/checkpoints/{uuid}"))["checkpoint"]
     if ckpt["state"] not in ("STATE_COMPLETED", "STATE_PARTIALLY_DELETED"):
         raise FailedPrecondition(f"checkpoint {uuid} is {output.state(ckpt['state'])}: only "
                                  "COMPLETED or PARTIALLY_DELETED checkpoints can be downloaded")
-    dest = Path(output_dir) if output_dir else Path("checkpoints") / uuid
+    report = progress or (lambda done, total: None)
     source = _local_source(ckpt) if mode in ("auto", "direct") else None
     if mode == "direct" and source is None:
         raise FailedPrecondition(f"checkpoint {uuid}'s storage is not reachable from here; "
                                  "use --mode master (or auto)")
     if source is not None:
-        _copy(source, dest, ckpt)
+        await asyncio.to_thread(_copy, source, dest, _total(ckpt), report)
     else:
-        await _via_master(c, uuid, dest, ckpt)
+        await _via_master(c, uuid, dest, report)
     return dest
+
+
+async def download(c: Client, uuid: str, output_dir: Path | None, *,
+                   mode: str = "auto") -> Path:
+    """`dettui checkpoint download`: one checkpoint into `output_dir` (default
+    ./checkpoints/<uuid>) with a progress bar; its path."""
+    dest = Path(output_dir) if output_dir else Path("checkpoints") / uuid
+    with _progress() as bar:
+        task = bar.add_task(f"Fetching {uuid[:8]}", total=None)
+        return await fetch(c, uuid, dest, mode=mode, progress=lambda done, total: bar.update(
+            task, completed=done, total=total))
 
 
 def _local_source(ckpt: dict[str, Any]) -> Path | None:
@@ -85,35 +104,41 @@ def _total(ckpt: dict[str, Any]) -> int:
     return sum(int(v) for v in (ckpt.get("resources") or {}).values() if str(v).isdigit())
 
 
-def _copy(source: Path, dest: Path, ckpt: dict[str, Any]) -> None:
-    with _progress() as bar:
-        task = bar.add_task(f"Copying {ckpt['uuid'][:8]}", total=_total(ckpt) or None)
+def _copy(source: Path, dest: Path, total: int, report: Progress) -> None:
+    done = 0
 
-        def copy(src: str, dst: str) -> object:
-            out = shutil.copy2(src, dst)
-            bar.advance(task, Path(src).stat().st_size)
-            return out
+    def copy(src: str, dst: str) -> object:
+        nonlocal done
+        out = shutil.copy2(src, dst)
+        done += Path(src).stat().st_size
+        report(done, total or None)
+        return out
 
-        shutil.copytree(source, dest, symlinks=True, copy_function=copy, dirs_exist_ok=True)
+    shutil.copytree(source, dest, symlinks=True, copy_function=copy, dirs_exist_ok=True)
 
 
-async def _via_master(c: Client, uuid: str, dest: Path, ckpt: dict[str, Any]) -> None:
+async def _via_master(c: Client, uuid: str, dest: Path, report: Progress) -> None:
     dest.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryFile() as tmp, _progress() as bar:
-        task = bar.add_task(f"Downloading {uuid[:8]} (via the master)", total=None)
+    with tempfile.TemporaryFile() as tmp:
+        got = 0
 
         def sink(chunk: bytes) -> None:
+            nonlocal got
             tmp.write(chunk)
-            bar.advance(task, len(chunk))
+            got += len(chunk)
+            report(got, None)
 
         await c.download(f"/checkpoints/{uuid}", sink)
         tmp.seek(0)
-        try:
-            with tarfile.open(fileobj=tmp, mode="r:gz") as tar:
-                tar.extractall(dest, filter="data")  # no absolute paths, no links out
-        except (tarfile.TarError, OSError) as exc:
-            raise FailedPrecondition(f"the master's archive of {uuid} is not valid: {exc}") \
-                from exc
+        await asyncio.to_thread(_extract, tmp, dest, uuid)
+
+
+def _extract(tmp: Any, dest: Path, uuid: str) -> None:
+    try:
+        with tarfile.open(fileobj=tmp, mode="r:gz") as tar:
+            tar.extractall(dest, filter="data")  # no absolute paths, no links out
+    except (tarfile.TarError, OSError) as exc:
+        raise FailedPrecondition(f"the master's archive of {uuid} is not valid: {exc}") from exc
 
 
 async def download_experiment(c: Client, exp_id: int, output_dir: Path, *, top: int,

@@ -3,6 +3,7 @@ a metric chart of the selected trial, and its checkpoints with the GC policy."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, ClassVar
 
 from textual import on, work
@@ -66,6 +67,7 @@ class ExperimentScreen(ApiScreen):
         Binding("c", "control('cancel')", "Cancel…"),
         Binding("x", "control('kill')", "Kill…"),
         Binding("s", "sort_next", "Sort"),
+        Binding("d", "download", "Download"),
     ]
     DEFAULT_CSS = """
     ExperimentScreen #title, ExperimentScreen .section { background: $boost; padding: 0 1;
@@ -232,3 +234,31 @@ class ExperimentScreen(ApiScreen):
                            state_text(e.get("state")))
         self.refresh_header()
 
+
+    def action_download(self) -> None:
+        """The checkpoint under the cursor of the checkpoints table (else its first row) into
+        ./checkpoints/<uuid>, from storage or through the master, with progress."""
+        table = self.query_one("#checkpoints", RowTable)
+        uuid = table.cursor_key or next(iter(table.keys), None)
+        if uuid is None:
+            self.notify("no checkpoint to download", severity="warning")
+            return
+        self.download(uuid)
+
+    @work(exclusive=True, group="download")
+    async def download(self, uuid: str) -> None:
+        from dettui.commands.checkpoint import fetch
+
+        done = [0]
+        ticker = self.set_interval(0.2, lambda: self.show(
+            "#gc", f"Downloading {uuid[:8]}: {done[0] / 2**20:.1f} MiB"))
+        try:
+            path = await fetch(self.client, uuid, Path("checkpoints") / uuid,
+                               progress=lambda n, _total: done.__setitem__(0, n))
+        except Exception as exc:  # noqa: BLE001 - shown, not raised
+            self.notify(str(exc), title=f"checkpoint {uuid[:8]}", severity="error")
+            return
+        finally:
+            ticker.stop()
+            self.refresh_checkpoints()
+        self.notify(f"{done[0] / 2**20:.1f} MiB in {path}", title=f"checkpoint {uuid[:8]}")
