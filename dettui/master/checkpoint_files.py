@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gzip
 import logging
 import os
 import stat
@@ -58,7 +59,9 @@ def pack(root: Path, sink: Any) -> None:
     """Regular files and directories under `root`, names relative to it; symlinks, devices
     and FIFOs are left out (a link could point anywhere on the master's machine)."""
     try:
-        with tarfile.open(fileobj=sink, mode="w|gz") as tar:
+        # gzip level 1: weights barely compress, and level 9 only costs the master CPU
+        with gzip.GzipFile(fileobj=sink, mode="wb", compresslevel=1) as gz, \
+                tarfile.open(fileobj=gz, mode="w|") as tar:
             for dirpath, dirnames, filenames in os.walk(root):
                 dirnames.sort()
                 for name in sorted(dirnames) + sorted(filenames):
