@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml
 
 # The real determined==0.38.1 client, in its own venv (its pins clash with ours), with torch and
 # tensorboard as in Determined's images: trials run the real package with this Python too.
-$(DET_STAMP):
+$(DET_STAMP): Makefile
 	test -x $(DET_VENV)/bin/python || $(PYTHON) -m venv $(DET_VENV)
 	$(DET_VENV)/bin/python -m pip install -q determined==0.38.1 $(TORCH_PIN) tensorboard
 	touch $(DET_STAMP)

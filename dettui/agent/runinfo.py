@@ -13,13 +13,15 @@ Without namespaces the run dir stays where it is: DET_RUN_DIR names it, and the 
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from dettui.launch import spec
+from dettui.launch.spec import Topology
 
 RUN_DIR = "/run/determined"
 WORKDIR = f"{RUN_DIR}/workdir"
@@ -65,13 +67,10 @@ def info_files(env: Mapping[str, str]) -> dict[str, dict[str, Any]]:
 
 def rendezvous(env: Mapping[str, str], my_slots: int) -> dict[str, Any]:
     """Every container's address (chief first), this one's rank, and their slot counts."""
-    raw = env.get("DETTUI_RENDEZVOUS")
-    if raw:
-        info = json.loads(raw)
-        return {"container_addrs": list(info["addresses"]), "container_rank": int(info["rank"]),
-                "container_slot_counts": [int(s) for s in info["slots"]]}
-    return {"container_addrs": ["127.0.0.1"], "container_rank": 0,
-            "container_slot_counts": [my_slots]}
+    topo = Topology.from_env(env)
+    counts = list(topo.slots_per_node) if spec.RENDEZVOUS in env else [my_slots]
+    return {"container_addrs": list(topo.addresses), "container_rank": topo.node_rank,
+            "container_slot_counts": counts}
 
 
 def write(run_dir: Path, env: Mapping[str, str], workdir: Path, mounted: bool) -> None:
@@ -113,10 +112,8 @@ def ports(env: Mapping[str, str], free_port: Callable[[], int]) -> dict[str, str
     """The allocation's ports: from the master's rendezvous port and the three after it when
     the allocation spans agents (every node must agree), else free ports of this machine
     (two trials on one machine must not share them)."""
-    base: int | None = None
-    with contextlib.suppress(KeyError, ValueError, TypeError):
-        base = int(json.loads(env["DETTUI_RENDEZVOUS"])["port"])
-    if base is not None:
+    if spec.RENDEZVOUS in env:
+        base = Topology.from_env(env).port
         return {name: str(base + i) for i, name in enumerate(PORT_NAMES)}
     return {name: str(free_port()) for name in PORT_NAMES}
 

@@ -9,6 +9,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from dettui.launch.spec import RENDEZVOUS, Topology
+
 
 @dataclass(frozen=True)
 class TrialInfo:
@@ -90,12 +92,9 @@ class ClusterInfo:
 
 
 def _rendezvous(env: Mapping[str, str], slots: int) -> RendezvousInfo:
-    raw = env.get("DETTUI_RENDEZVOUS")
-    if not raw:
-        return RendezvousInfo(["127.0.0.1"], 0, [slots])
-    info = json.loads(raw)
-    return RendezvousInfo([str(a) for a in info["addresses"]], int(info["rank"]),
-                          [int(s) for s in info["slots"]])
+    topo = Topology.from_env(env)
+    counts = list(topo.slots_per_node) if RENDEZVOUS in env else [slots]
+    return RendezvousInfo(list(topo.addresses), topo.node_rank, counts)
 
 
 def get_cluster_info(env: Mapping[str, str] | None = None) -> ClusterInfo | None:
