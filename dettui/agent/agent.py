@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from dettui import paths, retry, telemetry
-from dettui.agent import process, spool
+from dettui.agent import process, sandbox, spool
 from dettui.agent.allocation import AllocationRun, ship
 from dettui.client import Client, token_path
 from dettui.errors import DettuiError, Gone, NotFound
@@ -98,6 +98,9 @@ class Agent:
             await asyncio.to_thread(process.terminate, left, self.own_pids, 2.0)
         if self.note:
             log.warning("agent %s: %s", self.id, self.note)
+        support = await asyncio.to_thread(sandbox.probe)  # once: the result is kept
+        if not support.on:
+            log.warning("agent %s: %s", self.id, support.note)
         (self.options.work_root / STARTED).mkdir(exist_ok=True)
         await self._register()
         tasks = [asyncio.create_task(self._report_lost_by_earlier_run()),
