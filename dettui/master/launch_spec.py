@@ -61,8 +61,9 @@ def build_start(
         env["DET_LATEST_CHECKPOINT"] = latest.uuid
     owner = user_store.by_name(conn, exp.username)
     if owner is not None and owner.active:
-        # As Determined: the owner's own session, for the CLI and SDK inside the trial.
-        env["DET_USER_TOKEN"] = user_store.new_session(conn, owner.id)
+        # As Determined: the owner's own session (made with the allocation), for the CLI and
+        # SDK inside the trial.
+        env["DET_USER_TOKEN"] = user_store.task_user_token(alloc.token)
     if len(alloc.parts) > 1:
         env.update(Topology(tuple(address_of(peers.get(a)) for a in alloc.agents), node_rank,
                             tuple(len(sl) for _, sl in alloc.parts),

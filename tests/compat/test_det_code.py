@@ -29,6 +29,11 @@ from determined import core
 print("determined is", det.__file__, flush=True)
 info = det.get_cluster_info()
 print("info files", sorted(os.listdir(os.environ["DET_RUN_DIR"] + "/info")), flush=True)
+try:  # the real package's SDK inside the trial signs in with DET_USER_TOKEN
+    from determined.experimental import client
+    print("sdk sees trial", client.get_trial(info.trial.trial_id).id, flush=True)
+except ImportError:
+    pass
 with core.init() as ctx:
     start = 0
     if info.latest_checkpoint:
@@ -110,6 +115,7 @@ def test_a_core_api_script_reports_pauses_and_resumes(variant: tuple[str, Served
     assert "info files ['cluster.json', 'rendezvous.json', 'resources.json', 'trial.json']" \
         in logs, logs
     assert "preempted at 2" in logs and "resumed from 2 run 2" in logs, logs
+    assert ("sdk sees trial 1" in logs) == kind.startswith("real"), logs
     trial = served.api("GET", "/api/v1/trials/1")["trial"]
     assert trial["totalBatchesProcessed"] == 6 and trial["restarts"] == 0, trial
     last = [line.split()[-1] for line in logs.splitlines() if "checkpoint 6 " in line]

@@ -9,6 +9,7 @@ import time
 from typing import Any
 
 from dettui.errors import NotFound
+from dettui.master.store import users
 from dettui.master.store.records import Allocation, Trial, columns
 from dettui.master.store.tx import transaction
 from dettui.models import AllocationState, ExperimentState, TrialState
@@ -92,13 +93,18 @@ def allocate(
         alloc_id = f"{trial.task_id}.{run_id}"
         conn.execute("UPDATE trials SET run_id=?, state=? WHERE id=?",
                      (run_id, TrialState.RUNNING.value, trial_id))
+        token = secrets.token_urlsafe(32)
         conn.execute(
             "INSERT INTO allocations (id, trial_id, run_id, state, token, agent_id, slots, "
             "start_time, parts, port) VALUES (?,?,?,?,?,?,?,?,?,?)",
             (alloc_id, trial_id, run_id, AllocationState.ASSIGNED.value,
-             secrets.token_urlsafe(32), parts[0][0], json.dumps(parts[0][1]), time.time(),
+             token, parts[0][0], json.dumps(parts[0][1]), time.time(),
              json.dumps([[a, list(s)] for a, s in parts]), port),
         )
+        owner = conn.execute("SELECT owner_id FROM experiments WHERE id=?",
+                             (trial.experiment_id,)).fetchone()
+        if owner is not None:
+            users.add_task_session(conn, owner["owner_id"], token)
     return allocation(conn, alloc_id)
 
 

@@ -103,6 +103,23 @@ def new_session(conn: sqlite3.Connection, user_id: int, lifetime: float = SESSIO
     return token
 
 
+def task_user_token(alloc_token: str) -> str:
+    """The owner's session token a trial gets as DET_USER_TOKEN (for the CLI and SDK inside
+    it, as in Determined): derived from its allocation's secret token, so only who holds that
+    can compute it, and a start message can be built again without a write."""
+    return hashlib.sha256(b"dettui-task-user-session\0" + alloc_token.encode()).hexdigest()
+
+
+def add_task_session(conn: sqlite3.Connection, user_id: int, alloc_token: str,
+                     now: float | None = None) -> None:
+    """Inside the transaction that creates an allocation: its owner's session."""
+    now = time.time() if now is None else now
+    conn.execute("INSERT OR IGNORE INTO user_sessions (token_hash, user_id, created_at, "
+                 "expires_at) VALUES (?, ?, ?, ?)",
+                 (token_hash(task_user_token(alloc_token)), user_id, now,
+                  now + SESSION_LIFETIME))
+
+
 def user_for_token(conn: sqlite3.Connection, token: str) -> User | None:
     """The user of an unexpired session."""
     row = conn.execute(
