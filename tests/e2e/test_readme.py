@@ -39,6 +39,10 @@ NOT_RUN = {  # command as printed -> why this test does not run it
     "dettui e describe": "run here from the tour",
     "dettui t logs": "run here from the tour",
     "dettui e cancel": "named in a sentence about detached experiments",
+    "dettui checkpoint list EXP": "a synopsis; tests/compat/test_det_results.py runs it",
+    "dettui checkpoint download UUID [-o DIR] [--mode auto|direct|master]": "a synopsis; "
+    "tests/compat/test_det_results.py downloads in both modes",
+    "dettui e download EXP [--top N]": "a synopsis; tests/compat/test_det_results.py runs it",
 }
 
 
