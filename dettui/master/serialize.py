@@ -45,18 +45,19 @@ def experiment(e: Experiment) -> dict[str, Any]:
         "unmanaged": e.unmanaged,
         "externalExperimentId": e.external_id,
         "hyperparameters": e.config.get("hyperparameters", {}),
-        # filled in for one experiment (GET /api/v1/experiments/{id}: routes.views.extras)
+        # filled in for one experiment (GET /api/v1/experiments/{id}: routes.views.extras);
+        # a list shows `duration` of ended experiments only (it would change every second)
         "checkpointSize": "0",
         "checkpointCount": 0,
         "trialIds": [],
-        "duration": _duration(e.start_time, e.end_time),
-        "bestTrialId": None,
+        "duration": None if e.end_time is None else duration(e.start_time, e.end_time),
+        "bestTrialId": e.best_trial_id,
         "searcherMetric": (e.config.get("searcher") or {}).get("metric"),
         "bestTrialSearcherMetric": e.best,
     }
 
 
-def _duration(start: float, end: float | None) -> int:
+def duration(start: float, end: float | None) -> int:
     """Seconds from start to end (or now, while it runs), as Determined's `duration`."""
     return max(0, int((end if end is not None else time.time()) - start))
 

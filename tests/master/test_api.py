@@ -449,3 +449,26 @@ async def test_only_jobs_started_by_backfilling_are_scheduled_backfilled(
     await _until_states(api, {"urgent": "STATE_QUEUED", "first": "STATE_SCHEDULED",
                               "filler": "STATE_SCHEDULED_BACKFILLED" if preemption
                               else "STATE_QUEUED"})
+
+
+async def test_nan_validations_are_stored_and_never_best(api: Api) -> None:
+    """A diverged trial reports NaN: stored and shown as NaN, never an experiment's or trial's
+    best, and nothing that reads validations fails on it (SQLite's JSON refuses NaN)."""
+    from dettui.master import keys
+    from dettui.master.store import trials as trial_store
+
+    await create(api)
+    alloc = await api.client.server.app[keys.DB].run(trial_store.allocate, 1, "agent-x", [0])
+    task = {"Grpc-Metadata-x-allocation-token": f"Bearer {alloc.token}"}
+    for steps, value in ((1, "NaN"), (2, 0.5), (3, "Infinity")):
+        await api.call("POST", "/api/v1/trials/1/metrics", {"group": "validation", "metrics": {
+            "trialId": 1, "trialRunId": alloc.run_id, "stepsCompleted": steps,
+            "metrics": {"avgMetrics": {"loss": value}}}}, headers=task)
+    trial = (await api.call("GET", "/api/v1/trials/1"))["trial"]
+    assert trial["bestValidation"]["metrics"]["avgMetrics"]["loss"] == 0.5
+    for path in ("/api/v1/experiments/1", "/api/v1/experiments?limit=10"):
+        body = await api.call("GET", path)
+        exp = body["experiment"] if "experiment" in body else body["experiments"][0]
+        assert (exp["bestTrialId"], exp["bestTrialSearcherMetric"]) == (1, 0.5), exp
+    rows = (await api.call("GET", "/api/v1/trials/1/metrics"))["metrics"]
+    assert [m["metrics"]["avgMetrics"]["loss"] for m in rows] == ["NaN", 0.5, "Infinity"]

@@ -5,9 +5,11 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+from dettui.config import load_config
 from dettui.master.store import db as dbmod
 from dettui.master.store import experiments, trials, users
 from dettui.models import TrialState
+from tests.master.conftest import SIMPLE_CONFIG
 
 
 def test_migrations_are_numbered_and_applied_once(tmp_path: Path) -> None:
@@ -25,8 +27,9 @@ def _trial(tmp_path: Path) -> tuple[sqlite3.Connection, int]:
     users.ensure_default_users(conn, None)
     owner = users.by_name(conn, "determined")
     assert owner is not None
+    config = load_config(SIMPLE_CONFIG).to_expconf()  # a stored config is a full expconf
     new = experiments.NewExperiment(
-        name="x", description=None, labels=[], owner_id=owner.id, config={"resources": {}},
+        name="x", description=None, labels=[], owner_id=owner.id, config=config,
         original_config="name: x", searcher_type="single", resource_pool="default",
         priority=42, weight=1.0, max_slots=None, context=b"tgz")
     _, made = experiments.create(conn, new, [({"lr": 0.1}, 7)])
@@ -177,3 +180,33 @@ def test_contexts_move_to_their_own_table_with_migration_12(tmp_path: Path) -> N
     assert experiments.context(conn, 1) == b"tgz-1" and experiments.context(conn, 2) is None
     cols = [r[1] for r in conn.execute("PRAGMA table_info(experiments)")]
     assert "context" not in cols
+
+
+def test_an_experiments_best_validation_is_kept_as_reports_arrive(tmp_path: Path) -> None:
+    """By dettui.metric's rules (numbers only, NaN never best, the first of equals), updated by
+    each validation, recomputed when a restart archives the best, and computed once for rows of
+    older versions."""
+    from dettui.master.store import metrics
+
+    conn, first = _trial(tmp_path)
+    exp_id = trials.get(conn, first).experiment_id
+    second = experiments.add_trial(conn, exp_id, {"lr": 0.2}, 8).id
+
+    def validate(trial: int, run: int, steps: int, value: object) -> tuple[object, object]:
+        metrics.report(conn, trial_id=trial, run_id=run, group="validation", steps=steps,
+                       report_time=0.0, metrics={"loss": value}, batch_metrics=None)
+        exp = experiments.get(conn, exp_id)
+        return exp.best, exp.best_trial_id
+
+    assert validate(first, 1, 10, 0.5) == (0.5, first)
+    assert validate(second, 1, 10, float("nan")) == (0.5, first)
+    assert validate(second, 1, 20, "0.1") == (0.5, first)  # not a number
+    assert validate(second, 1, 30, 0.5) == (0.5, first)  # equal: the first stays
+    assert validate(second, 1, 40, 0.2) == (0.2, second)
+    # the second trial restarts from step 10: its reports past 10 are archived, and with them
+    # the best; a report of the new run puts the experiment's best back to what is left
+    assert validate(second, 2, 15, 0.9) == (0.5, first)
+    conn.execute("UPDATE experiments SET best_value=NULL, best_trial_id=NULL, best_stale=1")
+    assert metrics.refresh_stale_bests(conn) == 1
+    exp = experiments.get(conn, exp_id)
+    assert (exp.best, exp.best_trial_id) == (0.5, first)

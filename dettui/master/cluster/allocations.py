@@ -12,6 +12,7 @@ from dettui.master.cluster.hub import Hub
 from dettui.master.cluster.links import kill_message
 from dettui.master.store import exits
 from dettui.master.store import experiments as exp_store
+from dettui.master.store import metrics as metric_store
 from dettui.master.store import search as search_store
 from dettui.master.store import trials as trial_store
 from dettui.master.store.records import Allocation, Experiment
@@ -171,7 +172,11 @@ class Allocations:
         trials a searcher stopped get their preemption; allocations whose every part had
         exited end (older versions committed the two apart); searcher events an older version
         lost are replayed and experiments whose last trial ended are settled; experiments that
-        ended with their checkpoint GC pending are collected."""
+        ended with their checkpoint GC pending are collected; the best validations of
+        experiments an older version stored are computed."""
+        if stale := await self.db.run(metric_store.refresh_stale_bests):
+            log.info("computed the best validation of %d experiment(s) of an older version",
+                     stale)
         for alloc_id in await self.db.run(exits.flag_stopped):
             log.info("allocation %s: its trial was stopped by the searcher; preempting it",
                      alloc_id)

@@ -45,19 +45,11 @@ def trial_views(conn: sqlite3.Connection, exp: Experiment, trials: list[Trial]) 
 def extras(conn: sqlite3.Connection, exp: Experiment) -> dict[str, Any]:
     """What Determined's GetExperiment adds to an experiment, read for one experiment only (a
     list would pay it per row): its trials, the checkpoints still holding files and their
-    bytes, and the trial with the best validation of the searcher metric."""
+    bytes, and how long it has run. (Its best trial is kept on the experiment itself.)"""
     trial_ids = [t.id for t in trial_store.for_experiment(conn, exp.id)]
     kept = [c for c in ckpt_store.for_experiment(conn, exp.id)
             if c.state.value in serialize.KEPT_STATES]
-    out: dict[str, Any] = {
+    return {
         "trialIds": trial_ids, "checkpointCount": len(kept),
         "checkpointSize": str(sum(serialize.resources_size(c.resources) for c in kept)),
-        "bestTrialId": None, "bestTrialSearcherMetric": None}
-    name = exp.searcher_metric
-    if name and trial_ids:
-        best = best_of(metric_store.validations_with(conn, trial_ids, name), name,
-                       exp.smaller_is_better)
-        if best is not None:
-            out["bestTrialId"] = best.trial_id
-            out["bestTrialSearcherMetric"] = metric.number(best.metrics, name)
-    return out
+        "duration": serialize.duration(exp.start_time, exp.end_time)}

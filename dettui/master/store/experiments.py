@@ -20,26 +20,12 @@ FROM_TRIALS = f"SELECT {columns(Trial.COLUMNS)} FROM trials"
 COLUMNS = ("id", "name", "description", "labels", "state", "archived", "owner_id", "config",
            "original_config", "searcher_type", "job_id", "resource_pool", "priority", "weight",
            "max_slots", "queue_position", "start_time", "end_time", "progress", "unmanaged",
-           "external_id")
+           "external_id", "best_value", "best_trial_id")
 SELECT = (  # every column a record needs, by name: never the context (its own table)
     f"SELECT {', '.join('e.' + c for c in COLUMNS)}, u.username, "
     "(SELECT COUNT(*) FROM trials t WHERE t.experiment_id = e.id) AS num_trials "
     "FROM experiments e JOIN users u ON u.id = e.owner_id"
 )
-# The searcher metric of one validation report, when it is a number (a metric name with a
-# double quote cannot be a JSON path: such experiments show no best value).
-_METRIC = "json_extract(e.config, '$.searcher.metric')"
-_PATH = f"'$.\"' || {_METRIC} || '\"'"
-_VALUE = (f"CASE WHEN instr({_METRIC}, '\"') = 0 THEN (CASE WHEN typeof(json_extract(m.metrics, "
-          f"{_PATH})) IN ('integer', 'real') THEN json_extract(m.metrics, {_PATH}) END) END")
-_BEST = ("(SELECT CASE WHEN COALESCE(json_extract(e.config, '$.searcher.smaller_is_better'), 1) "
-         f"THEN MIN({_VALUE}) ELSE MAX({_VALUE}) END FROM metrics m JOIN trials t ON "
-         "t.id = m.trial_id WHERE t.experiment_id = e.id AND m.grp = 'validation' AND "
-         "m.archived = 0) AS best")
-# With each experiment's best searcher metric, for the lists and views users read.
-SELECT_BEST = SELECT.replace(" AS num_trials ", f" AS num_trials, {_BEST} ")
-
-
 @dataclass(frozen=True)
 class NewExperiment:
     name: str
@@ -76,8 +62,8 @@ def create(
         cur = conn.execute(
             "INSERT INTO experiments (id, name, description, labels, state, owner_id, config, "
             "original_config, searcher_type, job_id, resource_pool, priority, weight, max_slots, "
-            "queue_position, start_time, unmanaged) "
-            "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            "queue_position, start_time, unmanaged, best_stale) "
+            "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,0)",
             (ids.next_id(conn, "experiments"), new.name, new.description,
              json.dumps(new.labels), state.value, new.owner_id, json.dumps(new.config),
              new.original_config, new.searcher_type, str(uuid.uuid4()), new.resource_pool,
@@ -124,7 +110,7 @@ def _trial(conn: sqlite3.Connection, trial_id: int) -> Trial:
 
 
 def get(conn: sqlite3.Connection, exp_id: int) -> Experiment:
-    row = conn.execute(f"{SELECT_BEST} WHERE e.id=?", (exp_id,)).fetchone()
+    row = conn.execute(f"{SELECT} WHERE e.id=?", (exp_id,)).fetchone()
     if row is None:
         raise not_found(exp_id)
     return Experiment.from_row(row)
@@ -154,7 +140,7 @@ def list_(
     if states:
         where.append(f"e.state IN ({','.join('?' * len(states))})")
         args.extend(states)
-    sql = SELECT_BEST + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY e.id"
+    sql = SELECT + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY e.id"
     return [Experiment.from_row(r) for r in conn.execute(sql, args)]
 
 

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
+import math
 import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from dettui import metric
 from dettui.errors import DettuiError, InvalidArgument, NotFound
-from dettui.master.store.records import Metric, columns
+from dettui.master.store.records import Metric, columns, typed_config
 from dettui.master.store.tx import transaction
 
 FROM_METRICS = f"SELECT {columns(Metric.COLUMNS)} FROM metrics"
@@ -88,6 +90,56 @@ def _report(conn: sqlite3.Connection, r: MetricReport) -> None:
                      (json.dumps(merged), bm, row["id"]))
     conn.execute("UPDATE trials SET total_batches=MAX(total_batches, ?) WHERE id=?",
                  (steps, trial_id))
+    if group == "validation":
+        _update_best(conn, trial_id, r.metrics)
+
+
+def _update_best(conn: sqlite3.Connection, trial_id: int, metrics: dict[str, Any]) -> None:
+    """A validation may be its experiment's new best (dettui.metric's rules): O(1), unless the
+    experiment's best is stale (then it is computed once from every validation)."""
+    row = conn.execute(
+        "SELECT e.id, e.config, e.best_value, e.best_stale FROM experiments e "
+        "JOIN trials t ON t.experiment_id = e.id WHERE t.id=?", (trial_id,)).fetchone()
+    if row is None:
+        return
+    if row["best_stale"]:
+        refresh_best(conn, row["id"])
+        return
+    searcher = typed_config(row["config"]).searcher
+    value = metric.number(metrics, searcher.metric)
+    if value is None or math.isnan(value):
+        return
+    best = row["best_value"]
+    if best is None or metric.score(value, searcher.smaller_is_better) < metric.score(
+            best, searcher.smaller_is_better):
+        conn.execute("UPDATE experiments SET best_value=?, best_trial_id=? WHERE id=?",
+                     (value, trial_id, row["id"]))
+
+
+def refresh_best(conn: sqlite3.Connection, exp_id: int) -> None:
+    """Compute an experiment's best validation from all of them (in the caller's transaction):
+    for rows of older versions, and after a restart archived some."""
+    row = conn.execute("SELECT config FROM experiments WHERE id=?", (exp_id,)).fetchone()
+    searcher = typed_config(row["config"]).searcher
+    trial_ids = [r[0] for r in conn.execute("SELECT id FROM trials WHERE experiment_id=?",
+                                            (exp_id,))]
+    found = metric.best(validations_with(conn, trial_ids, searcher.metric),
+                        lambda m: metric.number(m.metrics, searcher.metric),
+                        searcher.smaller_is_better)
+    conn.execute("UPDATE experiments SET best_value=?, best_trial_id=?, best_stale=0 "
+                 "WHERE id=?", (None if found is None else metric.number(
+                     found.metrics, searcher.metric), None if found is None else found.trial_id,
+                                exp_id))
+
+
+def refresh_stale_bests(conn: sqlite3.Connection) -> int:
+    """At start-up: the best validations of experiments stored by older versions."""
+    stale = [r[0] for r in conn.execute("SELECT id FROM experiments WHERE best_stale=1")]
+    if stale:
+        with transaction(conn):
+            for exp_id in stale:
+                refresh_best(conn, exp_id)
+    return len(stale)
 
 
 def _merge(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
@@ -113,11 +165,14 @@ def _rollback_older_runs(
     if done is not None and done[0] == run_id and steps > done[1]:
         return
     if run_id > 1:
-        conn.execute(
+        archived = conn.execute(
             "UPDATE metrics SET archived=1 WHERE trial_id=? AND run_id<? AND archived=0 AND "
             "((grp=? AND steps_completed>=?) OR (grp!=? AND steps_completed>?))",
             (trial_id, run_id, group, steps, group, steps),
-        )
+        ).rowcount
+        if archived:  # an archived validation may have been the experiment's best
+            refresh_best(conn, conn.execute("SELECT experiment_id FROM trials WHERE id=?",
+                                            (trial_id,)).fetchone()[0])
     if done is not None and done[0] == run_id:
         steps = min(steps, done[1])
     conn.execute("UPDATE trials SET rolled_back_run=?, rolled_back_step=? WHERE id=?",
@@ -144,17 +199,18 @@ def latest(conn: sqlite3.Connection, trial_id: int, group: str) -> Metric | None
     return Metric.from_row(row) if row else None
 
 
-def validations_with(conn: sqlite3.Connection, trial_ids: list[int], metric: str) -> list[Metric]:
-    """Validation reports of these trials that carry `metric` (the searcher metric)."""
+def validations_with(conn: sqlite3.Connection, trial_ids: list[int], name: str) -> list[Metric]:
+    """Validation reports of these trials that carry metric `name` (the searcher metric). The
+    filter is Python's: a stored report may hold NaN or Infinity, which SQLite's JSON functions
+    refuse as malformed."""
     if not trial_ids:
         return []
     marks = ",".join("?" * len(trial_ids))
     rows = conn.execute(
         f"{FROM_METRICS} WHERE trial_id IN ({marks}) AND grp='validation' AND archived=0 "
-        "AND json_extract(metrics, ?) IS NOT NULL ORDER BY steps_completed, id",
-        (*trial_ids, f'$."{metric}"'),
-    )
-    return [Metric.from_row(r) for r in rows]
+        "ORDER BY steps_completed, id", trial_ids)
+    found = (Metric.from_row(r) for r in rows)
+    return [m for m in found if m.metrics.get(name) is not None]
 
 
 def at_steps(conn: sqlite3.Connection, trial_id: int, group: str, steps: int) -> Metric | None:

@@ -62,7 +62,8 @@ class Experiment:
     num_trials: int
     external_id: str | None = None  # set for detached experiments created by external id
     config_text: str = field(default="{}", repr=False, compare=False)  # `config` as stored
-    best: float | None = None  # the best searcher metric of its validations (lists, views)
+    best: float | None = None  # the best searcher metric of its validations (`metrics.best`)
+    best_trial_id: int | None = None  # the trial that reported it
 
     @classmethod
     def from_row(cls, r: sqlite3.Row) -> Experiment:
@@ -78,7 +79,7 @@ class Experiment:
             start_time=r["start_time"], end_time=r["end_time"], progress=r["progress"],
             unmanaged=bool(r["unmanaged"]), num_trials=r["num_trials"],
             external_id=r["external_id"], config_text=r["config"],
-            best=r["best"] if "best" in r.keys() else None,  # noqa: SIM118 - a Row
+            best=r["best_value"], best_trial_id=r["best_trial_id"],
         )
 
     @property

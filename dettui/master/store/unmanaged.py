@@ -47,8 +47,8 @@ def create_experiment(
         cur = conn.execute(
             "INSERT INTO experiments (id, name, description, labels, state, owner_id, config, "
             "original_config, searcher_type, job_id, resource_pool, priority, weight, max_slots, "
-            "queue_position, start_time, unmanaged, external_id) "
-            "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,1,?)",
+            "queue_position, start_time, unmanaged, external_id, best_stale) "
+            "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,1,?,0)",
             (ids.next_id(conn, "experiments"), new.name, new.description,
              json.dumps(new.labels), ExperimentState.PAUSED.value, new.owner_id,
              json.dumps(new.config), new.original_config, new.searcher_type,
