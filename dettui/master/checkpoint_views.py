@@ -13,23 +13,28 @@ from typing import Any
 from dettui import metric
 from dettui.errors import InvalidArgument, NotFound
 from dettui.master import serialize
+from dettui.master.store import checkpoints as ckpt_store
 from dettui.master.store import experiments as exp_store
 from dettui.master.store import metrics as metric_store
 from dettui.master.store import trials as trial_store
+from dettui.master.store.page import Page, Window
 from dettui.master.store.records import Checkpoint, Experiment, Metric, Trial
 
 SORT_ATTRS = ("SORT_BY_UNSPECIFIED", "SORT_BY_UUID", "SORT_BY_TRIAL_ID", "SORT_BY_BATCH_NUMBER",
               "SORT_BY_END_TIME", "SORT_BY_STATE", "SORT_BY_SEARCHER_METRIC")
-ORDERS = ("ORDER_BY_UNSPECIFIED", "ORDER_BY_ASC", "ORDER_BY_DESC")
 STATES = ("STATE_UNSPECIFIED", "STATE_ACTIVE", "STATE_COMPLETED", "STATE_ERROR",
           "STATE_DELETED", "STATE_PARTIALLY_DELETED")
 
 
 class _Cache:
-    def __init__(self, conn: sqlite3.Connection) -> None:
+    """The experiments, trials and metrics a list's views share, each read once: the metrics
+    at every checkpoint's step in one query for the whole page."""
+
+    def __init__(self, conn: sqlite3.Connection, ckpts: Sequence[Checkpoint] = ()) -> None:
         self.conn = conn
         self.exps: dict[int, Experiment | None] = {}
         self.trials: dict[int, Trial | None] = {}
+        self.metrics = metric_store.at_steps_many(conn, _steps_of(ckpts), GROUPS)
 
     def exp(self, exp_id: int | None) -> Experiment | None:
         if exp_id is None:
@@ -54,11 +59,19 @@ class _Cache:
     def metric(self, c: Checkpoint, group: str) -> Metric | None:
         if c.trial_id is None or c.steps_completed is None:
             return None
-        return metric_store.at_steps(self.conn, c.trial_id, group, c.steps_completed)
+        return self.metrics.get((c.trial_id, group, c.steps_completed))
+
+
+GROUPS = ("training", "validation")
+
+
+def _steps_of(ckpts: Sequence[Checkpoint]) -> list[tuple[int, int]]:
+    return [(c.trial_id, c.steps_completed) for c in ckpts
+            if c.trial_id is not None and c.steps_completed is not None]
 
 
 def view(conn: sqlite3.Connection, c: Checkpoint, cache: _Cache | None = None) -> dict[str, Any]:
-    cache = cache or _Cache(conn)
+    cache = cache or _Cache(conn, [c])
     exp, trial = cache.exp(c.experiment_id), cache.trial(c.trial_id)
     return serialize.checkpoint(
         c, hparams=trial.hparams if trial is not None else None,
@@ -68,42 +81,41 @@ def view(conn: sqlite3.Connection, c: Checkpoint, cache: _Cache | None = None) -
 
 
 def views(conn: sqlite3.Connection, ckpts: Sequence[Checkpoint]) -> list[dict[str, Any]]:
-    cache = _Cache(conn)
+    cache = _Cache(conn, ckpts)
     return [view(conn, c, cache) for c in ckpts]
 
 
-def ordered(conn: sqlite3.Connection, ckpts: Sequence[Checkpoint], searcher_metric: str,
-            smaller_is_better: bool, *, sort_attr: str | None, sort_metric: str | None,
-            order: str | None, states: Sequence[str]) -> list[dict[str, Any]]:
-    """The views of `ckpts` filtered by state and sorted as Determined's master sorts them:
-    by the searcher metric best first (smaller_is_better decides, unless `order` does), by a
-    named validation metric, or by an attribute; checkpoints without the value (or with NaN,
-    `dettui.metric`'s rule) last."""
-    for value, allowed, what in ((sort_attr, SORT_ATTRS, "sortByAttr"),
-                                 (order, ORDERS, "orderBy")):
-        if value and value not in allowed:
-            raise InvalidArgument(f"{what}: unknown value {value[:40]!r}")
+def page(conn: sqlite3.Connection, want: Page, searcher_metric: str, smaller_is_better: bool,
+         *, experiment_id: int | None = None, trial_id: int | None = None,
+         sort_attr: str | None, sort_metric: str | None, states: Sequence[str],
+         order: str | None) -> tuple[list[dict[str, Any]], Window]:
+    """A page of an experiment's (or a trial's) checkpoint views, filtered by state and sorted
+    as Determined's master sorts them: by the searcher metric best first (smaller_is_better
+    decides, unless `order` does), by a named validation metric, or by an attribute (in SQL,
+    with LIMIT/OFFSET); checkpoints without the value (or with NaN, `dettui.metric`'s rule)
+    last. Only the page's checkpoints are turned into views."""
+    if sort_attr and sort_attr not in SORT_ATTRS:
+        raise InvalidArgument(f"sortByAttr: unknown value {sort_attr[:40]!r}")
     bad = [s for s in states if s not in STATES]
     if bad:
         raise InvalidArgument(f"states: unknown value {bad[0][:40]!r}")
-    out = views(conn, [c for c in ckpts if not states or c.state.value in states])
+    where = {"experiment_id": experiment_id, "trial_id": trial_id}
     name = sort_metric or (searcher_metric if sort_attr == "SORT_BY_SEARCHER_METRIC" else None)
-    if name is not None:
-        desc = (order == "ORDER_BY_DESC" if order not in (None, "ORDER_BY_UNSPECIFIED")
-                else sort_metric is None and not smaller_is_better)
-        return _by_value(out, lambda v: _val(v, name), desc)
-    key = {"SORT_BY_UUID": lambda v: v["uuid"], "SORT_BY_TRIAL_ID": lambda v: v["training"][
-        "trialId"], "SORT_BY_BATCH_NUMBER": lambda v: v["metadata"].get("steps_completed"),
-        "SORT_BY_STATE": lambda v: v["state"]}.get(sort_attr or "", lambda v: v["reportTime"])
-    return _by_value(out, key, order == "ORDER_BY_DESC")
+    if name is None:
+        rows, window = ckpt_store.page(conn, want, **where, states=states,
+                                       sort_attr=sort_attr or "SORT_BY_UNSPECIFIED")
+        return views(conn, rows), window
+    desc = (order == "ORDER_BY_DESC" if order not in (None, "", "ORDER_BY_UNSPECIFIED")
+            else sort_metric is None and not smaller_is_better)
+    every = ckpt_store.matching(conn, **where, states=states)
+    vals = metric_store.at_steps_many(conn, _steps_of(every), ("validation",))
 
+    def value(c: Checkpoint) -> float | None:
+        m = vals.get((c.trial_id or 0, "validation", c.steps_completed or 0))
+        v = metric.number(m.metrics, name) if m is not None else None
+        return None if v is None or math.isnan(v) else v
 
-def _val(v: dict[str, Any], name: str) -> float | None:
-    value = metric.number((v["training"].get("validationMetrics") or {}).get("avgMetrics"), name)
-    return None if value is None or math.isnan(value) else value
-
-
-def _by_value(rows: list[dict[str, Any]], key: Any, desc: bool) -> list[dict[str, Any]]:
-    have = [r for r in rows if key(r) is not None]
-    missing = [r for r in rows if key(r) is None]
-    return sorted(have, key=key, reverse=desc) + missing
+    have = [c for c in every if value(c) is not None]
+    ranked = sorted(have, key=value, reverse=desc) + [c for c in every if value(c) is None]
+    window = want.window(len(ranked))
+    return views(conn, window.of(ranked)), window

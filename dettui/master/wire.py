@@ -12,6 +12,7 @@ from aiohttp import web
 
 from dettui.errors import InvalidArgument
 from dettui.master import offload
+from dettui.master.store.page import Page, order_of
 
 
 def ts(t: float | None) -> str | None:
@@ -32,17 +33,16 @@ def parse_ts(value: Any) -> float | None:
         raise InvalidArgument(f"invalid timestamp {value!r}") from exc
 
 
+def page_of(request: web.Request) -> Page:
+    """The request's `offset`, `limit` and `orderBy` (non-numbers and unknown orders: 400)."""
+    return Page(query_int(request, "offset", 0), query_int(request, "limit", 0),
+                order_of(request.query.get("orderBy")))
+
+
 def paginate(items: list[Any], request: web.Request) -> tuple[list[Any], dict[str, int]]:
-    offset = query_int(request, "offset", 0)
-    limit = query_int(request, "limit", 0)
-    total = len(items)
-    start = total + offset if offset < 0 else offset
-    if start < 0 or start > total:
-        raise InvalidArgument("offset out of bounds")
-    end = total if limit <= 0 else min(start + limit, total)
-    page = {"offset": offset, "limit": limit, "startIndex": start, "endIndex": end,
-            "total": total}
-    return items[start:end], page
+    """A page of a list built in memory (short lists: pools, users, workloads)."""
+    window = page_of(request).window(len(items))
+    return window.of(items), window.pagination()
 
 
 def query_int(request: web.Request, name: str, default: int) -> int:

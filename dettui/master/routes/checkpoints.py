@@ -22,7 +22,7 @@ from dettui.master.store import checkpoints as ckpt_store
 from dettui.master.store import experiments as exp_store
 from dettui.master.store import trials as trial_store
 from dettui.master.store.records import Checkpoint, Experiment
-from dettui.master.wire import big_json_response, paginate, parse_ts, path_int
+from dettui.master.wire import big_json_response, page_of, parse_ts, path_int
 from dettui.models import CheckpointState
 from dettui.paths import checkpoint_uuid
 
@@ -172,17 +172,19 @@ async def trial_checkpoints(request: web.Request) -> web.Response:
     db = request.app[keys.DB]
     trial = await db.run(trial_store.get, trial_id)
     exp = await db.run(exp_store.get, trial.experiment_id)
-    rows = await db.run(ckpt_store.for_trial, trial_id)
-    return await listed(request, rows, exp)
+    return await listed(request, exp, trial_id=trial_id)
 
 
-async def listed(request: web.Request, rows: list[Checkpoint], exp: Experiment) -> web.Response:
-    """A list route's page of checkpoint views, filtered and sorted as Determined's."""
+async def listed(request: web.Request, exp: Experiment,
+                 trial_id: int | None = None) -> web.Response:
+    """A list route's page of checkpoint views (of the experiment, or of one of its trials),
+    filtered and sorted as Determined's."""
     db = request.app[keys.DB]
     q = request.query
-    out = await db.call(checkpoint_views.ordered, db.conn, rows, exp.searcher_metric,
-                        exp.smaller_is_better,
-                        sort_attr=q.get("sortByAttr"), sort_metric=q.get("sortByMetric") or None,
-                        order=q.get("orderBy"), states=q.getall("states", []))
-    page, pagination = paginate(out, request)
-    return await big_json_response({"checkpoints": page, "pagination": pagination})
+    where = {"trial_id": trial_id} if trial_id is not None else {"experiment_id": exp.id}
+    out, window = await db.call(
+        checkpoint_views.page, db.conn, page_of(request), exp.searcher_metric,
+        exp.smaller_is_better, **where, sort_attr=q.get("sortByAttr") or None,
+        sort_metric=q.get("sortByMetric") or None, states=q.getall("states", []),
+        order=q.get("orderBy"))
+    return await big_json_response({"checkpoints": out, "pagination": window.pagination()})

@@ -33,7 +33,6 @@ from dettui.master.openapi import op
 from dettui.master.routes import checkpoints as ckpt_routes
 from dettui.master.routes.views import extras, trial_views
 from dettui.master.store import Database, control
-from dettui.master.store import checkpoints as ckpt_store
 from dettui.master.store import experiments as exp_store
 from dettui.master.store import metrics as metric_store
 from dettui.master.store import trials as trial_store
@@ -42,7 +41,7 @@ from dettui.master.store.records import Experiment
 from dettui.master.wire import (
     b64_response,
     big_json_response,
-    paginate,
+    page_of,
     path_int,
     query_bool,
     query_int,
@@ -171,18 +170,17 @@ async def trial_objects(db: Database, exp_id: int,
 
 
 @routes.get("/api/v1/experiments")
-@op(query={"archived": bool, "users": list[str], "states": list[str]}, paged=True)
+@op(query={"archived": bool, "users": list[str], "states": list[str], "sortBy": str},
+    paged=True)
 async def list_(request: web.Request) -> web.Response:
-    archived = query_bool(request, "archived")
-    users = request.query.getall("users", []) or None
-    states = request.query.getall("states", []) or None
-    exps = await request.app[keys.DB].run(exp_store.list_, archived=archived, users=users,
-                                          states=states)
-    if request.query.get("orderBy") == "ORDER_BY_DESC":
-        exps.reverse()
-    page, pagination = paginate(exps, request)
-    return await big_json_response({"experiments": [serialize.experiment(e) for e in page],
-                              "pagination": pagination})
+    """A page of experiments, read with LIMIT/OFFSET (Determined's pagination)."""
+    exps, window = await request.app[keys.DB].run(
+        exp_store.page, page_of(request), archived=query_bool(request, "archived"),
+        users=request.query.getall("users", []) or None,
+        states=request.query.getall("states", []) or None,
+        sort_by=request.query.get("sortBy") or None)
+    return await big_json_response({"experiments": [serialize.experiment(e) for e in exps],
+                                    "pagination": window.pagination()})
 
 
 @routes.get("/api/v1/experiments/{id}")
@@ -388,20 +386,17 @@ for _name in ("pause", "activate", "cancel", "kill", "archive", "unarchive"):
 
 
 @routes.get("/api/v1/experiments/{id}/trials")
-@op(query={"states": list[str]}, paged=True)
+@op(query={"states": list[str], "sortBy": str}, paged=True)
 async def trials(request: web.Request) -> web.Response:
+    """A page of the experiment's trials, read with LIMIT/OFFSET."""
     exp_id = path_int(request, "id")
     db = request.app[keys.DB]
     exp = await db.run(exp_store.get, exp_id)
-    rows = await db.run(trial_store.for_experiment, exp_id)
-    states = request.query.getall("states", [])
-    if states:
-        rows = [t for t in rows if t.state.value in states]
-    if request.query.get("orderBy") == "ORDER_BY_DESC":
-        rows.reverse()
-    page, pagination = paginate(rows, request)
-    views = await db.call(trial_views, db.conn, exp, page)
-    return await big_json_response({"trials": views, "pagination": pagination})
+    rows, window = await db.run(trial_store.page, exp_id, page_of(request),
+                                states=request.query.getall("states", []) or None,
+                                sort_by=request.query.get("sortBy") or None)
+    views = await db.call(trial_views, db.conn, exp, rows)
+    return await big_json_response({"trials": views, "pagination": window.pagination()})
 
 
 @routes.get("/api/v1/experiments/{id}/checkpoints")
@@ -410,8 +405,7 @@ async def checkpoints(request: web.Request) -> web.Response:
     exp_id = path_int(request, "id")
     db = request.app[keys.DB]
     exp = await db.run(exp_store.get, exp_id)
-    rows = await db.run(ckpt_store.for_experiment, exp_id)
-    return await ckpt_routes.listed(request, rows, exp)
+    return await ckpt_routes.listed(request, exp)
 
 
 @routes.get("/api/v1/experiments/{id}/model_def")

@@ -18,8 +18,9 @@ from dettui.master.scheduler import FAIR_SHARE, PoolPolicy, order
 from dettui.master.scheduler import Request as SchedRequest
 from dettui.master.store import experiments as exp_store
 from dettui.master.store import trials as trial_store
+from dettui.master.store.page import Page, Window
 from dettui.master.store.records import Experiment, Trial
-from dettui.master.wire import big_json_response, paginate, ts
+from dettui.master.wire import big_json_response, page_of, paginate, ts
 from dettui.models import JobState, TrialState
 
 routes = web.RouteTableDef()
@@ -72,7 +73,7 @@ def job_rows(
     exps: list[Experiment], trials: list[Trial], unschedulable: dict[int, str],
     fair_pools: set[str] = frozenset(),  # type: ignore[assignment]
     backfilled: set[int] = frozenset(),  # type: ignore[assignment]
-    only_requests: bool = False,
+    only_requests: bool = False, ahead_of: dict[int, int] | None = None,
 ) -> list[dict[str, Any]]:
     """Live experiments as jobs, in scheduling order, with their slots and state.
 
@@ -80,7 +81,8 @@ def job_rows(
     (`backfilled` trial ids), as in Determined; a job that started first stays SCHEDULED when
     a more urgent one queues behind it. With `only_requests`, as Determined's job queue, only
     jobs with a pending or running request (a trial queued or running) are listed: a paused
-    experiment with nothing running is not.
+    experiment with nothing running is not. `ahead_of` gives each experiment's place in the
+    whole queue when `exps` are a page of it.
     """
     by_exp: dict[int, list[Trial]] = {}
     for t in trials:
@@ -91,6 +93,7 @@ def job_rows(
     rows = []
     for ahead, req in enumerate(order(reqs)):
         e = by_id[req.key]
+        ahead = ahead_of.get(e.id, ahead) if ahead_of is not None else ahead
         mine = by_exp.get(e.id, [])
         running = [t for t in mine if t.state is TrialState.RUNNING]
         waiting = [t for t in mine if t.state is TrialState.QUEUED]
@@ -120,15 +123,39 @@ def job_rows(
 async def queue_jobs(app: web.Application, pool: str | None = None,
                      only_requests: bool = False) -> list[dict[str, Any]]:
     """The job objects of the queue (of one pool, else of all), in queue order."""
+    return (await queue_page(app, Page(), pool, only_requests))[0]
+
+
+async def queue_page(app: web.Application, want: Page, pool: str | None = None,
+                     only_requests: bool = False, states: list[str] | None = None,
+                     ) -> tuple[list[dict[str, Any]], Window]:
+    """A page of the queue: ordered from the live experiments' ordering keys and the trials
+    that run or wait (no config read), then only the page's jobs read in full."""
     db = app[keys.DB]
-    exps = await db.run(exp_store.live)
-    if pool:
-        exps = [e for e in exps if e.resource_pool == pool]
-    trials = await db.run(trial_store.for_experiments, [e.id for e in exps])
+    live = await db.run(exp_store.live_keys, pool)
+    running, queued = await db.run(trial_store.active)
+    backfilled = app[keys.CLUSTER].scheduling.backfilled_trials()
+    state: dict[int, str] = {eid: JobState.QUEUED.value for eid in queued}
+    for trial_id, eid in running:
+        if state.get(eid) != JobState.SCHEDULED_BACKFILLED.value:
+            state[eid] = (JobState.SCHEDULED_BACKFILLED if trial_id in backfilled
+                          else JobState.SCHEDULED).value
+    ordered = [k[0] for k in sorted(live, key=lambda k: (k[1], k[2], k[0]))]
+    ahead = {eid: i for i, eid in enumerate(ordered)}
+    listed = [eid for eid in ordered if (not only_requests or eid in state)
+              and (not states or state.get(eid, JobState.QUEUED.value) in states)]
+    if want.desc:
+        listed.reverse()
+    window = want.window(len(listed))
+    ids = window.of(listed)
+    exps = await db.run(exp_store.of_ids, ids)
+    trials = await db.run(trial_store.for_experiments, ids)
     fair = {p for p, pol in app[keys.SETTINGS].policies.items() if pol.scheduler == FAIR_SHARE}
-    scheduling = app[keys.CLUSTER].scheduling
-    return job_rows(exps, trials, scheduling.waiting_reasons(), fair,
-                    scheduling.backfilled_trials(), only_requests)
+    rows = job_rows(exps, trials, app[keys.CLUSTER].scheduling.waiting_reasons(), fair,
+                    backfilled, only_requests, ahead)
+    place = {eid: i for i, eid in enumerate(ids)}
+    rows.sort(key=lambda r: place[int(r["entityId"])])
+    return rows, window
 
 
 @routes.get("/api/v1/job-queues-v2")
@@ -137,16 +164,12 @@ async def job_queue(request: web.Request) -> web.Response:
     """Determined's job queue: jobs with a pending or running request. dettui's own clients
     add `includeIdle=true` to see every live job (a paused one too, to activate it)."""
     idle = request.query.get("includeIdle", "false").lower() == "true"
-    rows = await queue_jobs(request.app, request.query.get("resourcePool"),
-                            only_requests=not idle)
-    states = request.query.getall("states", [])
-    if states:
-        rows = [r for r in rows if r["summary"]["state"] in states]
-    if request.query.get("orderBy") == "ORDER_BY_DESC":
-        rows.reverse()
-    page, pagination = paginate(rows, request)
-    return await big_json_response({"jobs": [{"full": r} for r in page],
-                                   "pagination": pagination})
+    rows, window = await queue_page(request.app, page_of(request),
+                                    request.query.get("resourcePool") or None,
+                                    only_requests=not idle,
+                                    states=request.query.getall("states", []) or None)
+    return await big_json_response({"jobs": [{"full": r} for r in rows],
+                                    "pagination": window.pagination()})
 
 
 @routes.post("/api/v1/job-queues")

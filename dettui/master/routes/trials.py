@@ -9,8 +9,9 @@ from typing import Any
 
 from aiohttp import web
 
+from dettui import series
 from dettui.errors import DettuiError, FailedPrecondition, InvalidArgument, PermissionDenied
-from dettui.master import keys, serialize
+from dettui.master import keys, offload, serialize
 from dettui.master.bodies import (
     CreateTrialBody,
     EarlyExitBody,
@@ -49,10 +50,12 @@ from dettui.master.wire import (
     big_json_response,
     decode_number,
     encode_metrics,
+    page_of,
     paginate,
     parse_ts,
     path_int,
     query_bool,
+    query_int,
     ts,
 )
 from dettui.models import CheckpointState, TrialState
@@ -169,16 +172,33 @@ def metric_json(m: Metric) -> dict[str, Any]:
             "metrics": {"avgMetrics": encode_metrics(m.metrics), "batchMetrics": m.batch_metrics}}
 
 
+MAX_POINTS = 10_000  # points per series a downsampled read may ask for
+
+
 @task_route
-@op(query={"group": str})
+@op(query={"group": str, "afterSteps": int, "maxPoints": int, "metric": str}, paged=True)
 async def read_metrics(request: web.Request) -> web.Response:
+    """A page of the trial's reports (by steps; `afterSteps` only those past a cursor), or
+    with `maxPoints=N` (and `group`) each numeric metric as a series of at most N points, for
+    a chart: the first and last kept, min and max of even buckets between (dettui.series)."""
     trial_id = path_int(request, "id")
     check_trial(request, trial_id)
     db = request.app[keys.DB]
     await db.run(trial_store.get, trial_id)
     group = request.query.get("group") or None
-    rows = await db.run(metric_store.for_trial, trial_id, group)
-    return await big_json_response({"metrics": [metric_json(m) for m in rows]})
+    after = query_int(request, "afterSteps", -1)
+    if "maxPoints" in request.query:
+        n = query_int(request, "maxPoints", 0)
+        if not 2 <= n <= MAX_POINTS or group is None:
+            raise InvalidArgument(f"maxPoints: must be between 2 and {MAX_POINTS}, with a group")
+        raw = await db.run(metric_store.raw_series, trial_id, group, after)
+        found = await offload.cpu(series.of_reports, raw, n, request.query.get("metric"))
+        return web.json_response({"group": group, "series": found, "reports": len(raw),
+                                  "lastSteps": raw[-1][0] if raw else None})
+    rows, window = await db.run(metric_store.page, trial_id, group, page_of(request),
+                                after_steps=after)
+    return await big_json_response({"metrics": [metric_json(m) for m in rows],
+                                    "pagination": window.pagination()})
 
 
 routes.get("/api/v1/trials/{id}/metrics")(read_metrics)

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Sequence
 from typing import Any
 
 from dettui.errors import Conflict, NotFound
+from dettui.master.store import page as pages
+from dettui.master.store.page import Page, Window
 from dettui.master.store.records import Checkpoint, columns
 from dettui.master.store.tx import transaction
 from dettui.models import CheckpointState
@@ -52,6 +55,46 @@ def for_experiment(conn: sqlite3.Connection, exp_id: int) -> list[Checkpoint]:
         f"{FROM_CHECKPOINTS} WHERE experiment_id=? ORDER BY report_time", (exp_id,)
     )
     return [Checkpoint.from_row(r) for r in rows]
+
+
+CHECKPOINT_SORTS = {  # Determined's checkpointv1SortBy attributes -> the column
+    "SORT_BY_UNSPECIFIED": "report_time", "SORT_BY_END_TIME": "report_time",
+    "SORT_BY_UUID": "uuid", "SORT_BY_TRIAL_ID": "trial_id",
+    "SORT_BY_BATCH_NUMBER": "steps_completed", "SORT_BY_STATE": "state",
+}
+
+
+def _where(experiment_id: int | None, trial_id: int | None,
+           states: Sequence[str]) -> tuple[str, list[Any]]:
+    where, args = ("experiment_id=?", [experiment_id]) if trial_id is None else \
+        ("trial_id=?", [trial_id])
+    if states:
+        where += f" AND state IN ({','.join('?' * len(states))})"
+        args.extend(states)
+    return where, args
+
+
+def matching(conn: sqlite3.Connection, *, experiment_id: int | None = None,
+             trial_id: int | None = None, states: Sequence[str] = ()) -> list[Checkpoint]:
+    """The checkpoints of an experiment (or of a trial) in these states, by report time."""
+    where, args = _where(experiment_id, trial_id, states)
+    rows = conn.execute(f"{FROM_CHECKPOINTS} WHERE {where} ORDER BY report_time, uuid", args)
+    return [Checkpoint.from_row(r) for r in rows]
+
+
+def page(conn: sqlite3.Connection, want: Page, *, experiment_id: int | None = None,
+         trial_id: int | None = None, states: Sequence[str] = (),
+         sort_attr: str = "SORT_BY_UNSPECIFIED") -> tuple[list[Checkpoint], Window]:
+    """A page of an experiment's (or a trial's) checkpoints ordered by an attribute (missing
+    values last; equal ones by report time), read with LIMIT/OFFSET."""
+    column = CHECKPOINT_SORTS[sort_attr]
+    where, args = _where(experiment_id, trial_id, states)
+    way = "DESC" if want.desc else "ASC"
+    order = f"({column} IS NULL), {column} {way}"
+    order += ", uuid" if column == "report_time" else ", report_time, uuid"
+    rows, window = pages.read(conn, want, f"SELECT COUNT(*) FROM checkpoints WHERE {where}",
+                              f"{FROM_CHECKPOINTS} WHERE {where} ORDER BY {order}", args)
+    return [Checkpoint.from_row(r) for r in rows], window
 
 
 def for_trial(conn: sqlite3.Connection, trial_id: int) -> list[Checkpoint]:

@@ -9,8 +9,10 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from dettui.errors import NotFound
+from dettui.errors import InvalidArgument, NotFound
 from dettui.master.store import ids
+from dettui.master.store import page as pages
+from dettui.master.store.page import Page, Window
 from dettui.master.store.records import Experiment, Trial, columns
 from dettui.master.store.tx import transaction
 from dettui.models import ExperimentState, TrialState
@@ -123,10 +125,18 @@ def by_job_id(conn: sqlite3.Connection, job_id: str) -> Experiment:
     return Experiment.from_row(row)
 
 
-def list_(
-    conn: sqlite3.Connection, *, archived: bool | None = None, users: list[str] | None = None,
-    states: list[str] | None = None, ids: list[int] | None = None,
-) -> list[Experiment]:
+EXPERIMENT_SORTS = {  # Determined's v1GetExperimentsRequestSortBy -> the column it orders by
+    "SORT_BY_UNSPECIFIED": "e.id", "SORT_BY_ID": "e.id", "SORT_BY_NAME": "e.name",
+    "SORT_BY_DESCRIPTION": "e.description", "SORT_BY_START_TIME": "e.start_time",
+    "SORT_BY_END_TIME": "e.end_time", "SORT_BY_STATE": "e.state",
+    "SORT_BY_PROGRESS": "e.progress", "SORT_BY_USER": "u.username",
+    "SORT_BY_RESOURCE_POOL": "e.resource_pool", "SORT_BY_NUM_TRIALS": "num_trials",
+    "SORT_BY_SEARCHER_METRIC_VAL": "e.best_value",
+}
+
+
+def _filters(archived: bool | None, users: list[str] | None, states: list[str] | None,
+             ids: list[int] | None) -> tuple[str, list[Any]]:
     where, args = [], []  # type: ignore[var-annotated]
     if ids is not None:
         where.append(f"e.id IN ({','.join('?' * len(ids))})")
@@ -140,18 +150,70 @@ def list_(
     if states:
         where.append(f"e.state IN ({','.join('?' * len(states))})")
         args.extend(states)
-    sql = SELECT + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY e.id"
-    return [Experiment.from_row(r) for r in conn.execute(sql, args)]
+    return (" WHERE " + " AND ".join(where) if where else ""), args
+
+
+def list_(
+    conn: sqlite3.Connection, *, archived: bool | None = None, users: list[str] | None = None,
+    states: list[str] | None = None, ids: list[int] | None = None,
+) -> list[Experiment]:
+    where, args = _filters(archived, users, states, ids)
+    return [Experiment.from_row(r) for r in conn.execute(f"{SELECT}{where} ORDER BY e.id",
+                                                           args)]
+
+
+def page(
+    conn: sqlite3.Connection, want: Page, *, archived: bool | None = None,
+    users: list[str] | None = None, states: list[str] | None = None,
+    sort_by: str | None = None,
+) -> tuple[list[Experiment], Window]:
+    """A page of the experiments list (by id unless `sort_by` names another column; values
+    missing last), with the window Determined's pagination reports."""
+    column = EXPERIMENT_SORTS.get(sort_by or "SORT_BY_UNSPECIFIED")
+    if column is None:
+        raise InvalidArgument(f"sortBy: unknown value {str(sort_by)[:40]!r}; one of "
+                              f"{', '.join(EXPERIMENT_SORTS)}")
+    where, args = _filters(archived, users, states, None)
+    way = "DESC" if want.desc else "ASC"
+    order = f"e.id {way}" if column == "e.id" else \
+        f"({column} IS NULL), {column} {way}, e.id {way}"
+    count = f"SELECT COUNT(*) FROM experiments e JOIN users u ON u.id = e.owner_id{where}"
+    rows, window = pages.read(conn, want, count, f"{SELECT}{where} ORDER BY {order}", args)
+    return [Experiment.from_row(r) for r in rows], window
+
+
+def _live_where() -> tuple[str, list[str]]:
+    """Not terminal, as `state IN (...)` (the experiments_state index serves it), managed."""
+    alive = [s.value for s in ExperimentState if not s.is_terminal()]
+    return f"e.state IN ({','.join('?' * len(alive))}) AND e.unmanaged=0", alive
 
 
 def live(conn: sqlite3.Connection) -> list[Experiment]:
     """Experiments that are jobs in the queue (not terminal). Unmanaged (detached) experiments
     are never jobs: their scripts run outside the cluster."""
-    terminal = [s.value for s in ExperimentState if s.is_terminal()]
-    marks = ",".join("?" * len(terminal))
-    rows = conn.execute(f"{SELECT} WHERE e.state NOT IN ({marks}) AND e.unmanaged=0 "
-                        "ORDER BY e.id", terminal)
+    where, args = _live_where()
+    rows = conn.execute(f"{SELECT} WHERE {where} ORDER BY e.id", args)
     return [Experiment.from_row(r) for r in rows]
+
+
+def live_keys(conn: sqlite3.Connection, pool: str | None = None,
+              ) -> list[tuple[int, int, float]]:
+    """(id, priority, queue position) of the live experiments (of `pool`): what orders the
+    queue, without reading their configs."""
+    where, args = _live_where()
+    if pool:
+        where += " AND e.resource_pool=?"
+        args.append(pool)
+    return [(r[0], r[1], r[2]) for r in conn.execute(
+        f"SELECT e.id, e.priority, e.queue_position FROM experiments e WHERE {where}", args)]
+
+
+def of_ids(conn: sqlite3.Connection, exp_ids: list[int]) -> list[Experiment]:
+    """The experiments of `exp_ids` that exist, by id (read in chunks of bound parameters)."""
+    out: list[Experiment] = []
+    for i in range(0, len(exp_ids), 500):
+        out += list_(conn, ids=exp_ids[i:i + 500])
+    return out
 
 
 def context(conn: sqlite3.Connection, exp_id: int) -> bytes | None:

@@ -11,6 +11,8 @@ from typing import Any
 
 from dettui import metric
 from dettui.errors import DettuiError, InvalidArgument, NotFound
+from dettui.master.store import page as pages
+from dettui.master.store.page import Page, Window
 from dettui.master.store.records import Metric, columns, typed_config
 from dettui.master.store.tx import transaction
 
@@ -221,8 +223,70 @@ def at_steps(conn: sqlite3.Connection, trial_id: int, group: str, steps: int) ->
     return Metric.from_row(row) if row else None
 
 
+def at_steps_many(conn: sqlite3.Connection, wanted: Sequence[tuple[int, int]],
+                  groups: Sequence[str]) -> dict[tuple[int, str, int], Metric]:
+    """The reports of `groups` at exactly these (trial id, steps), the newest run's each, by
+    (trial id, group, steps): one query per 200 trials, not one per checkpoint."""
+    pairs = set(wanted)
+    trial_ids = sorted({t for t, _ in pairs})
+    steps = sorted({s for _, s in pairs})
+    found: dict[tuple[int, str, int], Metric] = {}
+    if not pairs or not groups or len(steps) > 500:
+        return found if not pairs or not groups else _at_steps_each(conn, pairs, groups)
+    for i in range(0, len(trial_ids), 200):
+        chunk = trial_ids[i:i + 200]
+        rows = conn.execute(
+            f"{FROM_METRICS} WHERE trial_id IN ({','.join('?' * len(chunk))}) "
+            f"AND grp IN ({','.join('?' * len(groups))}) "
+            f"AND steps_completed IN ({','.join('?' * len(steps))}) AND archived=0 "
+            "ORDER BY run_id, id", (*chunk, *groups, *steps))
+        for r in rows:
+            m = Metric.from_row(r)
+            if (m.trial_id, m.steps_completed) in pairs:
+                found[(m.trial_id, m.group, m.steps_completed)] = m  # the newest run's last
+    return found
+
+
+def _at_steps_each(conn: sqlite3.Connection, pairs: set[tuple[int, int]],
+                   groups: Sequence[str]) -> dict[tuple[int, str, int], Metric]:
+    """Many distinct steps: per trial, its reports of `groups`, filtered here."""
+    found: dict[tuple[int, str, int], Metric] = {}
+    for trial_id in sorted({t for t, _ in pairs}):
+        for group in groups:
+            for m in for_trial(conn, trial_id, group):
+                if (trial_id, m.steps_completed) in pairs:
+                    found[(trial_id, group, m.steps_completed)] = m
+    return found
+
+
 def reports(conn: sqlite3.Connection, trial_id: int) -> list[tuple[str, dict[str, Any]]]:
     """Every live report of the trial as (group, metrics), in the order they were made."""
     rows = conn.execute("SELECT grp, metrics FROM metrics WHERE trial_id=? AND archived=0 "
                         "ORDER BY id", (trial_id,))
     return [(r["grp"], json.loads(r["metrics"])) for r in rows]
+
+
+def page(conn: sqlite3.Connection, trial_id: int, group: str | None, want: Page, *,
+         after_steps: int = -1) -> tuple[list[Metric], Window]:
+    """A page of the trial's live reports (of `group`), by steps, through an index on
+    (trial, [group,] steps); `after_steps` is a reader's cursor (only later steps)."""
+    where = "trial_id=? AND archived=0 AND steps_completed>?"
+    args: list[Any] = [trial_id, after_steps]
+    if group:
+        where += " AND grp=?"
+        args.append(group)
+    way = "DESC" if want.desc else "ASC"
+    rows, window = pages.read(conn, want, f"SELECT COUNT(*) FROM metrics WHERE {where}",
+                              f"{FROM_METRICS} WHERE {where} "
+                              f"ORDER BY steps_completed {way}, id {way}", args)
+    return [Metric.from_row(r) for r in rows], window
+
+
+def raw_series(conn: sqlite3.Connection, trial_id: int, group: str,
+               after_steps: int = -1) -> list[tuple[int, str]]:
+    """(steps, metrics JSON text) of the trial's live reports of `group`, by steps: read here,
+    parsed and downsampled off the store thread."""
+    return [(r[0], r[1]) for r in conn.execute(
+        "SELECT steps_completed, metrics FROM metrics WHERE trial_id=? AND grp=? AND "
+        "archived=0 AND steps_completed>? ORDER BY steps_completed, id",
+        (trial_id, group, after_steps))]

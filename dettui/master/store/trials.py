@@ -8,8 +8,10 @@ import sqlite3
 import time
 from typing import Any
 
-from dettui.errors import NotFound
+from dettui.errors import InvalidArgument, NotFound
+from dettui.master.store import page as pages
 from dettui.master.store import users
+from dettui.master.store.page import Page, Window
 from dettui.master.store.records import Allocation, Trial, columns
 from dettui.master.store.tx import transaction
 from dettui.models import AllocationState, ExperimentState, TrialState
@@ -37,6 +39,42 @@ def for_experiment(conn: sqlite3.Connection, exp_id: int) -> list[Trial]:
     return [Trial.from_row(r) for r in rows]
 
 
+TRIAL_SORTS = {  # Determined's v1GetExperimentTrialsRequestSortBy -> the column
+    "SORT_BY_UNSPECIFIED": "id", "SORT_BY_ID": "id", "SORT_BY_START_TIME": "start_time",
+    "SORT_BY_END_TIME": "end_time", "SORT_BY_STATE": "state",
+    "SORT_BY_BATCHES_PROCESSED": "total_batches", "SORT_BY_RESTARTS": "restarts",
+}
+
+
+def page(conn: sqlite3.Connection, exp_id: int, want: Page, *,
+         states: list[str] | None = None, sort_by: str | None = None,
+         ) -> tuple[list[Trial], Window]:
+    """A page of an experiment's trials (by id unless `sort_by` says otherwise)."""
+    column = TRIAL_SORTS.get(sort_by or "SORT_BY_UNSPECIFIED")
+    if column is None:
+        raise InvalidArgument(f"sortBy: unsupported value {str(sort_by)[:40]!r}; one of "
+                              f"{', '.join(TRIAL_SORTS)}")
+    where, args = "WHERE experiment_id=?", [exp_id]  # type: ignore[list-item]
+    if states:
+        where += f" AND state IN ({','.join('?' * len(states))})"
+        args.extend(states)
+    way = "DESC" if want.desc else "ASC"
+    order = f"id {way}" if column == "id" else f"({column} IS NULL), {column} {way}, id {way}"
+    rows, window = pages.read(conn, want, f"SELECT COUNT(*) FROM trials {where}",
+                              f"{FROM_TRIALS} {where} ORDER BY {order}", args)
+    return [Trial.from_row(r) for r in rows], window
+
+
+def active(conn: sqlite3.Connection) -> tuple[list[tuple[int, int]], set[int]]:
+    """What the job queue needs of trials, read through the trials_state index: (trial id,
+    experiment id) of every RUNNING trial, and the experiments with a QUEUED one."""
+    running = [(r[0], r[1]) for r in conn.execute(
+        "SELECT id, experiment_id FROM trials WHERE state=?", (TrialState.RUNNING.value,))]
+    queued = {r[0] for r in conn.execute(
+        "SELECT DISTINCT experiment_id FROM trials WHERE state=?", (TrialState.QUEUED.value,))}
+    return running, queued
+
+
 def of_experiment(conn: sqlite3.Connection, exp_id: int, ids: list[int]) -> list[Trial]:
     """Those of `ids` that are trials of the experiment, by id."""
     if not ids:
@@ -48,12 +86,13 @@ def of_experiment(conn: sqlite3.Connection, exp_id: int, ids: list[int]) -> list
 
 
 def for_experiments(conn: sqlite3.Connection, exp_ids: list[int]) -> list[Trial]:
-    if not exp_ids:
-        return []
-    marks = ",".join("?" * len(exp_ids))
-    rows = conn.execute(f"{FROM_TRIALS} WHERE experiment_id IN ({marks}) ORDER BY id",
-                        exp_ids)
-    return [Trial.from_row(r) for r in rows]
+    out: list[Trial] = []
+    for i in range(0, len(exp_ids), 500):  # within SQLite's bound-parameter limit
+        chunk = exp_ids[i:i + 500]
+        marks = ",".join("?" * len(chunk))
+        out += [Trial.from_row(r) for r in conn.execute(
+            f"{FROM_TRIALS} WHERE experiment_id IN ({marks})", chunk)]
+    return sorted(out, key=lambda t: t.id)
 
 
 def pending(conn: sqlite3.Connection) -> list[Trial]:

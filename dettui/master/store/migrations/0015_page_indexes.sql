@@ -1,0 +1,10 @@
+-- Paged reads (offset/limit) walk an index in the list's order, so that a page costs the
+-- page, not the table: experiments by owner, trials by state (the job queue's counts),
+-- checkpoints of an experiment or trial by report time, a trial's metrics by step.
+CREATE INDEX experiments_owner ON experiments(owner_id, id);
+CREATE INDEX experiments_state ON experiments(state, id);
+CREATE INDEX trials_state ON trials(state, experiment_id);
+CREATE INDEX checkpoints_experiment_time ON checkpoints(experiment_id, report_time);
+CREATE INDEX checkpoints_trial_time ON checkpoints(trial_id, report_time);
+CREATE INDEX metrics_trial_steps ON metrics(trial_id, steps_completed, id);
+DROP INDEX checkpoints_trial;
