@@ -90,8 +90,11 @@ def page(conn: sqlite3.Connection, want: Page, *, experiment_id: int | None = No
     column = CHECKPOINT_SORTS[sort_attr]
     where, args = _where(experiment_id, trial_id, states)
     way = "DESC" if want.desc else "ASC"
-    order = f"({column} IS NULL), {column} {way}"
-    order += ", uuid" if column == "report_time" else ", report_time, uuid"
+    if column in ("trial_id", "steps_completed"):  # may be NULL: those last
+        order = f"({column} IS NULL), {column} {way}, report_time, uuid"
+    else:
+        order = f"{column} {way}" + (f", uuid {way}" if column == "report_time" else
+                                      ", report_time, uuid")
     rows, window = pages.read(conn, want, f"SELECT COUNT(*) FROM checkpoints WHERE {where}",
                               f"{FROM_CHECKPOINTS} WHERE {where} ORDER BY {order}", args)
     return [Checkpoint.from_row(r) for r in rows], window

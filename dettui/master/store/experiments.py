@@ -131,7 +131,8 @@ EXPERIMENT_SORTS = {  # Determined's v1GetExperimentsRequestSortBy -> the column
     "SORT_BY_END_TIME": "e.end_time", "SORT_BY_STATE": "e.state",
     "SORT_BY_PROGRESS": "e.progress", "SORT_BY_USER": "u.username",
     "SORT_BY_RESOURCE_POOL": "e.resource_pool", "SORT_BY_NUM_TRIALS": "num_trials",
-    "SORT_BY_SEARCHER_METRIC_VAL": "e.best_value",
+    "SORT_BY_SEARCHER_METRIC_VAL": "e.best_value", "SORT_BY_FORKED_FROM": "e.id",
+    "SORT_BY_PROJECT_ID": "e.id",  # never forked, all in one project
 }
 
 

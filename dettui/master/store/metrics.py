@@ -231,6 +231,7 @@ def at_steps_many(conn: sqlite3.Connection, wanted: Sequence[tuple[int, int]],
     trial_ids = sorted({t for t, _ in pairs})
     steps = sorted({s for _, s in pairs})
     found: dict[tuple[int, str, int], Metric] = {}
+    newest: dict[tuple[int, str, int], tuple[int, int]] = {}
     if not pairs or not groups or len(steps) > 500:
         return found if not pairs or not groups else _at_steps_each(conn, pairs, groups)
     for i in range(0, len(trial_ids), 200):
@@ -238,12 +239,13 @@ def at_steps_many(conn: sqlite3.Connection, wanted: Sequence[tuple[int, int]],
         rows = conn.execute(
             f"{FROM_METRICS} WHERE trial_id IN ({','.join('?' * len(chunk))}) "
             f"AND grp IN ({','.join('?' * len(groups))}) "
-            f"AND steps_completed IN ({','.join('?' * len(steps))}) AND archived=0 "
-            "ORDER BY run_id, id", (*chunk, *groups, *steps))
+            f"AND steps_completed IN ({','.join('?' * len(steps))}) AND archived=0",
+            (*chunk, *groups, *steps))
         for r in rows:
-            m = Metric.from_row(r)
-            if (m.trial_id, m.steps_completed) in pairs:
-                found[(m.trial_id, m.group, m.steps_completed)] = m  # the newest run's last
+            key = (r["trial_id"], r["grp"], r["steps_completed"])
+            if (key[0], key[2]) in pairs and (r["run_id"], r["id"]) > newest.get(key, (0, 0)):
+                newest[key] = (r["run_id"], r["id"])  # the newest run's last report
+                found[key] = Metric.from_row(r)
     return found
 
 

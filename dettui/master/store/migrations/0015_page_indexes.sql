@@ -4,7 +4,7 @@
 CREATE INDEX experiments_owner ON experiments(owner_id, id);
 CREATE INDEX experiments_state ON experiments(state, id);
 CREATE INDEX trials_state ON trials(state, experiment_id);
-CREATE INDEX checkpoints_experiment_time ON checkpoints(experiment_id, report_time);
-CREATE INDEX checkpoints_trial_time ON checkpoints(trial_id, report_time);
+CREATE INDEX checkpoints_experiment_time ON checkpoints(experiment_id, report_time, uuid);
+CREATE INDEX checkpoints_trial_time ON checkpoints(trial_id, report_time, uuid);
 CREATE INDEX metrics_trial_steps ON metrics(trial_id, steps_completed, id);
 DROP INDEX checkpoints_trial;

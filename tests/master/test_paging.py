@@ -1,0 +1,204 @@
+"""Paged lists (Determined's offset/limit/orderBy and pagination object, read with SQL
+LIMIT/OFFSET through an index), and downsampled metric series for charts."""
+
+from __future__ import annotations
+
+import random
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dettui import series
+from dettui.master.store import checkpoints as ckpt_store
+from dettui.master.store import db as store_db
+from dettui.master.store import experiments as exp_store
+from dettui.master.store import logs as log_store
+from dettui.master.store import metrics as metric_store
+from dettui.master.store import trials as trial_store
+from dettui.master.store import tx
+from dettui.master.store.page import Page
+from tests.master.conftest import SIMPLE_CONFIG, Api, ckpt_uuid
+from tests.master.test_api import create
+
+GRID = """
+name: g
+entrypoint: python3 train.py
+searcher: {name: grid, metric: loss, max_length: {batches: 10}}
+hyperparameters: {lr: {type: categorical, vals: [1, 2, 3, 4, 5]}}
+"""
+
+
+def ids(body: dict[str, Any], key: str, field: str = "id") -> list[Any]:
+    return [x[field] for x in body[key]]
+
+
+async def test_every_list_pages_as_determined(api: Api) -> None:
+    for _ in range(4):
+        await create(api)
+    await create(api, GRID)  # experiment 5: five trials, 5..9
+    page = await api.call("GET", "/api/v1/experiments?limit=2&offset=1")
+    assert ids(page, "experiments") == [2, 3]
+    assert page["pagination"] == {"offset": 1, "limit": 2, "startIndex": 1, "endIndex": 3,
+                                  "total": 5}
+    page = await api.call("GET", "/api/v1/experiments?limit=2&orderBy=ORDER_BY_DESC")
+    assert ids(page, "experiments") == [5, 4]
+    page = await api.call("GET", "/api/v1/experiments?offset=-2")  # from the end
+    assert ids(page, "experiments") == [4, 5] and page["pagination"]["startIndex"] == 3
+    page = await api.call("GET", "/api/v1/experiments?limit=9223372036854775807&offset=5")
+    assert page["experiments"] == [] and page["pagination"]["endIndex"] == 5
+    page = await api.call("GET", "/api/v1/experiments?sortBy=SORT_BY_NUM_TRIALS"
+                                 "&orderBy=ORDER_BY_DESC&limit=1")
+    assert ids(page, "experiments") == [5]
+    page = await api.call("GET", "/api/v1/experiments/5/trials?limit=2&offset=2")
+    assert ids(page, "trials") == [7, 8] and page["pagination"]["total"] == 5
+    page = await api.call("GET", "/api/v1/experiments/5/trials?orderBy=ORDER_BY_DESC&limit=1")
+    assert ids(page, "trials") == [9]
+    jobs = await api.call("GET", "/api/v1/job-queues-v2?limit=2&offset=3")
+    assert [j["full"]["entityId"] for j in jobs["jobs"]] == ["4", "5"]
+    assert [j["full"]["summary"]["jobsAhead"] for j in jobs["jobs"]] == [3, 4]
+    assert jobs["pagination"]["total"] == 5 and jobs["pagination"]["endIndex"] == 5
+    jobs = await api.call("GET", "/api/v1/job-queues-v2?limit=1&orderBy=ORDER_BY_DESC")
+    assert [j["full"]["entityId"] for j in jobs["jobs"]] == ["5"]
+    assert jobs["jobs"][0]["full"]["requestedSlots"] == 5  # its five queued trials
+
+
+@pytest.mark.parametrize("query", [
+    "limit=x", "offset=1.5", "offset=6", "offset=-6", "limit=99999999999999999999",
+    "orderBy=ORDER_BY_SIDEWAYS", "sortBy=SORT_BY_NOTHING", "offset=%E2%91%A0"])
+async def test_bad_page_parameters_are_400(api: Api, query: str) -> None:
+    for _ in range(5):
+        await create(api)
+    for path in ("/api/v1/experiments", "/api/v1/experiments/1/trials",
+                 "/api/v1/job-queues-v2", "/api/v1/experiments/1/checkpoints",
+                 "/api/v1/trials/1/metrics"):
+        if "sortBy" in query and ("job" in path or "checkpoints" in path or "metrics" in path):
+            continue  # no sortBy there
+        bad = await api.call("GET", f"{path}?{query}", status=400)
+        assert bad["message"], bad
+
+
+async def report(api: Api, trial_id: int, task: dict[str, str], group: str, steps: int,
+                 metrics: dict[str, Any]) -> None:
+    await api.call("POST", f"/api/v1/trials/{trial_id}/metrics", {"group": group, "metrics": {
+        "trialId": trial_id, "trialRunId": 1, "stepsCompleted": steps,
+        "metrics": {"avgMetrics": metrics}}}, headers=task)
+
+
+async def test_checkpoints_and_metrics_page_and_downsample(api: Api) -> None:
+    from dettui.master import keys
+
+    await create(api, SIMPLE_CONFIG)
+    db = api.client.server.app[keys.DB]
+    alloc = await db.run(trial_store.allocate, 1, "agent-x", [0])
+    task = {"Grpc-Metadata-x-allocation-token": f"Bearer {alloc.token}"}
+    task_id = (await api.call("GET", "/api/v1/trials/1"))["trial"]["taskId"]
+    losses = {s: 1 / s for s in range(1, 101)}
+    losses[50] = 9.0  # a spike that downsampling must keep
+    for steps, loss in losses.items():
+        await report(api, 1, task, "training", steps, {"loss": loss, "acc": steps})
+    for n, loss in ((1, 0.5), (2, 0.2), (3, 0.9)):
+        await report(api, 1, task, "validation", n * 10, {"loss": loss})
+        await api.call("POST", "/api/v1/checkpoints", {
+            "uuid": ckpt_uuid(n), "taskId": task_id, "allocationId": alloc.id,
+            "reportTime": f"2026-11-22T04:56:5{n}+00:00", "resources": {"w": "1"},
+            "metadata": {"steps_completed": n * 10}, "state": "STATE_COMPLETED"}, headers=task)
+    page = await api.call("GET", "/api/v1/experiments/1/checkpoints?limit=2&offset=1")
+    assert ids(page, "checkpoints", "uuid") == [ckpt_uuid(2), ckpt_uuid(3)]
+    assert page["pagination"]["total"] == 3
+    assert page["checkpoints"][0]["training"]["validationMetrics"]["avgMetrics"] == {"loss": 0.2}
+    best = await api.call("GET", "/api/v1/trials/1/checkpoints?sortByAttr="
+                                 "SORT_BY_SEARCHER_METRIC&limit=2")
+    assert ids(best, "checkpoints", "uuid") == [ckpt_uuid(2), ckpt_uuid(1)]
+    page = await api.call("GET", "/api/v1/trials/1/metrics?group=training&limit=10&offset=20")
+    assert [m["stepsCompleted"] for m in page["metrics"]] == list(range(21, 31))
+    assert page["pagination"]["total"] == 100
+    page = await api.call("GET", "/api/v1/trials/1/metrics?group=training&afterSteps=97")
+    assert [m["stepsCompleted"] for m in page["metrics"]] == [98, 99, 100]
+    chart = await api.call("GET", "/api/v1/trials/1/metrics?group=training&maxPoints=12")
+    assert chart["reports"] == 100 and chart["lastSteps"] == 100
+    by_name = {s["name"]: s for s in chart["series"]}
+    assert set(by_name) == {"loss", "acc"}
+    loss = by_name["loss"]
+    assert len(loss["steps"]) <= 12 and loss["steps"][0] == 1 and loss["steps"][-1] == 100
+    assert 50 in loss["steps"] and loss["steps"] == sorted(loss["steps"])
+    one = await api.call("GET", "/api/v1/trials/1/metrics?group=training&maxPoints=2"
+                                "&metric=acc")
+    assert one["series"] == [{"name": "acc", "steps": [1, 100], "values": [1, 100]}]
+    for bad in ("maxPoints=1&group=training", "maxPoints=10", "maxPoints=x&group=training"):
+        await api.call("GET", f"/api/v1/trials/1/metrics?{bad}", status=400)
+
+
+def test_downsample_keeps_ends_and_extremes() -> None:
+    rng = random.Random(7)
+    for size in (0, 1, 2, 3, 10, 257, 5000):
+        points = [(float(i), rng.uniform(-1, 1)) for i in range(size)]
+        for n in (2, 3, 4, 9, 80):
+            out = series.downsample(points, n)
+            assert len(out) <= n
+            assert out == sorted(out) and set(out) <= set(points)
+            if points:
+                assert out[0] == points[0] and out[-1] == points[-1]
+            if size > n >= 4:
+                assert max(p[1] for p in points) in [p[1] for p in out]
+                assert min(p[1] for p in points) in [p[1] for p in out]
+
+
+class Recording(tx.Connection):
+    """The store's connection, remembering each statement it runs with its parameters."""
+
+    seen: list[tuple[str, tuple[Any, ...]]] = []
+
+    def execute(self, sql: str, args: Any = (), /) -> sqlite3.Cursor:  # type: ignore[override]
+        Recording.seen.append((sql, tuple(args)))
+        return super().execute(sql, args)
+
+
+def test_a_page_is_read_through_an_index(tmp_path: Path) -> None:
+    """EXPLAIN QUERY PLAN of what each paged read runs: trials, metrics, checkpoints and logs
+    are searched by index (never scanned), and no page is sorted in a temporary b-tree (the
+    rows come in index order, so LIMIT stops the walk)."""
+    conn = sqlite3.connect(tmp_path / "s.db", isolation_level=None, factory=Recording)
+    conn.row_factory = sqlite3.Row
+    store_db.migrate(conn)
+    raw = sqlite3.Connection.execute
+    raw(conn, "INSERT OR IGNORE INTO users (id, username) VALUES (1, 'determined')")
+    for i in range(1, 4):
+        raw(conn, "INSERT INTO experiments (id, name, state, owner_id, config, original_config, "
+            "searcher_type, job_id, resource_pool, priority, queue_position, start_time) "
+            "VALUES (?, 'e', 'STATE_ACTIVE', 1, '{}', '', 'single', ?, 'default', 42, ?, 0)",
+            (i, f"job{i}", i))
+        raw(conn, "INSERT INTO trials (id, experiment_id, request_id, task_id, hparams, seed, "
+            "state, start_time) VALUES (?, 1, 'r', ?, '{}', 0, 'STATE_QUEUED', 0)", (i, f"t{i}"))
+        raw(conn, "INSERT INTO metrics (trial_id, run_id, grp, steps_completed, report_time, "
+            "metrics) VALUES (1, 1, 'validation', ?, 0, '{\"loss\": 1}')", (i,))
+        raw(conn, "INSERT INTO checkpoints (uuid, trial_id, experiment_id, task_id, "
+            "report_time, state, resources, metadata, steps_completed) "
+            "VALUES (?, 1, 1, 't1', ?, 'STATE_COMPLETED', '{}', '{}', ?)", (f"u{i}", i, i))
+        raw(conn, "INSERT INTO logs (trial_id, task_id, timestamp, log) VALUES (1, 't1', 0, 'x')")
+    Recording.seen.clear()
+    for want in (Page(0, 2), Page(1, 2, desc=True)):
+        exp_store.page(conn, want)
+        exp_store.page(conn, want, archived=False, users=["determined"])
+        exp_store.page(conn, want, states=["STATE_ACTIVE"])
+        trial_store.page(conn, 1, want)
+        ckpt_store.page(conn, want, experiment_id=1)
+        ckpt_store.page(conn, want, trial_id=1)
+        metric_store.page(conn, 1, None, want)
+        metric_store.page(conn, 1, "validation", want, after_steps=1)
+    exp_store.live_keys(conn)
+    trial_store.active(conn)
+    metric_store.raw_series(conn, 1, "validation")
+    metric_store.at_steps_many(conn, [(1, 1), (1, 2)], ("training", "validation"))
+    log_store.fetch(conn, 1, log_store.LogFilter(), limit=2)
+    selects = [(s, a) for s, a in Recording.seen if s.lstrip().upper().startswith("SELECT")]
+    assert len(selects) >= 30
+    for sql, args in selects:
+        plan = [r[3] for r in raw(conn, f"EXPLAIN QUERY PLAN {sql}", args)]
+        assert not any("TEMP B-TREE" in p for p in plan), (sql, plan)
+        for table in ("trials", "metrics", "checkpoints", "logs", "t"):
+            assert not any(p.startswith(f"SCAN {table}") for p in plan), (sql, plan)
+        if "LIMIT" not in sql and "COUNT(*)" not in sql:
+            assert not any(p.startswith("SCAN e") for p in plan), (sql, plan)
+    conn.close()
