@@ -19,6 +19,7 @@ import platformdirs
 from dettui import errors, protocol, retry
 
 DEFAULT_MASTER = "http://127.0.0.1:8080"
+PAGE_SIZE = 500  # items per request when a list is read page by page
 
 
 def master_url(explicit: str | None = None) -> str:
@@ -207,12 +208,33 @@ class Client:
         return await self.request("POST", "/api/v1/experiments", body=body, timeout=600,
                                   progress=progress)
 
+    async def paged(self, path: str, key: str, params: dict[str, str] | None = None, *,
+                    page_size: int = PAGE_SIZE) -> list[Any]:
+        """Every item of a paginated list, a page at a time (offset = the last endIndex, as
+        Determined's read_paginated does)."""
+        items: list[Any] = []
+        offset = 0
+        while True:
+            body = await self.request("GET", path, params={
+                **(params or {}), "limit": str(page_size), "offset": str(offset)})
+            items += body[key]
+            page = body.get("pagination") or {}
+            end, total = page.get("endIndex"), page.get("total")
+            if not isinstance(end, int) or not isinstance(total, int) or end >= total \
+                    or end <= offset:
+                return items
+            offset = end
+
+    async def page(self, path: str, key: str, params: dict[str, str] | None = None, *,
+                   offset: int = 0, limit: int = PAGE_SIZE) -> tuple[list[Any], int]:
+        """One page of a paginated list, and how many items the whole list has."""
+        body = await self.request("GET", path, params={
+            **(params or {}), "limit": str(limit), "offset": str(offset)})
+        return list(body[key]), int((body.get("pagination") or {}).get("total") or 0)
+
     async def experiments(self, *, archived: bool | None = False) -> list[dict[str, Any]]:
-        params = {"limit": "0"}
-        if archived is not None:
-            params["archived"] = str(archived).lower()
-        return list((await self.request("GET", "/api/v1/experiments", params=params))
-                    ["experiments"])
+        params = {} if archived is None else {"archived": str(archived).lower()}
+        return await self.paged("/api/v1/experiments", "experiments", params)
 
     async def experiment(self, exp_id: int) -> dict[str, Any]:
         return dict((await self.request("GET", f"/api/v1/experiments/{exp_id}"))["experiment"])
@@ -221,20 +243,37 @@ class Client:
         await self.request("POST", f"/api/v1/experiments/{exp_id}/{action}")
 
     async def trials(self, exp_id: int) -> list[dict[str, Any]]:
-        return list((await self.request("GET", f"/api/v1/experiments/{exp_id}/trials",
-                                        params={"limit": "0"}))["trials"])
+        return await self.paged(f"/api/v1/experiments/{exp_id}/trials", "trials")
 
     async def trial(self, trial_id: int) -> dict[str, Any]:
         return dict((await self.request("GET", f"/api/v1/trials/{trial_id}"))["trial"])
 
-    async def checkpoints(self, exp_id: int) -> list[dict[str, Any]]:
-        return list((await self.request("GET", f"/api/v1/experiments/{exp_id}/checkpoints"))
-                    ["checkpoints"])
+    async def checkpoints(self, exp_id: int, *, limit: int | None = None,
+                          newest_first: bool = False) -> list[dict[str, Any]]:
+        """The experiment's checkpoints (by report time), every one, or the first `limit`."""
+        path = f"/api/v1/experiments/{exp_id}/checkpoints"
+        params = {"orderBy": "ORDER_BY_DESC" if newest_first else "ORDER_BY_ASC"}
+        if limit is not None:
+            return (await self.page(path, "checkpoints", params, limit=limit))[0]
+        return await self.paged(path, "checkpoints", params)
 
-    async def metrics(self, trial_id: int, group: str | None = None) -> list[dict[str, Any]]:
-        params = {"group": group} if group else None
-        return list((await self.request("GET", f"/api/v1/trials/{trial_id}/metrics",
-                                        params=params))["metrics"])
+    async def metrics(self, trial_id: int, group: str | None = None, *,
+                      after_steps: int | None = None) -> list[dict[str, Any]]:
+        """The trial's reports (of `group`), every one, or those past `after_steps`."""
+        params = {"group": group} if group else {}
+        if after_steps is not None:
+            params["afterSteps"] = str(after_steps)
+        return await self.paged(f"/api/v1/trials/{trial_id}/metrics", "metrics", params)
+
+    async def metric_series(self, trial_id: int, group: str, max_points: int,
+                            after_steps: int | None = None) -> dict[str, Any]:
+        """Each numeric metric of the trial's `group` as at most `max_points` points
+        (downsampled by the master): {"series": [{"name", "steps", "values"}], "lastSteps"}."""
+        params = {"group": group, "maxPoints": str(max(2, max_points))}
+        if after_steps is not None:
+            params["afterSteps"] = str(after_steps)
+        return dict(await self.request("GET", f"/api/v1/trials/{trial_id}/metrics",
+                                       params=params))
 
     def trial_logs(self, trial_id: int, *, follow: bool = False, ranks: list[int] | None = None,
                    tail: int | None = None) -> AsyncIterator[dict[str, Any]]:
@@ -246,9 +285,8 @@ class Client:
 
     async def jobs(self, pool: str | None = None) -> list[dict[str, Any]]:
         """Every live job (dettui's queue: paused ones too, unlike Determined's list)."""
-        params = {"limit": "0", "includeIdle": "true"} | ({"resourcePool": pool} if pool else {})
-        return [j["full"] for j in (await self.request("GET", "/api/v1/job-queues-v2",
-                                                       params=params))["jobs"]]
+        params = {"includeIdle": "true"} | ({"resourcePool": pool} if pool else {})
+        return [j["full"] for j in await self.paged("/api/v1/job-queues-v2", "jobs", params)]
 
     async def agents(self) -> list[dict[str, Any]]:
         return list((await self.request("GET", "/api/v1/agents"))["agents"])
