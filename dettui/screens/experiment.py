@@ -3,6 +3,7 @@ a metric chart of the selected trial, and its checkpoints with the GC policy."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -13,6 +14,7 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import Header
 from textual_plotext import PlotextPlot
 
+from dettui import series
 from dettui.errors import DettuiError
 from dettui.screens.base import ApiScreen, Row, progress_text, state_text
 from dettui.widgets.keybar import KeyBar
@@ -28,6 +30,8 @@ TRIAL_COLUMNS = [  # priority: the narrower the screen, the sooner the higher nu
     Column("latest", "Latest", width=10, align="right", priority=2),
     Column("hparams", "Hyperparameters", priority=1),
 ]
+CKPT_ROWS = 200  # checkpoints listed (the newest); the header says how many there are
+CHART_MIN_POINTS = 20  # points per metric a chart reads at least (else its width)
 CKPT_COLUMNS = [
     Column("trial", "Trial", width=5, align="right"),
     Column("uuid", "UUID"),
@@ -86,6 +90,16 @@ class ExperimentScreen(ApiScreen):
         self.metric = ""
         self.group = "validation"
         self.names: list[str] = []
+        # The chart's data: per metric, its points so far (downsampled to the chart's width),
+        # of (trial, group, restarts) `chart_of`, read up to steps `cursor`; new reports are
+        # read past the cursor and appended, never the whole history again.
+        self.chart_of: tuple[str, str, int] | None = None
+        self.points: dict[str, list[tuple[float, float]]] = {}
+        self.cursor = -1
+        self.chart_reads = {"series": 0, "appended": 0}  # what was read, for the tests
+        self.ckpt_marks: dict[str, tuple[Any, Any]] = {}  # trial -> (count, bytes) of its
+        self.ckpt_shown: object = None                   # checkpoints; and as last listed
+        self.restarts: dict[str, int] = {}
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -115,8 +129,15 @@ class ExperimentScreen(ApiScreen):
         self.metric = self.metric or str(searcher.get("metric") or "")
         self._title()
         self.refresh_checkpoints()
-        await self.feed(f"experiment:{self.exp_id}", self.table,
-                        lambda trials: trial_rows(trials, self.metric))
+        await self.feed(f"experiment:{self.exp_id}", self.table, self._trial_rows)
+
+    def _trial_rows(self, trials: list[dict[str, Any]]) -> list[Row]:
+        """The trials' rows; and what says their checkpoints or their runs changed."""
+        for t in trials:
+            key = str(t["id"])
+            self.ckpt_marks[key] = (t.get("checkpointCount"), t.get("totalCheckpointSize"))
+            self.restarts[key] = int(t.get("restarts") or 0)
+        return trial_rows(trials, self.metric)
 
     def _title(self) -> None:
         e = self.experiment
@@ -139,37 +160,65 @@ class ExperimentScreen(ApiScreen):
     def on_feed(self, topic: str) -> None:
         if self.table.cursor_key is not None:
             self.refresh_chart()
-        self.refresh_checkpoints()
+        if sorted(self.ckpt_marks.items()) != self.ckpt_shown:
+            self.refresh_checkpoints()
         self.refresh_header()
 
     @on(RowTable.CursorMoved, "#trials")
     def _moved(self, _: RowTable.CursorMoved) -> None:
         self.refresh_chart()
 
+    def _width(self) -> int:
+        return max(CHART_MIN_POINTS, self.query_one("#chart", PlotextPlot).size.width)
+
     @work(exclusive=True, group="chart")
     async def refresh_chart(self) -> None:
+        """Read the selected trial's new reports past the cursor and append them; a new
+        trial, group or run (a restart may roll reports back) starts over with a
+        downsampled read of at most the chart's width per metric."""
         if not self.live:
             return  # a refresh queued just before the screen closed
         key = self.table.cursor_key
         if key is None:
             return
+        width = self._width()
+        want = (key, self.group, self.restarts.get(key, 0))
         try:
-            rows = await self.client.metrics(int(key), self.group)
+            if want != self.chart_of:
+                got = await self.client.metric_series(int(key), self.group, width)
+                points = {s["name"]: list(zip(s["steps"], s["values"], strict=True))
+                          for s in got["series"]}
+                cursor = got["lastSteps"] if got["lastSteps"] is not None else -1
+                self.chart_reads["series"] += 1
+            else:
+                new = await self.client.metrics(int(key), self.group, after_steps=self.cursor)
+                points, cursor = self._appended(new, width)
+                self.chart_reads["appended"] += len(new)
         except Exception:  # noqa: BLE001 - the chart just stays as it was
             return
         if not self.live:
             return  # the screen was closed meanwhile
-        names = sorted({n for r in rows for n, v in
-                        (r.get("metrics", {}).get("avgMetrics") or {}).items()
-                        if isinstance(v, int | float)})
+        self.chart_of, self.points, self.cursor = want, points, cursor
+        self._draw(key)
+
+    def _appended(self, reports: list[dict[str, Any]],
+                  width: int) -> tuple[dict[str, list[tuple[float, float]]], int]:
+        points = {name: list(p) for name, p in self.points.items()}
+        cursor = self.cursor
+        for r in reports:
+            cursor = max(cursor, int(r["stepsCompleted"]))
+            for name, v in ((r.get("metrics") or {}).get("avgMetrics") or {}).items():
+                if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v):
+                    points.setdefault(name, []).append((r["stepsCompleted"], v))
+        return {n: series.downsample(p, width) if len(p) > 2 * width else p
+                for n, p in points.items()}, cursor
+
+    def _draw(self, key: str) -> None:
+        names = sorted(self.points)
         self.names = names
         metric = self.metric if self.metric in names else (names[0] if names else "")
-        xs = [r["stepsCompleted"] for r in rows
-              if isinstance((r.get("metrics", {}).get("avgMetrics") or {}).get(metric),
-                            int | float)]
-        ys = [r["metrics"]["avgMetrics"][metric] for r in rows
-              if isinstance((r.get("metrics", {}).get("avgMetrics") or {}).get(metric),
-                            int | float)]
+        xs = [p[0] for p in self.points.get(metric, [])]
+        ys = [p[1] for p in self.points.get(metric, [])]
         chart = self.query_one("#chart", PlotextPlot)
         plt = chart.plt
         plt.clear_data()
@@ -183,14 +232,22 @@ class ExperimentScreen(ApiScreen):
 
     @work(exclusive=True, group="checkpoints")
     async def refresh_checkpoints(self) -> None:
+        """The newest CKPT_ROWS checkpoints, read again only when a trial's count or bytes of
+        checkpoints changed (not on every metric)."""
+        marks = sorted(self.ckpt_marks.items())
         try:
-            ckpts = await self.client.checkpoints(self.exp_id)
+            ckpts, total = await self.client.page(
+                f"/api/v1/experiments/{self.exp_id}/checkpoints", "checkpoints",
+                {"orderBy": "ORDER_BY_DESC"}, limit=CKPT_ROWS)
         except Exception:  # noqa: BLE001
             return
         if not self.live:
             return
+        self.ckpt_shown = marks
         storage = (self.experiment.get("config") or {}).get("checkpoint_storage") or {}
-        self.show("#gc", f"Checkpoints; GC keeps {storage.get('save_experiment_best', 0)} best, "
+        shown = f" ({len(ckpts)} newest of {total})" if total > len(ckpts) else ""
+        self.show("#gc", f"Checkpoints{shown}; GC keeps "
+                  f"{storage.get('save_experiment_best', 0)} best, "
                   f"and per trial {storage.get('save_trial_best', 1)} best, "
                   f"{storage.get('save_trial_latest', 1)} latest")
         rows = [(c["uuid"], {
@@ -207,7 +264,8 @@ class ExperimentScreen(ApiScreen):
         i = self.names.index(self.metric) if self.metric in self.names else -1
         self.metric = self.names[(i + 1) % len(self.names)]
         self._title()
-        self.refresh_chart()
+        if self.table.cursor_key is not None:
+            self._draw(self.table.cursor_key)  # every metric's points are here already
 
     def action_toggle_group(self) -> None:
         self.group = "training" if self.group == "validation" else "validation"

@@ -81,9 +81,27 @@ class FixedClient:
         return {**EXPERIMENTS[0], "config": {"searcher": {"metric": "validation_loss"},
                                              "checkpoint_storage": {"save_trial_best": 1}}}
 
-    async def metrics(self, trial_id: int, group: str | None = None) -> list[dict[str, Any]]:
+    async def metrics(self, trial_id: int, group: str | None = None,
+                      after_steps: int | None = None) -> list[dict[str, Any]]:
+        if after_steps is not None:
+            return []
         return [{"stepsCompleted": s, "metrics": {"avgMetrics": {"validation_loss": v}}}
                 for s, v in [(50, 0.69), (100, 0.6), (150, 0.4), (200, 0.25), (250, 0.21)]]
+
+    async def metric_series(self, trial_id: int, group: str, max_points: int,
+                            after_steps: int | None = None) -> dict[str, Any]:
+        rows = await self.metrics(trial_id, group)
+        return {"series": [{"name": "validation_loss",
+                            "steps": [r["stepsCompleted"] for r in rows],
+                            "values": [r["metrics"]["avgMetrics"]["validation_loss"]
+                                       for r in rows]}],
+                "lastSteps": rows[-1]["stepsCompleted"]}
+
+    async def page(self, path: str, key: str, params: Any = None, *, offset: int = 0,
+                   limit: int = 0) -> tuple[list[dict[str, Any]], int]:
+        assert key == "checkpoints", key
+        found = await self.checkpoints(0)
+        return found, len(found)
 
     async def checkpoints(self, exp_id: int) -> list[dict[str, Any]]:
         return [{"uuid": "6b8f2ab8-fc66-485e-83b5-f15023eb2e82", "state": "STATE_COMPLETED",
