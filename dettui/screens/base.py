@@ -70,6 +70,42 @@ class ApiScreen(Guarded, Screen[None]):
     """
 
     TABLE: ClassVar[str] = ""  # selector of the table that sort and filter keys act on
+    WINDOW: ClassVar[int] = 500  # rows a windowed feed (a long list) reads at first and more
+    window = WINDOW  # rows the windowed feed asks for now (`more_rows` adds WINDOW)
+
+    @property
+    def totals(self) -> dict[str, int]:
+        """Per windowed topic, the whole list's length (its messages' `total`)."""
+        if "_totals" not in self.__dict__:
+            self.__dict__["_totals"] = {}
+        return self.__dict__["_totals"]  # type: ignore[no-any-return]
+
+    def windowed(self, base: str) -> str:
+        """The topic for the first `window` objects of a long list (`experiments?limit=N`)."""
+        return f"{base}?limit={self.window}"
+
+    def more_text(self, base: str) -> str:
+        """", 500 loaded of 10000 (M for more)" while the window holds less than the list."""
+        total = self.totals.get(self.windowed(base))
+        if total is None or total <= self.window:
+            return ""
+        return f", {self.window} loaded of {total} (M for more)"
+
+    def action_more_rows(self) -> None:
+        """The next WINDOW rows of a windowed list (also when the cursor reaches its end)."""
+        self.window += self.WINDOW
+        self.run_feed()
+
+    def run_feed(self) -> None:
+        """(Re)start the screen's feed (screens with a windowed list define it)."""
+
+    def at_end(self) -> bool:
+        """Whether the cursor is on the table's last row and the window holds less than the
+        whole list."""
+        t = self.table
+        order = t.keys_in_view_order
+        return bool(order) and t.cursor_key == order[-1] and any(
+            v > self.window for v in self.totals.values())
 
     @property
     def table(self) -> RowTable:
@@ -190,6 +226,8 @@ class ApiScreen(Guarded, Screen[None]):
                 continue
             if not self.live:
                 return
+            if isinstance(message.get("total"), int):
+                self.totals[topic] = message["total"]
             upsert = rows(list(message.get("upsert") or []))
             if message.get("kind") == "snapshot":
                 table.set_rows(_ordered(upsert, message.get("order")))

@@ -57,6 +57,7 @@ class ExperimentsScreen(ApiScreen):
         Binding("z", "archive", "Archive/unarchive"),
         Binding("A", "toggle_archived", "Show archived"),
         Binding("D", "delete", "Delete…"),
+        Binding("M", "more_rows", "More rows"),
         Binding("escape", "clear_filter", "Clear filter", show=False),
     ]
     DEFAULT_CSS = """
@@ -78,8 +79,8 @@ class ExperimentsScreen(ApiScreen):
         self.run_feed()
 
     @work(exclusive=True, group="feed")
-    async def run_feed(self) -> None:
-        await self.feed("experiments", self.table, experiment_rows)
+    async def run_feed(self) -> None:  # type: ignore[override]
+        await self.feed(self.windowed("experiments"), self.table, experiment_rows)
 
     def on_feed(self, topic: str) -> None:
         t = self.table
@@ -93,7 +94,8 @@ class ExperimentsScreen(ApiScreen):
         t = self.table
         self.show("#title", f"Experiments: {counted(t)}",
                   " (with archived)" if self.show_archived else "",
-                  f", filter {t.filter_text!r}" if t.filter_text else "")
+                  f", filter {t.filter_text!r}" if t.filter_text else "",
+                  self.more_text("experiments"))
 
     def action_toggle_archived(self) -> None:
         self.show_archived = not self.show_archived
@@ -146,6 +148,11 @@ class ExperimentsScreen(ApiScreen):
             from dettui.screens.experiment import ExperimentScreen
 
             self.app.push_screen(ExperimentScreen(exp_id))
+
+    @on(RowTable.CursorMoved)
+    def _maybe_more(self, _: RowTable.CursorMoved) -> None:
+        if self.at_end():
+            self.action_more_rows()
 
     @on(RowTable.Selected)
     def _open(self, _: RowTable.Selected) -> None:

@@ -77,6 +77,7 @@ class QueueScreen(ApiScreen):
         Binding("r", "sort_reverse", "Reverse"),
         Binding("W", "set_weight", "Weight"),
         Binding("o", "set_pool", "Pool"),
+        Binding("M", "more_rows", "More rows"),
         Binding("escape", "clear_filter", "Clear filter", show=False),
     ]
     DEFAULT_CSS = """
@@ -96,18 +97,24 @@ class QueueScreen(ApiScreen):
         self.run_feed()
 
     @work(exclusive=True, group="feed")
-    async def run_feed(self) -> None:
-        await self.feed("jobs", self.table, job_rows)
+    async def run_feed(self) -> None:  # type: ignore[override]
+        await self.feed(self.windowed("jobs"), self.table, job_rows)
 
     def on_feed(self, topic: str) -> None:
         self.view_changed()
+
+    @on(RowTable.CursorMoved)
+    def _maybe_more(self, _: RowTable.CursorMoved) -> None:
+        if self.at_end():
+            self.action_more_rows()
 
     def view_changed(self) -> None:
         t = self.table
         sort = f", sorted by {t.sort_column}{' ↓' if t.sort_reverse else ''}" \
             if t.sort_column else ""
         where = f", filter {t.filter_text!r}" if t.filter_text else ""
-        self.show("#title", f"Job queue: {counted(t, 'job')}{sort}{where}")
+        self.show("#title", f"Job queue: {counted(t, 'job')}{sort}{where}",
+                  self.more_text("jobs"))
 
     # -- selection --------------------------------------------------------------------------
 

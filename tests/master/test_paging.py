@@ -202,3 +202,27 @@ def test_a_page_is_read_through_an_index(tmp_path: Path) -> None:
         if "LIMIT" not in sql and "COUNT(*)" not in sql:
             assert not any(p.startswith("SCAN e") for p in plan), (sql, plan)
     conn.close()
+
+
+async def test_stream_windows_and_client_pages(api: Api) -> None:
+    """`experiments?limit=N` streams the newest N with the list's total, `jobs?limit=N` the
+    first N in queue order; the client's `paged` reads every page of a list."""
+    from dettui.client import Client
+    from tests.master.test_stream import connect
+
+    for _ in range(3):
+        await create(api)
+    inbox = await connect(api, "experiments?limit=2", "jobs?limit=2", "jobs?limit=x")
+    snap = await inbox.next("experiments?limit=2")
+    assert snap["order"] == ["3", "2"] and snap["total"] == 3
+    jobs = await inbox.next("jobs?limit=2")
+    assert [j["entityId"] for j in jobs["upsert"]] == ["1", "2"] and jobs["total"] == 3
+    await create(api)
+    diff = await inbox.next("experiments?limit=2")
+    assert diff["order"] == ["4", "3"] and diff["remove"] == ["2"] and diff["total"] == 4
+    assert (await inbox.next("jobs?limit=2"))["total"] == 4
+    async with Client(str(api.client.make_url("")).rstrip("/"), api.token) as client:
+        every = await client.paged("/api/v1/experiments", "experiments", page_size=3)
+        assert [e["id"] for e in every] == [1, 2, 3, 4]
+        jobs_read = await client.paged("/api/v1/job-queues-v2", "jobs", page_size=1)
+        assert [j["full"]["entityId"] for j in jobs_read] == ["1", "2", "3", "4"]

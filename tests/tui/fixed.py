@@ -72,9 +72,9 @@ class FixedClient:
                 "experiments": (EXPERIMENTS, "id"), "agents": (self.agents, "id"),
                 "experiment:1": (TRIALS, "id")}
         for topic in topics:
-            objs, key = data[topic]
+            objs, key = data[topic.partition("?")[0]]
             yield {"topic": topic, "kind": "snapshot", "upsert": objs, "remove": [],
-                   "order": [str(o[key]) for o in objs]}
+                   "order": [str(o[key]) for o in objs], "total": len(objs)}
         await asyncio.Event().wait()
 
     async def experiment(self, exp_id: int) -> dict[str, Any]:

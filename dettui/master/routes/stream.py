@@ -9,7 +9,10 @@ Protocol (JSON text frames):
   `jobs` (job objects of GET /api/v1/job-queues-v2, every pool; key `jobId`, queue order),
   `experiments` (GET /api/v1/experiments incl. archived; key `id` as a string, by id),
   `agents` (GET /api/v1/agents with telemetry; key `id`, by id),
-  `experiment:<id>` (GET /api/v1/experiments/<id>/trials; key trial `id` as a string, by id).
+  `experiment:<id>` (GET /api/v1/experiments/<id>/trials; key trial `id` as a string, by id);
+  windows of the long lists: `experiments?limit=N` (the newest N, by id descending) and
+  `jobs?limit=N` (the first N in queue order), whose messages also carry `total` (the whole
+  list's length).
 - server → client, per topic: first
   `{"topic", "kind": "snapshot", "upsert": [every object], "remove": [], "order": [keys]}`,
   then after each change `{"topic", "kind": "diff", "upsert": [new or changed objects only],
@@ -42,12 +45,14 @@ from typing import Any
 from aiohttp import WSCloseCode, WSMsgType, web
 
 from dettui.errors import DettuiError, InvalidArgument
-from dettui.master import keys
+from dettui.master import keys, serialize
 from dettui.master.middleware import require_user
 from dettui.master.openapi import op
 from dettui.master.routes import agents as agent_routes
 from dettui.master.routes import experiments as exp_routes
 from dettui.master.routes import jobs as job_routes
+from dettui.master.store import experiments as exp_store
+from dettui.master.store.page import Page
 
 log = logging.getLogger("dettui.master.stream")
 routes = web.RouteTableDef()
@@ -67,15 +72,45 @@ class Topic:
     # those of `keys` that exist, when `by_id`'s notifications name the keys that changed.
     read_some: Callable[[set[str]], Awaitable[Objects]] | None = None
     by_id: str | None = None
+    # A window of a long list (`experiments?limit=N`, `jobs?limit=N`): the list's length at
+    # the last read, sent with every message as `total`.
+    total: Callable[[], int] | None = None
 
 
 def _keyed(objs: list[dict[str, Any]], field: str) -> Objects:
     return [(str(o[field]), o) for o in objs]
 
 
+MAX_WINDOW = 100_000  # objects a windowed topic may ask for
+
+
+def _window(app: web.Application, name: str) -> Topic | None:
+    """`experiments?limit=N` (the newest N experiments) or `jobs?limit=N` (the first N jobs
+    in queue order): a page read with LIMIT, re-read whole on each change (O(N))."""
+    base, _, query = name.partition("?limit=")
+    if base not in ("experiments", "jobs") or not (query.isascii() and query.isdigit()) \
+            or not 0 < int(query) <= MAX_WINDOW:
+        return None
+    want = Page(0, int(query), desc=base == "experiments")
+    total = [0]
+
+    async def read() -> Objects:
+        if base == "jobs":
+            jobs, window = await job_routes.queue_page(app, want)
+            total[0] = window.total
+            return _keyed(jobs, "jobId")
+        exps, window = await app[keys.DB].run(exp_store.page, want)
+        total[0] = window.total
+        return _keyed([serialize.experiment(e) for e in exps], "id")
+    return Topic(read, ("jobs", "experiments") if base == "jobs" else ("experiments",),
+                 total=lambda: total[0])
+
+
 def topic(app: web.Application, name: str) -> Topic | None:
     """The topic called `name`, or None if there is no such topic."""
     db = app[keys.DB]
+    if "?" in name:
+        return _window(app, name)
     if name == "jobs":
         async def jobs() -> Objects:
             return _keyed(await job_routes.queue_jobs(app), "jobId")
@@ -120,6 +155,7 @@ class Feed:
         self.subscribers: set[Connection] = set()
         self.texts: dict[str, str] | None = None  # key -> the object's JSON, as last sent
         self.order: list[str] = []
+        self.sent_total: int | None = None
         self.task = asyncio.create_task(self._run(), name=f"dettui-feed-{name}")
 
     def join(self, conn: Connection) -> None:
@@ -136,7 +172,10 @@ class Feed:
     def _snapshot(self) -> str:
         assert self.texts is not None
         return _message(self.name, "snapshot", [self.texts[k] for k in self.order], [],
-                        self.order)
+                        self.order, self._total())
+
+    def _total(self) -> int | None:
+        return self.source.total() if self.source.total is not None else None
 
     async def _run(self) -> None:
         with self.app[keys.NOTIFIER].watching(*self.source.signals) as changes:
@@ -180,14 +219,17 @@ class Feed:
         order = [k for k, _ in objs]
         if self.texts is None:
             self.texts, self.order = texts, order
+            self.sent_total = self._total()
             self._broadcast(self._snapshot())
             return
         upsert = [texts[k] for k in order if self.texts.get(k) != texts[k]]
         remove = [k for k in self.texts if k not in texts]
         new_order = order if order != self.order else None
         self.texts, self.order = texts, order
-        if upsert or remove or new_order is not None:
-            self._broadcast(_message(self.name, "diff", upsert, remove, new_order))
+        total = self._total()
+        if upsert or remove or new_order is not None or total != self.sent_total:
+            self.sent_total = total
+            self._broadcast(_message(self.name, "diff", upsert, remove, new_order, total))
 
     def _apply_some(self, wanted: set[str], objs: Objects) -> None:
         assert self.texts is not None
@@ -284,10 +326,11 @@ class Connection:
 
 
 def _message(name: str, kind: str, upsert: list[str], remove: list[str],
-             order: list[str] | None) -> str:
+             order: list[str] | None, total: int | None = None) -> str:
     """The message text, reusing the objects' JSON already encoded for comparing."""
+    more = f',"total":{total}' if total is not None else ""
     return (f'{{"topic":{_encode(name)},"kind":"{kind}","upsert":[{",".join(upsert)}],'
-            f'"remove":{_encode(remove)},"order":{_encode(order)}}}')
+            f'"remove":{_encode(remove)},"order":{_encode(order)}{more}}}')
 
 
 def _request(data: str) -> dict[str, list[str]]:
