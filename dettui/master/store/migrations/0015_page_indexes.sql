@@ -6,5 +6,8 @@ CREATE INDEX experiments_state ON experiments(state, id);
 CREATE INDEX trials_state ON trials(state, experiment_id);
 CREATE INDEX checkpoints_experiment_time ON checkpoints(experiment_id, report_time, uuid);
 CREATE INDEX checkpoints_trial_time ON checkpoints(trial_id, report_time, uuid);
-CREATE INDEX metrics_trial_steps ON metrics(trial_id, steps_completed, id);
+CREATE INDEX metrics_trial_steps ON metrics(trial_id, archived, steps_completed, id);
+-- with `archived` in the key, skipping OFFSET rows and counting stay inside the index
+CREATE INDEX metrics_trial_live ON metrics(trial_id, grp, archived, steps_completed);
+DROP INDEX metrics_trial;
 DROP INDEX checkpoints_trial;
