@@ -1,0 +1,556 @@
+"""The master at lab scale (issue 13): a real `dettui serve --no-agent` on 127.0.0.1, driven by
+simulated agents speaking the real agent protocol, 10,000 experiments / 100,000 trials created
+over REST, 10 million metric rows, 10 dashboards on the push stream, and MLflow's tracking
+server side by side for metric ingest. Every figure is printed next to its target.
+
+    make bench-scale                      # the full size (about half an hour here)
+    .venv/bin/python bench/scale.py --quick   # a small run, a couple of minutes
+
+Phases, in order (what each measures is printed as it goes):
+ 1. a master with its own state and config dirs; an agent credential per simulated agent
+    (issued by the admin); the agents (`_scale_agents.py`, one process) register and run
+    every allocation they are given for a random few seconds, reporting metrics.
+ 2. experiments held by the agents for the ingest phase (`hold-*`), experiments with big
+    contexts (`--big-contexts`), then `--experiments` random searches of 10 trials, created
+    concurrently: the create rate per block. Meanwhile the agents' "exit -> next start"
+    (the scheduling pass, seen from outside) is collected; a few experiments are killed.
+ 3. the master stopped; `--metric-rows` rows written into its SQLite file (`_scale_seed.py`);
+    the master started again on that file (start-up time, agents re-register).
+ 4. `--dashboards` stream clients attached (`_scale_dash.py`); API p50/p99 per endpoint,
+    `dettui job list` / `dettui e list`, the dashboard's first paint; a change (an experiment's
+    description with a marker) timed to every dashboard.
+ 5. the agents frozen (heartbeats only): metric ingest over REST (batched, plain) against
+    MLflow's server (log_batch of 1,000, log_metric); the Core API one report at a time in
+    blocks; the trial with those rows read back.
+ 6. master RSS (peak, end) and the database's size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _scale_load import (  # noqa: E402
+    Api,
+    Ingest,
+    Timing,
+    context_files,
+    create_experiments,
+    ingest_rest,
+    percentiles,
+    time_command,
+    time_endpoint,
+)
+from _scale_procs import REPO, Master, Mlflow, Processes, free_port  # noqa: E402
+from _scale_report import Report, ms  # noqa: E402
+from _scale_seed import seed  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+MLFLOW_PY = REPO / ".venv-mlflow" / "bin" / "python"
+HOLDS = ("hold-batched", "hold-plain", "hold-single", "hold-core")
+
+
+@dataclass(frozen=True)
+class Sizes:
+    agents: int = 100
+    slots: int = 8
+    experiments: int = 10_000
+    trials: int = 10
+    metric_rows: int = 10_000_000
+    big_contexts: int = 2
+    big_context_mib: int = 90
+    dashboards: int = 10
+    marks: int = 50
+    samples: int = 50
+    ingest_metrics: int = 500_000
+    single_calls: int = 1000
+    core_rows: int = 1_000_000
+    core_block: int = 100_000
+    concurrency: int = 8
+    block: int = 1000
+    run: str = "5,30"
+
+
+QUICK = Sizes(agents=10, experiments=500, metric_rows=100_000, big_contexts=1,
+              big_context_mib=20, dashboards=10, marks=20, samples=20, ingest_metrics=50_000,
+              single_calls=200, core_rows=50_000, core_block=10_000, block=100, run="2,8")
+
+
+class Lines:
+    """A child's stdout, one JSON object per line, read by a thread."""
+
+    def __init__(self, proc: subprocess.Popen[str]) -> None:
+        self.proc = proc
+        self.items: list[dict[str, Any]] = []
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            with contextlib.suppress(json.JSONDecodeError):
+                self.items.append(json.loads(line))
+
+    def of(self, event: str) -> list[dict[str, Any]]:
+        return [i for i in self.items if i.get("event") == event]
+
+    async def wait(self, event: str, count: int = 1, timeout: float = 300) -> list[dict[str, Any]]:
+        deadline = time.monotonic() + timeout
+        while len(self.of(event)) < count:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"child exited {self.proc.returncode} waiting for {event}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"timed out waiting for {count} {event!r} events")
+            await asyncio.sleep(0.05)
+        return self.of(event)
+
+    def send(self, command: str) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(command + "\n")
+        self.proc.stdin.flush()
+
+
+class Bench:
+    def __init__(self, sizes: Sizes, args: argparse.Namespace, tmp: Path) -> None:
+        self.sizes = sizes
+        self.args = args
+        self.tmp = tmp
+        self.procs = Processes()
+        self.master = Master(self.procs, tmp / "state", tmp / "config", free_port(),
+                             profile=args.profile_master)
+        self.report = Report(f"dettui at scale: {sizes.agents} agents x {sizes.slots} slots, "
+                             f"{sizes.experiments:,} experiments x {sizes.trials} trials, "
+                             f"{sizes.metric_rows:,} metric rows, {sizes.dashboards} dashboards")
+        self.user_token = ""
+        self.agents: Lines | None = None
+        self.held: dict[str, dict[str, Any]] = {}
+        self.exp_ids: list[int] = []
+        self.agent_stats: list[dict[str, Any]] = []
+
+    # --- set-up ----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.master.state_dir.mkdir(parents=True)
+        self.master.config_dir.mkdir(parents=True)
+        self.master.start()
+        admin = self.master.login("admin")
+        self.user_token = self.master.login("determined")
+        tokens = [self.master.call("POST", "/api/v1/agent-credentials",
+                                   {"description": f"scale sim {i}"}, admin)["token"]
+                  for i in range(self.sizes.agents)]
+        (self.tmp / "agent-tokens.json").write_text(json.dumps(tokens))
+        subprocess.run([sys.executable, "-m", "dettui.cli", "user", "login", "determined",
+                        "--password", ""], env=self.master.env(), check=True,
+                       capture_output=True)
+
+    async def start_agents(self) -> None:
+        s = self.sizes
+        proc = self.procs.popen(
+            [sys.executable, str(HERE / "_scale_agents.py"), self.master.url,
+             str(self.tmp / "agent-tokens.json"), "--agents", str(s.agents), "--slots",
+             str(s.slots), "--run", s.run], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=open(self.tmp / "agents.log", "w"), text=True, cwd=REPO)  # noqa: SIM115
+        self.agents = Lines(proc)
+        await self.agents.wait("ready", timeout=120)
+
+    async def collect_agent_stats(self) -> dict[str, Any]:
+        assert self.agents is not None
+        before = len(self.agents.of("stats"))
+        self.agents.send("stats")
+        stats = (await self.agents.wait("stats", before + 1, timeout=60))[-1]
+        self.agent_stats.append(stats)
+        return stats
+
+    # --- phase 2: creation -----------------------------------------------------------------
+
+    async def create(self, api: Api) -> None:
+        s, r = self.sizes, self.report
+        print(f"\n[2] creating {s.experiments:,} experiments x {s.trials} trials "
+              f"({s.concurrency} requests in flight)", flush=True)
+        hold = await create_experiments(api, list(HOLDS), 1, 4)
+        if hold.failures:
+            raise RuntimeError(f"cannot create the held experiments: {hold.failures[:2]}")
+        assert self.agents is not None
+        for event in await self.agents.wait("held", len(HOLDS), timeout=120):
+            self.held[event["name"]] = event
+        if s.big_contexts:
+            big = await create_experiments(
+                api, [f"bigctx-{i}" for i in range(s.big_contexts)], s.trials, 1,
+                context_files(s.big_context_mib * 2**20))
+            r.add("create", f"{s.big_contexts} experiment(s) with a {s.big_context_mib} MiB "
+                  "context", f"{big.seconds / s.big_contexts:.1f} s each"
+                  + (f", {len(big.failures)} failed: {big.failures[0][:200]}"
+                     if big.failures else ""))
+        await self.collect_agent_stats()  # start the scheduling gaps afresh
+        names = [f"scale-{i}" for i in range(s.experiments)]
+        created = await create_experiments(api, names, s.trials, s.concurrency)
+        self.exp_ids = sorted(created.ids)
+        rates = created.block_rates(s.block)
+        overall = len(created.ids) / created.seconds
+        r.add("create", f"experiments created ({s.trials} trials each)",
+              f"{len(created.ids):,} in {created.seconds:.1f} s = {overall:.0f}/s",
+              "≥ 500/s sustained", overall >= 500 and min(rates, default=0) >= 500)
+        r.add("create", f"rate per block of {s.block:,} (first .. last)",
+              " ".join(f"{x:.0f}" for x in rates) + " /s")
+        if created.failures:
+            r.add("create", "creation failures", f"{len(created.failures)}: "
+                  f"{created.failures[0][:200]}", "0", False)
+        stats = await self.collect_agent_stats()
+        self.report_agents("during creation", stats)
+
+    def report_agents(self, when: str, stats: dict[str, Any]) -> None:
+        gap50, gap99 = percentiles(stats["gaps_ms"])
+        hb50, hb99 = percentiles(stats["heartbeat_ms"])
+        ex50, ex99 = percentiles(stats["exit_ms"])
+        self.report.add("scheduling", f"exit -> next start {when} (p50 / p99, n)",
+                        f"{gap50:.0f} / {gap99:.0f} ms, {len(stats['gaps_ms'])}")
+        self.report.add("scheduling", f"agent requests {when}: heartbeat, exit report "
+                        "(p50 / p99)", f"{hb50:.0f} / {hb99:.0f} ms, {ex50:.0f} / {ex99:.0f} ms")
+        self.report.add("scheduling", f"allocations {when}: started, exited, killed; failed "
+                        "agent requests (incl. while the master was down)",
+                        f"{stats['started']}, {stats['exited']}, {stats['killed']}; "
+                        f"{stats['errors']}")
+
+    async def kill_some(self, api: Api) -> None:
+        """Kill a few experiments that have running trials: the agents must see the kills."""
+        _, jobs = await api.call("GET", "/api/v1/job-queues-v2", params={"limit": "200"})
+        running = [j["full"] for j in jobs["jobs"] if j["full"]["allocatedSlots"] > 0
+                   and str(j["full"]["name"]).startswith("scale-")]
+        for job in running[:3]:
+            await api.call("POST", f"/api/v1/experiments/{job['entityId']}/kill")
+        await asyncio.sleep(3)
+        stats = await self.collect_agent_stats()
+        self.report.add("scheduling", f"kills: {len(running[:3])} experiments killed",
+                        f"{stats['killed']} allocations ended as killed by their agents")
+
+    # --- phase 3: metric rows --------------------------------------------------------------
+
+    async def seed_metrics(self) -> None:
+        s, r = self.sizes, self.report
+        print(f"\n[3] stopping the master; seeding {s.metric_rows:,} metric rows", flush=True)
+        self.rss_before_restart = self.master.rss
+        self.master.stop()
+        done = await asyncio.to_thread(seed, self.master.state_dir / "master.db", s.metric_rows)
+        r.add("metric rows", "seeded into SQLite (master stopped)",
+              f"{done['rows']:,.0f} rows over {done['trials']:,.0f} trials in "
+              f"{done['seconds']:.0f} s ({done['rate']:,.0f} rows/s)")
+        seconds = self.master.start()
+        r.add("metric rows", "master start-up on that database", f"{seconds:.1f} s")
+        t0 = time.monotonic()
+        while True:
+            _, agents = await asyncio.to_thread(
+                lambda: (0, self.master.call("GET", "/api/v1/agents", token=self.user_token)))
+            if len(agents["agents"]) >= s.agents or time.monotonic() - t0 > 120:
+                break
+            await asyncio.sleep(0.5)
+        r.add("metric rows", "agents registered again after the restart",
+              f"{len(agents['agents'])} of {s.agents} in {time.monotonic() - t0:.1f} s")
+
+    # --- phase 4: reads, stream ------------------------------------------------------------
+
+    async def reads(self, api: Api) -> None:
+        s = self.sizes
+        print(f"\n[4] API under load ({s.agents} agents, {s.dashboards} dashboards)", flush=True)
+        _, first = await api.call("GET", "/api/v1/experiments", params={"limit": "1"})
+        total = int(first.get("pagination", {}).get("total") or len(self.exp_ids))
+        page = 100
+        exp_id = self.exp_ids[len(self.exp_ids) // 2]
+        _, trials = await api.call("GET", f"/api/v1/experiments/{exp_id}/trials")
+        trial_id = int(trials["trials"][0]["id"])
+        endpoints: list[tuple[str, str, dict[str, str] | None]] = [
+            ("experiments, first page", "/api/v1/experiments",
+             {"offset": "0", "limit": str(page)}),
+            ("experiments, middle page", "/api/v1/experiments",
+             {"offset": str(total // 2), "limit": str(page)}),
+            ("experiments, last page", "/api/v1/experiments",
+             {"offset": str(max(total - page, 0)), "limit": str(page)}),
+            ("job queue, first page", "/api/v1/job-queues-v2", {"offset": "0", "limit": "100"}),
+            ("job queue, whole", "/api/v1/job-queues-v2", None),
+            ("an experiment's trials", f"/api/v1/experiments/{exp_id}/trials", None),
+            (f"a trial's metrics ({s.metric_rows // max(total * s.trials, 1)} rows)",
+             f"/api/v1/trials/{trial_id}/metrics", None),
+            ("agents", "/api/v1/agents", None),
+        ]
+        for name, path, params in endpoints:
+            t = await time_endpoint(api, name, path, params, s.samples, budget=60)
+            self.endpoint(t, "list" in name or "page" in name)
+        env = self.master.env()
+        for name, cmd in (("dettui --version (start-up floor)", ["--version"]),
+                          ("dettui job list", ["job", "list"]), ("dettui e list", ["e", "list"])):
+            t = await asyncio.to_thread(time_command, name,
+                                        [sys.executable, "-m", "dettui.cli", *cmd], env,
+                                        max(s.samples // 10, 3))
+            self.endpoint(t, name == "dettui job list", target=0.5)
+        self.report.add("API", "dettui e list has no target of its own; the issue measured "
+                        "2.65 s at 2,001 jobs", "")
+        await self.paint(api)
+
+    def endpoint(self, t: Timing, paged: bool, target: float = 0.05) -> None:
+        what = f"{t.name} ({t.bytes / 1024:,.0f} KiB)"
+        if t.error:
+            self.report.add("API", what, f"FAILED: {t.error}", "", False)
+            return
+        value = f"{ms(t.p50)} / {ms(t.p99)} (n={len(t.times)})"
+        if paged:
+            self.report.add("API", what, value, f"p99 ≤ {ms(target)}", t.p99 <= target)
+        else:
+            self.report.add("API", what, value)
+
+    async def paint(self, api: Api) -> None:
+        _, queue = await api.call("GET", "/api/v1/job-queues-v2")
+        jobs = len(queue.get("jobs", []))
+        done = await asyncio.to_thread(
+            subprocess.run, [sys.executable, str(HERE / "_scale_paint.py"), self.master.url,
+                             str(jobs), "180"], env=self.master.env(), capture_output=True,
+            text=True, cwd=REPO)
+        try:
+            result = json.loads(done.stdout.strip().splitlines()[-1])
+        except (IndexError, json.JSONDecodeError):
+            result = {"error": done.stderr.strip()[-300:]}
+        if "seconds" in result:
+            self.report.add("API", f"dashboard first full paint ({jobs:,} jobs)",
+                            f"{result['seconds'] * 1000:.0f} ms", "≤ 500 ms",
+                            result["seconds"] <= 0.5)
+        else:
+            self.report.add("API", f"dashboard first full paint ({jobs:,} jobs)",
+                            f"FAILED: {result.get('error')}", "≤ 500 ms", False)
+
+    async def stream(self, api: Api) -> None:
+        s, r = self.sizes, self.report
+        watched = random.Random(1).sample(self.exp_ids, min(s.dashboards, len(self.exp_ids)))
+        t0 = time.monotonic()
+        proc = self.procs.popen(
+            [sys.executable, str(HERE / "_scale_dash.py"), self.master.url, self.user_token,
+             *map(str, watched)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+            cwd=REPO)
+        dash = Lines(proc)
+        ready = (await dash.wait("ready", timeout=300))[0]
+        r.add("stream", f"{s.dashboards} dashboards attached, 4 snapshots each",
+              f"{time.monotonic() - t0:.1f} s, {ready['bytes'] / 2**20:.1f} MiB received")
+        await self.reads(api)
+        print(f"\n[4] stream: {s.marks} changes to {s.dashboards} dashboards", flush=True)
+        sent: dict[int, float] = {}
+        for n in range(s.marks):
+            exp_id = random.choice(self.exp_ids)
+            sent[n] = time.monotonic()
+            await api.call("PATCH", f"/api/v1/experiments/{exp_id}",
+                           {"description": f"scale-mark-{n}"})
+            await asyncio.sleep(0.25)
+        with contextlib.suppress(RuntimeError):
+            await dash.wait("mark", s.marks * len(watched), timeout=30)
+        assert proc.stdin is not None
+        proc.stdin.close()
+        with contextlib.suppress(RuntimeError):
+            await dash.wait("done", timeout=30)
+        arrivals = {(m["mark"], m["client"]): m["t"] for m in dash.of("mark")}
+        latencies = [t - sent[mark] for (mark, _), t in arrivals.items() if mark in sent]
+        missing = s.marks * len(watched) - len(latencies)
+        p50, p99 = percentiles(latencies)
+        r.add("stream", f"change -> diff at each dashboard (p50 / p99, n={len(latencies)})",
+              f"{ms(p50)} / {ms(p99)}" + (f", {missing} never arrived" if missing else ""),
+              "p99 ≤ 100 ms", p99 <= 0.1 and not missing)
+        done = dash.of("done")
+        if done:
+            r.add("stream", "dashboards received in all", f"{done[0]['messages']:,} messages, "
+                  f"{done[0]['bytes'] / 2**20:.1f} MiB, {done[0]['disconnects']} disconnects")
+        self.procs.stop(proc)
+        stats = await self.collect_agent_stats()
+        self.report_agents("under reads", stats)
+
+    # --- phase 5: ingest -------------------------------------------------------------------
+
+    async def ingest(self, api: Api) -> None:
+        s, r = self.sizes, self.report
+        assert self.agents is not None
+        self.agents.send("freeze")
+        print("\n[5] metric ingest: dettui vs MLflow (agents frozen: heartbeats only)",
+              flush=True)
+        mlflow = Mlflow(self.procs, MLFLOW_PY, self.tmp / "mlflow", free_port())
+        version = await asyncio.to_thread(mlflow.start)
+        try:
+            ours = [
+                await ingest_rest(api, self.held["hold-batched"],
+                                  "dettui /metrics/batch, 10 reports x 100 metrics a request",
+                                  s.ingest_metrics, 100, 10),
+                await ingest_rest(api, self.held["hold-plain"],
+                                  "dettui /metrics, 1 report of 100 metrics a request",
+                                  s.ingest_metrics // 5, 100, 1),
+                await ingest_rest(api, self.held["hold-single"],
+                                  "dettui /metrics, 1 metric a request",
+                                  s.single_calls, 1, 1),
+            ]
+            done = await asyncio.to_thread(
+                subprocess.run, [str(MLFLOW_PY), str(HERE / "_scale_mlflow_worker.py"),
+                                 mlflow.url, str(s.ingest_metrics), str(s.single_calls)],
+                capture_output=True, text=True, check=True)
+        finally:
+            mlflow.stop()
+        theirs = json.loads(done.stdout.strip().splitlines()[-1])
+        for i in ours:
+            self.ingest_row(i)
+        batched = Ingest(f"MLflow {version} log_batch, 1,000 metrics a call",
+                         theirs["batched"]["metrics"], theirs["batched"]["calls"],
+                         theirs["batched"]["seconds"])
+        single = Ingest(f"MLflow {version} log_metric, 1 metric a call",
+                        theirs["single"]["metrics"], theirs["single"]["calls"],
+                        theirs["single"]["seconds"])
+        self.ingest_row(batched)
+        self.ingest_row(single)
+        ratio = ours[0].rate / batched.rate
+        r.add("ingest", "ratio dettui batched / MLflow log_batch", f"{ratio:.1f}x", "≥ 10x",
+              ratio >= 10)
+        r.add("ingest", "ratio dettui plain (100 metrics) / MLflow log_batch",
+              f"{ours[1].rate / batched.rate:.1f}x")
+        r.add("ingest", "ratio dettui 1 metric / MLflow log_metric (one at a time)",
+              f"{ours[2].rate / single.rate:.1f}x")
+        await self.core_reports()
+
+    def ingest_row(self, i: Ingest) -> None:
+        self.report.add("ingest", i.name, f"{i.rate:,.0f} metrics/s ({i.metrics:,} in "
+                        f"{i.seconds:.1f} s, {i.requests / i.seconds:,.0f} requests/s)")
+
+    async def core_reports(self) -> None:
+        s, r = self.sizes, self.report
+        held = self.held["hold-core"]
+        env = {**os.environ, **held["env"]}
+        proc = self.procs.popen(
+            [sys.executable, str(HERE / "_scale_core_worker.py"), str(s.core_rows),
+             str(s.core_block)], stdout=subprocess.PIPE, text=True, env=env, cwd=REPO)
+        lines = Lines(proc)
+        await asyncio.to_thread(proc.wait)
+        blocks = [b for b in lines.items if "block" in b]
+        flush = next((b["flush"] for b in lines.items if "flush" in b), float("nan"))
+        if proc.returncode != 0 or not blocks:
+            r.add("ingest", "Core API one at a time", f"FAILED (exit {proc.returncode})", "",
+                  False)
+            return
+        rates = [b["rows"] / b["seconds"] for b in blocks]
+        r.add("ingest", f"Core API report_training_metrics one at a time, per block of "
+              f"{s.core_block:,}", " ".join(f"{x:,.0f}" for x in rates) + " reports/s")
+        decline = rates[-1] / rates[0]
+        r.add("ingest", f"Core API: last block / first block ({len(blocks) * s.core_block:,} "
+              f"rows; flush at close {flush:.1f} s)", f"{decline:.2f}",
+              "no decline (≥ 0.8)", decline >= 0.8)
+        self.core_trial = int(held["trial_id"])
+
+    async def big_trial(self, api: Api) -> None:
+        """The Core API's trial read back whole, once (GET /api/v1/trials/{id}/metrics)."""
+        name = f"a trial's metrics ({self.sizes.core_rows:,} rows, once)"
+        try:
+            seconds, answer = await api.call(
+                "GET", f"/api/v1/trials/{self.core_trial}/metrics", timeout=300)
+        except (RuntimeError, TimeoutError, OSError) as exc:
+            self.report.add("API", name, f"FAILED: {type(exc).__name__}: {exc}"[:300])
+            return
+        self.report.add("API", name, f"{ms(seconds)}, {len(answer['metrics']):,} reports")
+
+    # --- phase 6: memory, disk -------------------------------------------------------------
+
+    def footprint(self) -> None:
+        r = self.report
+        rss = self.master.rss
+        assert rss is not None
+        rss.sample()
+        before = getattr(self, "rss_before_restart", None)
+        peak = max(rss.peak, before.peak if before else 0)
+        r.add("memory", "master RSS at the end", f"{rss.last / 2**20:,.0f} MB "
+              f"(with its workers {rss.tree_last / 2**20:,.0f} MB)", "≤ 500 MB",
+              rss.last <= 500 * 2**20)
+        r.add("memory", "master RSS peak (both runs of the master)",
+              f"{peak / 2**20:,.0f} MB (with workers {rss.tree_peak / 2**20:,.0f} MB)",
+              "≤ 500 MB", peak <= 500 * 2**20)
+        sizes = self.master.db_bytes()
+        r.add("memory", "database size",
+              ", ".join(f"{k} {v / 2**20:,.0f} MiB" for k, v in sizes.items()))
+
+    async def run(self) -> None:
+        print(f"[1] master on {self.master.url}, {self.sizes.agents} simulated agents", flush=True)
+        await asyncio.to_thread(self.start)
+        await self.start_agents()
+        api = Api(self.master.url, self.user_token)
+        try:
+            await self.create(api)
+            await self.kill_some(api)
+        finally:
+            await api.close()
+        await self.seed_metrics()
+        api = Api(self.master.url, self.user_token)
+        try:
+            await self.stream(api)
+            if self.args.no_mlflow:
+                self.report.note("MLflow comparison skipped (--no-mlflow)")
+            else:
+                await self.ingest(api)
+                await self.big_trial(api)
+        finally:
+            await api.close()
+        self.footprint()
+
+
+def parse() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="a small run (a couple of minutes)")
+    for name, value in vars(Sizes()).items():
+        p.add_argument(f"--{name.replace('_', '-')}", type=type(value), default=None,
+                       help=f"(default {value:,}; --quick {getattr(QUICK, name):,})"
+                       if isinstance(value, int) else f"(default {value})")
+    p.add_argument("--no-mlflow", action="store_true", help="skip the MLflow comparison")
+    p.add_argument("--profile-master", type=Path, metavar="PREFIX",
+                   help="run the master under cProfile, writing PREFIX.1 and PREFIX.2")
+    p.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    p.add_argument("--out", type=Path, help="also write the report to this file")
+    return p.parse_args()
+
+
+def main() -> None:
+    args = parse()
+    base = QUICK if args.quick else Sizes()
+    sizes = Sizes(**{k: getattr(args, k) if getattr(args, k) is not None else v
+                     for k, v in vars(base).items()})
+    if not args.no_mlflow and not MLFLOW_PY.exists():
+        sys.exit(f"{MLFLOW_PY} is missing: `make bench-scale` creates it (or pass --no-mlflow)")
+    tmp = Path(tempfile.mkdtemp(prefix="dettui-scale-"))
+    bench = Bench(sizes, args, tmp)
+    t0 = time.perf_counter()
+    load = os.getloadavg()
+    try:
+        asyncio.run(bench.run())
+    except KeyboardInterrupt:
+        print("\ninterrupted; stopping everything this run started", file=sys.stderr)
+    except Exception as exc:
+        bench.report.note(f"the run stopped: {type(exc).__name__}: {exc}")
+        raise
+    finally:
+        bench.master.stop()
+        bench.procs.stop_all()
+        bench.report.note(f"command: {' '.join(['bench/scale.py', *sys.argv[1:]])}; "
+                          f"{time.perf_counter() - t0:.0f} s; load average at the start "
+                          f"{load[0]:.2f}, at the end {os.getloadavg()[0]:.2f} "
+                          f"({os.cpu_count()} cores)")
+        if bench.report.rows:
+            print("\n" + bench.report.text())
+            if args.out:
+                args.out.write_text(bench.report.text() + "\n")
+        if args.keep:
+            print(f"kept {tmp}")
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
