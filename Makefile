@@ -9,7 +9,7 @@ DET_STAMP := $(DET_VENV)/.installed-stamp
 # pyproject keeps a range (torch>=2.3) for real users.
 TORCH_PIN := torch==2.13.0
 
-.PHONY: run serve test test-fast lint bench bench-search clean
+.PHONY: run serve test test-fast lint bench bench-search bench-scale clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -58,5 +58,19 @@ $(BENCH_STAMP): pyproject.toml
 bench-search: $(BENCH_STAMP)
 	$(BENCH_VENV)/bin/python bench/search_throughput.py
 
+# MLflow's tracking server only for the ingest comparison, in its own venv like Ray Tune.
+MLFLOW_VENV := .venv-mlflow
+MLFLOW_STAMP := $(MLFLOW_VENV)/.installed-stamp
+MLFLOW_PIN := mlflow==3.17.2
+
+$(MLFLOW_STAMP):
+	test -x $(MLFLOW_VENV)/bin/python || $(PYTHON) -m venv $(MLFLOW_VENV)
+	$(MLFLOW_VENV)/bin/python -m pip install -q $(MLFLOW_PIN)
+	touch $(MLFLOW_STAMP)
+
+# The master at lab scale (issue 13); SCALE_ARGS=--quick for a small run.
+bench-scale: $(STAMP) $(MLFLOW_STAMP)
+	$(PY) bench/scale.py $(SCALE_ARGS)
+
 clean:
-	rm -rf $(VENV) $(DET_VENV) $(BENCH_VENV)
+	rm -rf $(VENV) $(DET_VENV) $(BENCH_VENV) $(MLFLOW_VENV)

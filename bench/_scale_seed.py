@@ -4,7 +4,8 @@ Ten million reports through the API would take hours on this machine (and the AP
 measured on its own); written in bulk with one `executemany` per chunk of 200,000 rows, with
 `synchronous=OFF` while the master is stopped, they take minutes. The rows are what the API
 would have stored for training reports (`metrics` table: one row per report, `avgMetrics` as
-JSON, `archived` 0), spread evenly over the trials that exist, `training` every 100 steps and a
+JSON, `archived` 0), spread evenly over the trials that exist (but those the ingest phase
+reports to), `training` every 100 steps and a
 `validation` row every tenth; the master is then started again on that file.
 """
 
@@ -39,8 +40,9 @@ def seed(db_path: Path, rows: int, progress: bool = True) -> dict[str, float]:
     try:
         conn.execute("PRAGMA synchronous=OFF")
         conn.execute("PRAGMA cache_size=-512000")  # 500 MB of page cache for the index
-        trials = [(int(t), max(int(r), 1)) for t, r in
-                  conn.execute("SELECT id, run_id FROM trials ORDER BY id")]
+        trials = [(int(t), max(int(r), 1)) for t, r in conn.execute(
+            "SELECT t.id, t.run_id FROM trials t JOIN experiments e ON e.id = t.experiment_id "
+            "WHERE e.name NOT LIKE 'hold-%' ORDER BY t.id")]
         if not trials:
             raise RuntimeError("no trials to seed metrics for")
         start = time.perf_counter()

@@ -380,20 +380,31 @@ class Bench:
         self.agents.send("freeze")
         print("\n[5] metric ingest: dettui vs MLflow (agents frozen: heartbeats only)",
               flush=True)
+        ours = [
+            await ingest_rest(api, self.held["hold-batched"],
+                              "dettui /metrics/batch, 10 reports x 100 metrics a request",
+                              s.ingest_metrics, 100, 10),
+            await ingest_rest(api, self.held["hold-plain"],
+                              "dettui /metrics, 1 report of 100 metrics a request",
+                              s.ingest_metrics // 5, 100, 1),
+            await ingest_rest(api, self.held["hold-single"],
+                              "dettui /metrics, 1 metric a request", s.single_calls, 1, 1),
+        ]
+        for i in ours:
+            self.ingest_row(i)
+        if self.args.no_mlflow:
+            r.note("MLflow comparison skipped (--no-mlflow)")
+        else:
+            await self.mlflow(ours)
+        await self.core_reports()
+
+    async def mlflow(self, ours: list[Ingest]) -> None:
+        """The same loads against MLflow's server, started only now (its start-up must not
+        load the machine while dettui is measured)."""
+        s, r = self.sizes, self.report
         mlflow = Mlflow(self.procs, MLFLOW_PY, self.tmp / "mlflow", free_port())
-        version = await asyncio.to_thread(mlflow.start)
         try:
-            ours = [
-                await ingest_rest(api, self.held["hold-batched"],
-                                  "dettui /metrics/batch, 10 reports x 100 metrics a request",
-                                  s.ingest_metrics, 100, 10),
-                await ingest_rest(api, self.held["hold-plain"],
-                                  "dettui /metrics, 1 report of 100 metrics a request",
-                                  s.ingest_metrics // 5, 100, 1),
-                await ingest_rest(api, self.held["hold-single"],
-                                  "dettui /metrics, 1 metric a request",
-                                  s.single_calls, 1, 1),
-            ]
+            version = await asyncio.to_thread(mlflow.start)
             done = await asyncio.to_thread(
                 subprocess.run, [str(MLFLOW_PY), str(HERE / "_scale_mlflow_worker.py"),
                                  mlflow.url, str(s.ingest_metrics), str(s.single_calls)],
@@ -401,8 +412,6 @@ class Bench:
         finally:
             mlflow.stop()
         theirs = json.loads(done.stdout.strip().splitlines()[-1])
-        for i in ours:
-            self.ingest_row(i)
         batched = Ingest(f"MLflow {version} log_batch, 1,000 metrics a call",
                          theirs["batched"]["metrics"], theirs["batched"]["calls"],
                          theirs["batched"]["seconds"])
@@ -418,7 +427,6 @@ class Bench:
               f"{ours[1].rate / batched.rate:.1f}x")
         r.add("ingest", "ratio dettui 1 metric / MLflow log_metric (one at a time)",
               f"{ours[2].rate / single.rate:.1f}x")
-        await self.core_reports()
 
     def ingest_row(self, i: Ingest) -> None:
         self.report.add("ingest", i.name, f"{i.rate:,.0f} metrics/s ({i.metrics:,} in "
@@ -430,14 +438,17 @@ class Bench:
         env = {**os.environ, **held["env"]}
         proc = self.procs.popen(
             [sys.executable, str(HERE / "_scale_core_worker.py"), str(s.core_rows),
-             str(s.core_block)], stdout=subprocess.PIPE, text=True, env=env, cwd=REPO)
+             str(s.core_block)], stdout=subprocess.PIPE, text=True, env=env, cwd=REPO,
+            stderr=open(self.tmp / "core.log", "w"))  # noqa: SIM115 - closed with it
         lines = Lines(proc)
         await asyncio.to_thread(proc.wait)
         blocks = [b for b in lines.items if "block" in b]
         flush = next((b["flush"] for b in lines.items if "flush" in b), float("nan"))
+        self.core_trial = int(held["trial_id"])
         if proc.returncode != 0 or not blocks:
-            r.add("ingest", "Core API one at a time", f"FAILED (exit {proc.returncode})", "",
-                  False)
+            why = (self.tmp / "core.log").read_text().strip().splitlines()[-1:]
+            r.add("ingest", "Core API one at a time",
+                  f"FAILED (exit {proc.returncode}): {''.join(why)[:300]}", "no decline", False)
             return
         rates = [b["rows"] / b["seconds"] for b in blocks]
         r.add("ingest", f"Core API report_training_metrics one at a time, per block of "
@@ -446,7 +457,6 @@ class Bench:
         r.add("ingest", f"Core API: last block / first block ({len(blocks) * s.core_block:,} "
               f"rows; flush at close {flush:.1f} s)", f"{decline:.2f}",
               "no decline (≥ 0.8)", decline >= 0.8)
-        self.core_trial = int(held["trial_id"])
 
     async def big_trial(self, api: Api) -> None:
         """The Core API's trial read back whole, once (GET /api/v1/trials/{id}/metrics)."""
@@ -492,11 +502,8 @@ class Bench:
         api = Api(self.master.url, self.user_token)
         try:
             await self.stream(api)
-            if self.args.no_mlflow:
-                self.report.note("MLflow comparison skipped (--no-mlflow)")
-            else:
-                await self.ingest(api)
-                await self.big_trial(api)
+            await self.ingest(api)
+            await self.big_trial(api)
         finally:
             await api.close()
         self.footprint()
