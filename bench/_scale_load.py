@@ -94,14 +94,19 @@ class Created:
 
 
 async def create_experiments(api: Api, names: list[str], trials: int, concurrency: int,
-                             files: list[dict[str, Any]] | None = None) -> Created:
-    """Create experiments named `names` with `concurrency` requests in flight."""
+                             files: list[dict[str, Any]] | None = None,
+                             budget: float = float("inf")) -> Created:
+    """Create experiments named `names` with `concurrency` requests in flight; no new request
+    after `budget` seconds (`Created.ids` tells how many were made)."""
     out = Created()
     files_json = json.dumps(files if files is not None else context_files())
     todo = iter(names)
+    deadline = time.perf_counter() + budget
 
     async def worker() -> None:
         for name in todo:
+            if time.perf_counter() > deadline:
+                return
             body = ('{"activate": true, "config": ' + json.dumps(experiment_config(name, trials))
                     + ', "modelDefinition": ' + files_json + "}")
             try:
