@@ -50,6 +50,8 @@ from dettui.protocol import (
 )
 
 POLL_SECONDS = 30.0
+COUNTERS = ("started", "exited", "killed", "reports", "report_errors", "heartbeats", "errors",
+            "registrations")
 HOLD_PREFIX = "hold-"
 
 
@@ -79,6 +81,7 @@ class Fleet:
     exit_ms: list[float] = field(default_factory=list)
     gaps_ms: list[float] = field(default_factory=list)  # exit acknowledged -> next start
     freed: collections.deque[float] = field(default_factory=collections.deque)
+    reported: dict[str, int] = field(default_factory=dict)  # the counters at the last stats()
 
     def start_seen(self) -> None:
         self.started += 1
@@ -86,9 +89,9 @@ class Fleet:
             self.gaps_ms.append((time.monotonic() - self.freed.popleft()) * 1000)
 
     def stats(self) -> dict[str, Any]:
-        out = {k: getattr(self, k) for k in ("started", "exited", "killed", "reports",
-                                             "report_errors", "heartbeats", "errors",
-                                             "registrations")}
+        """Everything since the last call: counts and the request times."""
+        out = {k: getattr(self, k) - self.reported.get(k, 0) for k in COUNTERS}
+        self.reported = {k: getattr(self, k) for k in COUNTERS}
         out.update(heartbeat_ms=self.heartbeat_ms, exit_ms=self.exit_ms, gaps_ms=self.gaps_ms)
         self.heartbeat_ms, self.exit_ms, self.gaps_ms = [], [], []
         return out

@@ -227,7 +227,7 @@ class Bench:
         self.report.add("scheduling", f"agent requests {when}: heartbeat, exit report "
                         "(p50 / p99)", f"{hb50:.0f} / {hb99:.0f} ms, {ex50:.0f} / {ex99:.0f} ms")
         self.report.add("scheduling", f"allocations {when}: started, exited, killed; failed "
-                        "agent requests (incl. while the master was down)",
+                        "agent requests",
                         f"{stats['started']}, {stats['exited']}, {stats['killed']}; "
                         f"{stats['errors']}")
 
@@ -476,7 +476,7 @@ class Bench:
 
     async def big_trial(self, api: Api) -> None:
         """The Core API's trial read back whole, once (GET /api/v1/trials/{id}/metrics)."""
-        name = f"a trial's metrics ({self.sizes.core_rows:,} rows, once)"
+        name = "the Core API's trial: all its metrics, read once"
         assert self.master.rss is not None
         self.master.rss.sample()
         self.peak_before_big_read = self.master.rss.peak
