@@ -33,6 +33,7 @@ import contextlib
 import json
 import os
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -507,6 +508,10 @@ class Bench:
         r.add("memory", "master RSS peak (both runs of the master)",
               f"{peak / 2**20:,.0f} MB (with workers {rss.tree_peak / 2**20:,.0f} MB)",
               "≤ 500 MB", peak <= 500 * 2**20)
+        stalls = [float(m) for log in sorted(self.tmp.glob("serve-*.log"))
+                  for m in re.findall(r"the master was stalled for ([\d.]+) s", log.read_text())]
+        r.add("memory", "event-loop stalls the master logged (count, longest, total)",
+              f"{len(stalls)}, {max(stalls, default=0):.1f} s, {sum(stalls):.0f} s")
         sizes = self.master.db_bytes()
         r.add("memory", "database size",
               ", ".join(f"{k} {v / 2**20:,.0f} MiB" for k, v in sizes.items()))
