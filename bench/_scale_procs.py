@@ -8,6 +8,7 @@ groups of children this benchmark started itself.
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import contextlib
 import json
@@ -227,3 +228,37 @@ class Mlflow:
         if self.proc is not None:
             self.procs.stop(self.proc, grace=10.0)
             self.proc = None
+
+
+class Lines:
+    """A child's stdout, one JSON object per line, read by a thread."""
+
+    def __init__(self, proc: subprocess.Popen[str]) -> None:
+        self.proc = proc
+        self.items: list[dict[str, Any]] = []
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            with contextlib.suppress(json.JSONDecodeError):
+                self.items.append(json.loads(line))
+
+    def of(self, event: str) -> list[dict[str, Any]]:
+        return [i for i in self.items if i.get("event") == event]
+
+    async def wait(self, event: str, count: int = 1, timeout: float = 300) -> list[dict[str, Any]]:
+        deadline = time.monotonic() + timeout
+        while len(self.of(event)) < count:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"child exited {self.proc.returncode} waiting for {event}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"timed out waiting for {count} {event!r} events")
+            await asyncio.sleep(0.05)
+        return self.of(event)
+
+    def send(self, command: str) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(command + "\n")
+        self.proc.stdin.flush()

@@ -38,7 +38,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,23 +45,21 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _scale_ingest import MLFLOW_PY, IngestPhase  # noqa: E402
 from _scale_load import (  # noqa: E402
     Api,
-    Ingest,
     Timing,
     context_files,
     create_experiments,
-    ingest_rest,
     percentiles,
     time_command,
     time_endpoint,
 )
-from _scale_procs import REPO, Master, Mlflow, Processes, free_port  # noqa: E402
+from _scale_procs import REPO, Lines, Master, Processes, free_port  # noqa: E402
 from _scale_report import Report, ms  # noqa: E402
 from _scale_seed import seed  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
-MLFLOW_PY = REPO / ".venv-mlflow" / "bin" / "python"
 HOLDS = ("hold-batched", "hold-plain", "hold-single", "hold-core")
 
 
@@ -90,40 +87,6 @@ class Sizes:
 QUICK = Sizes(agents=10, experiments=500, metric_rows=100_000, big_contexts=1,
               big_context_mib=20, dashboards=10, marks=20, samples=20, ingest_metrics=50_000,
               single_calls=200, core_rows=50_000, core_block=10_000, block=100, run="2,8")
-
-
-class Lines:
-    """A child's stdout, one JSON object per line, read by a thread."""
-
-    def __init__(self, proc: subprocess.Popen[str]) -> None:
-        self.proc = proc
-        self.items: list[dict[str, Any]] = []
-        self._thread = threading.Thread(target=self._read, daemon=True)
-        self._thread.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            with contextlib.suppress(json.JSONDecodeError):
-                self.items.append(json.loads(line))
-
-    def of(self, event: str) -> list[dict[str, Any]]:
-        return [i for i in self.items if i.get("event") == event]
-
-    async def wait(self, event: str, count: int = 1, timeout: float = 300) -> list[dict[str, Any]]:
-        deadline = time.monotonic() + timeout
-        while len(self.of(event)) < count:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"child exited {self.proc.returncode} waiting for {event}")
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"timed out waiting for {count} {event!r} events")
-            await asyncio.sleep(0.05)
-        return self.of(event)
-
-    def send(self, command: str) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(command + "\n")
-        self.proc.stdin.flush()
 
 
 class Bench:
@@ -392,88 +355,15 @@ class Bench:
     # --- phase 5: ingest -------------------------------------------------------------------
 
     async def ingest(self, api: Api) -> None:
-        s, r = self.sizes, self.report
         assert self.agents is not None
         self.agents.send("freeze")
         print("\n[5] metric ingest: dettui vs MLflow (agents frozen: heartbeats only)",
               flush=True)
-        ours = [
-            await ingest_rest(api, self.held["hold-batched"],
-                              "dettui /metrics/batch, 10 reports x 100 metrics a request",
-                              s.ingest_metrics, 100, 10),
-            await ingest_rest(api, self.held["hold-plain"],
-                              "dettui /metrics, 1 report of 100 metrics a request",
-                              s.ingest_metrics // 5, 100, 1),
-            await ingest_rest(api, self.held["hold-single"],
-                              "dettui /metrics, 1 metric a request", s.single_calls, 1, 1),
-        ]
-        for i in ours:
-            self.ingest_row(i)
-        if self.args.no_mlflow:
-            r.note("MLflow comparison skipped (--no-mlflow)")
-        else:
-            await self.mlflow(ours)
-        await self.core_reports()
-
-    async def mlflow(self, ours: list[Ingest]) -> None:
-        """The same loads against MLflow's server, started only now (its start-up must not
-        load the machine while dettui is measured)."""
-        s, r = self.sizes, self.report
-        mlflow = Mlflow(self.procs, MLFLOW_PY, self.tmp / "mlflow", free_port())
-        try:
-            version = await asyncio.to_thread(mlflow.start)
-            done = await asyncio.to_thread(
-                subprocess.run, [str(MLFLOW_PY), str(HERE / "_scale_mlflow_worker.py"),
-                                 mlflow.url, str(s.ingest_metrics), str(s.single_calls)],
-                capture_output=True, text=True, check=True)
-        finally:
-            mlflow.stop()
-        theirs = json.loads(done.stdout.strip().splitlines()[-1])
-        batched = Ingest(f"MLflow {version} log_batch, 1,000 metrics a call",
-                         theirs["batched"]["metrics"], theirs["batched"]["calls"],
-                         theirs["batched"]["seconds"])
-        single = Ingest(f"MLflow {version} log_metric, 1 metric a call",
-                        theirs["single"]["metrics"], theirs["single"]["calls"],
-                        theirs["single"]["seconds"])
-        self.ingest_row(batched)
-        self.ingest_row(single)
-        ratio = ours[0].rate / batched.rate
-        r.add("ingest", "ratio dettui batched / MLflow log_batch", f"{ratio:.1f}x", "≥ 10x",
-              ratio >= 10)
-        r.add("ingest", "ratio dettui plain (100 metrics) / MLflow log_batch",
-              f"{ours[1].rate / batched.rate:.1f}x")
-        r.add("ingest", "ratio dettui 1 metric / MLflow log_metric (one at a time)",
-              f"{ours[2].rate / single.rate:.1f}x")
-
-    def ingest_row(self, i: Ingest) -> None:
-        self.report.add("ingest", i.name, f"{i.rate:,.0f} metrics/s ({i.metrics:,} in "
-                        f"{i.seconds:.1f} s, {i.requests / i.seconds:,.0f} requests/s)")
-
-    async def core_reports(self) -> None:
-        s, r = self.sizes, self.report
-        held = self.held["hold-core"]
-        env = {**os.environ, **held["env"]}
-        proc = self.procs.popen(
-            [sys.executable, str(HERE / "_scale_core_worker.py"), str(s.core_rows),
-             str(s.core_block)], stdout=subprocess.PIPE, text=True, env=env, cwd=REPO,
-            stderr=open(self.tmp / "core.log", "w"))  # noqa: SIM115 - closed with it
-        lines = Lines(proc)
-        await asyncio.to_thread(proc.wait)
-        blocks = [b for b in lines.items if "block" in b]
-        flush = next((b["flush"] for b in lines.items if "flush" in b), float("nan"))
-        self.core_trial = int(held["trial_id"])
-        if proc.returncode != 0 or not blocks:
-            why = (self.tmp / "core.log").read_text().strip().splitlines()[-1:]
-            r.add("ingest", "Core API one at a time",
-                  f"FAILED (exit {proc.returncode}): {''.join(why)[:300]}", "no decline", False)
-            return
-        rates = [b["rows"] / b["seconds"] for b in blocks]
-        r.add("ingest", f"Core API report_training_metrics one at a time, per block of "
-              f"{s.core_block:,}", " ".join(f"{x:,.0f}" for x in rates) + " reports/s")
-        decline = rates[-1] / rates[0]
-        r.add("ingest", f"Core API: last block / first block ({len(blocks) * s.core_block:,} "
-              f"rows; flush at close {flush:.1f} s)", f"{decline:.2f}",
-              "no decline (≥ 0.8)", decline >= 0.8)
+        s = self.sizes
+        phase = IngestPhase(api, self.report, self.procs, self.tmp, self.held,
+                            mlflow=not self.args.no_mlflow)
+        await phase.rest(s.ingest_metrics, s.single_calls)
+        await phase.core(s.core_rows, s.core_block)
 
     async def big_trial(self, api: Api) -> None:
         """The Core API's trial read back whole, once (GET /api/v1/trials/{id}/metrics)."""
@@ -483,7 +373,8 @@ class Bench:
         self.peak_before_big_read = self.master.rss.peak
         try:
             seconds, answer = await api.call(
-                "GET", f"/api/v1/trials/{self.core_trial}/metrics", timeout=300)
+                "GET", f"/api/v1/trials/{self.held['hold-core']['trial_id']}/metrics",
+                timeout=300)
         except (RuntimeError, TimeoutError, OSError) as exc:
             self.report.add("API", name, f"FAILED: {type(exc).__name__}: {exc}"[:300])
             return
