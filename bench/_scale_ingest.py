@@ -18,7 +18,8 @@ from _scale_procs import REPO, Lines, Mlflow, Processes, free_port
 from _scale_report import Report
 
 HERE = Path(__file__).resolve().parent
-MLFLOW_PY = REPO / ".venv-mlflow" / "bin" / "python"
+MLFLOW_VENV = HERE / ".venv-mlflow"  # made by `make bench-scale`
+MLFLOW_PY = MLFLOW_VENV / "bin" / "python"
 
 
 class IngestPhase:
@@ -45,10 +46,15 @@ class IngestPhase:
         ]
         for i in ours:
             self.row(i)
-        if self.with_mlflow:
-            await self.mlflow(ours, metrics, single_calls)
-        else:
+        if not self.with_mlflow:
             self.report.note("MLflow comparison skipped (--no-mlflow)")
+        elif not (MLFLOW_VENV / ".installed-stamp").exists():
+            self.report.add("ingest", "MLflow's server, side by side",
+                            f"NOT MEASURED: {MLFLOW_VENV} has no mlflow (`make bench-scale` "
+                            "installs it from PyPI; that install failed or was not run)",
+                            "≥ 10x MLflow's log_batch", False)
+        else:
+            await self.mlflow(ours, metrics, single_calls)
 
     async def mlflow(self, ours: list[Ingest], metrics: int, single_calls: int) -> None:
         """The same loads against MLflow's server, started only now (its start-up must not

@@ -203,10 +203,9 @@ class Mlflow:
         """Start it, wait for /health; its version."""
         self.workdir.mkdir(parents=True, exist_ok=True)
         log = open(self.workdir / "mlflow.log", "w")  # noqa: SIM115 - closed with the process
-        mlflow = self.python.parent / "mlflow"
         env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
         self.proc = self.procs.popen(
-            [str(mlflow), "server", "--host", HOST, "--port", str(self.port),
+            [str(self.python), "-m", "mlflow", "server", "--host", HOST, "--port", str(self.port),
              "--backend-store-uri", f"sqlite:///{self.workdir / 'mlflow.db'}",
              "--default-artifact-root", str(self.workdir / "artifacts")],
             stdout=log, stderr=subprocess.STDOUT, text=True, cwd=self.workdir, env=env)

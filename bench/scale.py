@@ -4,21 +4,25 @@ over REST, 10 million metric rows, 10 dashboards on the push stream, and MLflow'
 server side by side for metric ingest. Every figure is printed next to its target.
 
     make bench-scale                      # the full size (about half an hour here)
-    .venv/bin/python bench/scale.py --quick   # a small run, a couple of minutes
+    make bench-scale SCALE=0.1            # every size times 0.1: a few minutes
+    .venv/bin/python bench/scale.py --scale 0.1 --no-mlflow
 
 Phases, in order (what each measures is printed as it goes):
  1. a master with its own state and config dirs; an agent credential per simulated agent
     (issued by the admin); the agents (`_scale_agents.py`, one process) register and run
     every allocation they are given for a random few seconds, reporting metrics.
- 2. experiments held by the agents for the ingest phase (`hold-*`), experiments with big
-    contexts (`--big-contexts`), then `--experiments` random searches of 10 trials, created
-    concurrently: the create rate per block. Meanwhile the agents' "exit -> next start"
-    (the scheduling pass, seen from outside) is collected; a few experiments are killed.
- 3. the master stopped; `--metric-rows` rows written into its SQLite file (`_scale_seed.py`);
-    the master started again on that file (start-up time, agents re-register).
- 4. `--dashboards` stream clients attached (`_scale_dash.py`); API p50/p99 per endpoint,
-    `dettui job list` / `dettui e list`, the dashboard's first paint; a change (an experiment's
-    description with a marker) timed to every dashboard.
+ 2. experiments held by the agents for the ingest phase (`hold-*`), then `--experiments`
+    random searches of 10 trials, created concurrently: the create rate per block. Meanwhile
+    the agents' "exit -> next start" (the scheduling pass, seen from outside) is collected; a
+    few experiments are killed.
+ 3. `--metric-rows` rows: through the API's batch route for `--seed-api-seconds`, the rest
+    (if any) written into the stopped master's SQLite file (`_scale_seed.py` says why); the
+    master started again on that file (start-up time, agents re-register).
+ 4. `--dashboards` stream clients attached (`_scale_dash.py`); API p50/p99 per endpoint (the
+    lists at their first, middle and last page), `dettui job list` / `dettui e list`, the
+    dashboard's first paint; then experiments with the largest contexts (`--big-contexts`)
+    and the same list pages again; a change (an experiment's description with a marker)
+    timed to every dashboard.
  5. the agents frozen (heartbeats only): metric ingest over REST (batched, plain) against
     MLflow's server (log_batch of 1,000, log_metric); the Core API one report at a time in
     blocks; the trial with those rows read back.
@@ -45,7 +49,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _scale_ingest import MLFLOW_PY, IngestPhase  # noqa: E402
+from _scale_ingest import IngestPhase  # noqa: E402
 from _scale_load import (  # noqa: E402
     Api,
     Timing,
@@ -57,7 +61,7 @@ from _scale_load import (  # noqa: E402
 )
 from _scale_procs import REPO, Lines, Master, Processes, free_port  # noqa: E402
 from _scale_report import Report, ms  # noqa: E402
-from _scale_seed import seed  # noqa: E402
+from _scale_seed import seed, seed_api  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 HOLDS = ("hold-batched", "hold-plain", "hold-single", "hold-core")
@@ -71,7 +75,7 @@ class Sizes:
     trials: int = 10
     metric_rows: int = 10_000_000
     big_contexts: int = 2
-    big_context_mib: int = 90
+    big_context_mib: int = 94  # the largest context the master takes is 95.0 MiB
     dashboards: int = 10
     marks: int = 50
     samples: int = 50
@@ -82,11 +86,32 @@ class Sizes:
     concurrency: int = 8
     block: int = 1000
     run: str = "5,30"
+    seed_api_seconds: int = 300
 
+    @classmethod
+    def scaled(cls, factor: float) -> Sizes:
+        """Every count times `factor` (with floors that keep each figure meaningful); the
+        shape (8 slots an agent, 10 trials an experiment, 10 dashboards) stays."""
+        if not 0 < factor <= 1:
+            raise ValueError(f"--scale must be in (0, 1], not {factor}")
+        full = cls()
+        if factor == 1:
+            return full
 
-QUICK = Sizes(agents=10, experiments=500, metric_rows=100_000, big_contexts=1,
-              big_context_mib=20, dashboards=10, marks=20, samples=20, ingest_metrics=50_000,
-              single_calls=200, core_rows=50_000, core_block=10_000, block=100, run="2,8")
+        def times(n: int, floor: int) -> int:
+            return max(floor, round(n * factor))
+
+        core_rows = times(full.core_rows, 20_000)
+        return cls(
+            agents=times(full.agents, 4), experiments=times(full.experiments, 100),
+            metric_rows=times(full.metric_rows, 50_000),
+            big_contexts=1 if factor < 0.5 else full.big_contexts,
+            marks=times(full.marks, 20), samples=times(full.samples, 20),
+            ingest_metrics=times(full.ingest_metrics, 20_000),
+            single_calls=times(full.single_calls, 200), core_rows=core_rows,
+            core_block=core_rows // 10, block=times(full.block, 100),
+            run="2,8" if factor < 0.5 else full.run,
+            seed_api_seconds=times(full.seed_api_seconds, 30))
 
 
 class Bench:
@@ -152,14 +177,6 @@ class Bench:
         assert self.agents is not None
         for event in await self.agents.wait("held", len(HOLDS), timeout=120):
             self.held[event["name"]] = event
-        if s.big_contexts:
-            big = await create_experiments(
-                api, [f"bigctx-{i}" for i in range(s.big_contexts)], s.trials, 1,
-                context_files(s.big_context_mib * 2**20))
-            r.add("create", f"{s.big_contexts} experiment(s) with a {s.big_context_mib} MiB "
-                  "context", f"{big.seconds / s.big_contexts:.1f} s each"
-                  + (f", {len(big.failures)} failed: {big.failures[0][:200]}"
-                     if big.failures else ""))
         await self.collect_agent_stats()  # start the scheduling gaps afresh
         names = [f"scale-{i}" for i in range(s.experiments)]
         created = await create_experiments(api, names, s.trials, s.concurrency,
@@ -211,13 +228,31 @@ class Bench:
 
     async def seed_metrics(self) -> None:
         s, r = self.sizes, self.report
-        print(f"\n[3] stopping the master; seeding {s.metric_rows:,} metric rows", flush=True)
+        print(f"\n[3] seeding {s.metric_rows:,} metric rows: through the API's batch route for "
+              f"up to {s.seed_api_seconds} s, the rest into SQLite (master stopped)", flush=True)
+        api = await seed_api(self.master.url, self.user_token, self.master.state_dir / "master.db",
+                             s.metric_rows, s.seed_api_seconds)
+        rate = api["rate"]
+        rest = s.metric_rows - api["rows"]
+        r.add("metric rows", f"through POST /trials/{{id}}/metrics/batch ({api['per_trial']} "
+              "training reports a request, 8 in flight, agents running)",
+              f"{api['rows']:,} rows into {len(api['trials']):,} trials in {api['seconds']:.0f} s "
+              f"= {rate:,.0f} rows/s; {api['refused']:,} refused, {api['errors']} failed requests")
+        if rest > 0:
+            eta = s.metric_rows / rate / 3600 if rate else float("inf")
+            r.note(f"seeding: {s.metric_rows:,} rows through the API at {rate:,.0f} rows/s would "
+                   f"take {eta:.1f} h on this machine; {rest:,} of them were written straight "
+                   "into the master's SQLite file while it was stopped (bench/_scale_seed.py: "
+                   "the rows the API stores, training and every tenth a validation); ingest "
+                   "itself is measured through the API in phase [5]")
         self.rss_before_restart = self.master.rss
         self.master.stop()
-        done = await asyncio.to_thread(seed, self.master.state_dir / "master.db", s.metric_rows)
-        r.add("metric rows", "seeded into SQLite (master stopped)",
-              f"{done['rows']:,.0f} rows over {done['trials']:,.0f} trials in "
-              f"{done['seconds']:.0f} s ({done['rate']:,.0f} rows/s)")
+        if rest > 0:
+            done = await asyncio.to_thread(seed, self.master.state_dir / "master.db", rest,
+                                           exclude=frozenset(api["trials"]))
+            r.add("metric rows", "the rest written into SQLite (master stopped)",
+                  f"{done['rows']:,.0f} rows over {done['trials']:,.0f} trials in "
+                  f"{done['seconds']:.0f} s ({done['rate']:,.0f} rows/s)")
         seconds = self.master.start()
         r.add("metric rows", "master start-up on that database", f"{seconds:.1f} s")
         t0 = time.monotonic()
@@ -237,29 +272,26 @@ class Bench:
     async def reads(self, api: Api) -> None:
         s = self.sizes
         print(f"\n[4] API under load ({s.agents} agents, {s.dashboards} dashboards)", flush=True)
-        _, first = await api.call("GET", "/api/v1/experiments", params={"limit": "1"})
-        total = int(first.get("pagination", {}).get("total") or len(self.exp_ids))
-        page = 100
+        lists = await self.list_pages(api)
+        tiny = {}
+        for name, path, params in lists:
+            tiny[name] = t = await time_endpoint(api, name, path, params, s.samples, budget=30)
+            self.endpoint(t, True)
         exp_id = self.exp_ids[len(self.exp_ids) // 2]
         _, trials = await api.call("GET", f"/api/v1/experiments/{exp_id}/trials")
         trial_id = int(trials["trials"][0]["id"])
+        _, metrics = await api.call("GET", f"/api/v1/trials/{trial_id}/metrics")
         endpoints: list[tuple[str, str, dict[str, str] | None]] = [
-            ("experiments, first page", "/api/v1/experiments",
-             {"offset": "0", "limit": str(page)}),
-            ("experiments, middle page", "/api/v1/experiments",
-             {"offset": str(total // 2), "limit": str(page)}),
-            ("experiments, last page", "/api/v1/experiments",
-             {"offset": str(max(total - page, 0)), "limit": str(page)}),
-            ("job queue, first page", "/api/v1/job-queues-v2", {"offset": "0", "limit": "100"}),
-            ("job queue, whole", "/api/v1/job-queues-v2", None),
-            ("an experiment's trials", f"/api/v1/experiments/{exp_id}/trials", None),
-            (f"a trial's metrics ({s.metric_rows // max(total * s.trials, 1)} rows)",
+            ("job queue, whole (dettui's clients: includeIdle)", "/api/v1/job-queues-v2",
+             {"includeIdle": "true"}),
+            ("an experiment", f"/api/v1/experiments/{exp_id}", None),
+            (f"a trial's metrics ({len(metrics.get('metrics', []))} rows)",
              f"/api/v1/trials/{trial_id}/metrics", None),
             ("agents", "/api/v1/agents", None),
         ]
         for name, path, params in endpoints:
             t = await time_endpoint(api, name, path, params, s.samples, budget=30)
-            self.endpoint(t, "list" in name or "page" in name)
+            self.endpoint(t, False)
         env = self.master.env()
         for name, cmd in (("dettui --version (start-up floor)", ["--version"]),
                           ("dettui job list", ["job", "list"]), ("dettui e list", ["e", "list"])):
@@ -268,6 +300,55 @@ class Bench:
                                         max(s.samples // 10, 3))
             self.endpoint(t, name == "dettui job list", target=0.5)
         await self.paint(api)
+        await self.big_contexts(api, lists, tiny)
+
+    async def list_pages(self, api: Api) -> list[tuple[str, str, dict[str, str]]]:
+        """The lists at their first, middle and last page of 100 (Determined's offset/limit:
+        a master that does not page answers the whole list, and the size shows it)."""
+        _, first = await api.call("GET", "/api/v1/experiments", params={"limit": "1"})
+        total = int(first.get("pagination", {}).get("total") or len(self.exp_ids))
+        _, queue = await api.call("GET", "/api/v1/job-queues-v2", params={"limit": "1"})
+        jobs = int(queue.get("pagination", {}).get("total") or len(queue.get("jobs", [])))
+        exp_id = self.exp_ids[len(self.exp_ids) // 2]
+        page = 100
+        out = []
+        for what, path, n in (("experiments", "/api/v1/experiments", total),
+                              ("job queue", "/api/v1/job-queues-v2", jobs)):
+            for where, offset in (("first", 0), ("middle", n // 2),
+                                  ("last", max(n - page, 0))):
+                out.append((f"{what}, {where} page of {page} (offset {offset:,})", path,
+                            {"offset": str(offset), "limit": str(page)}))
+        out.append((f"an experiment's trials, first page of {page}",
+                    f"/api/v1/experiments/{exp_id}/trials", {"offset": "0", "limit": str(page)}))
+        return out
+
+    async def big_contexts(self, api: Api, lists: list[tuple[str, str, dict[str, str]]],
+                           tiny: dict[str, Timing]) -> None:
+        """The same list pages again once experiments with the largest contexts are queued:
+        no slower than with tiny contexts (a list never reads a context)."""
+        s, r = self.sizes, self.report
+        if not s.big_contexts:
+            return
+        print(f"\n[4] {s.big_contexts} experiment(s) with a {s.big_context_mib} MiB context, "
+              "then the same lists again", flush=True)
+        big = await create_experiments(
+            api, [f"bigctx-{i}" for i in range(s.big_contexts)], s.trials, 1,
+            context_files(s.big_context_mib * 2**20))
+        r.add("create", f"experiments with a {s.big_context_mib} MiB context: {s.big_contexts}",
+              f"{big.seconds / s.big_contexts:.1f} s each (upload and store)"
+              + (f", {len(big.failures)} failed: {big.failures[0][:200]}"
+                 if big.failures else ""), "", False if big.failures else None)
+        for name, path, params in lists:
+            t = await time_endpoint(api, name, path, params, s.samples, budget=30)
+            before = tiny[name]
+            what = f"{name}: {s.big_context_mib} MiB contexts vs tiny"
+            if t.error or before.error:
+                r.add("big contexts", what, f"FAILED: {t.error or before.error}", "", False)
+                continue
+            ratio = t.p99 / before.p99
+            r.add("big contexts", what,
+                  f"p50 {ms(t.p50)} vs {ms(before.p50)}, p99 {ms(t.p99)} vs {ms(before.p99)} "
+                  f"= {ratio:.2f}x", "no slower (p99 ≤ 1.25x, noise)", ratio <= 1.25)
 
     def endpoint(self, t: Timing, paged: bool, target: float = 0.05) -> None:
         what = f"{t.name} ({t.bytes / 1024:,.0f} KiB)"
@@ -441,13 +522,16 @@ def summarise_profile(path: Path) -> None:
     print(f"master profile: {path}.txt")
 
 
-def parse() -> argparse.Namespace:
+def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true", help="a small run (a couple of minutes)")
+    p.add_argument("--scale", type=float, default=1.0, metavar="F",
+                   help="every size times F, in (0, 1] (default 1: the issue's sizes; 0.1 runs "
+                   "in a few minutes)")
+    p.add_argument("--quick", action="store_true", help="the same as --scale 0.05")
     for name, value in vars(Sizes()).items():
         p.add_argument(f"--{name.replace('_', '-')}", type=type(value), default=None,
-                       help=f"(default {value:,}; --quick {getattr(QUICK, name):,})"
-                       if isinstance(value, int) else f"(default {value})")
+                       help=f"(default {value:,} at --scale 1)" if isinstance(value, int)
+                       else f"(default {value})")
     p.add_argument("--create-budget", type=float, default=1200.0, metavar="SECONDS",
                    help="stop creating experiments after this long (default 1200): a master "
                    "that cannot reach the size is reported, and the run goes on at its size")
@@ -456,16 +540,22 @@ def parse() -> argparse.Namespace:
                    help="run the master under cProfile, writing PREFIX.1 and PREFIX.2")
     p.add_argument("--keep", action="store_true", help="keep the temporary directory")
     p.add_argument("--out", type=Path, help="also write the report to this file")
-    return p.parse_args()
+    return p
+
+
+def sizes_of(args: argparse.Namespace) -> Sizes:
+    """The sizes of a run: `--scale` (or `--quick`), then each size given on its own."""
+    base = Sizes.scaled(0.05 if args.quick else args.scale)
+    return Sizes(**{k: getattr(args, k) if getattr(args, k) is not None else v
+                    for k, v in vars(base).items()})
 
 
 def main() -> None:
-    args = parse()
-    base = QUICK if args.quick else Sizes()
-    sizes = Sizes(**{k: getattr(args, k) if getattr(args, k) is not None else v
-                     for k, v in vars(base).items()})
-    if not args.no_mlflow and not MLFLOW_PY.exists():
-        sys.exit(f"{MLFLOW_PY} is missing: `make bench-scale` creates it (or pass --no-mlflow)")
+    args = parser().parse_args()
+    try:
+        sizes = sizes_of(args)
+    except ValueError as exc:
+        sys.exit(str(exc))
     tmp = Path(tempfile.mkdtemp(prefix="dettui-scale-"))
     bench = Bench(sizes, args, tmp)
     t0 = time.perf_counter()
