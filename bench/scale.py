@@ -86,7 +86,8 @@ class Sizes:
     concurrency: int = 8
     block: int = 1000
     run: str = "5,30"
-    seed_api_seconds: int = 300
+    endpoint_seconds: int = 30  # at most this long timing one endpoint
+    seed_api_seconds: int = 3600  # the whole 10M through the API if it keeps ~3k rows/s
 
     @classmethod
     def scaled(cls, factor: float) -> Sizes:
@@ -111,7 +112,8 @@ class Sizes:
             single_calls=times(full.single_calls, 200), core_rows=core_rows,
             core_block=core_rows // 10, block=times(full.block, 100),
             run="2,8" if factor < 0.5 else full.run,
-            seed_api_seconds=times(full.seed_api_seconds, 30))
+            # seeding: a sample of the API's rate, the rest into SQLite
+            endpoint_seconds=10, seed_api_seconds=60)
 
 
 class Bench:
@@ -239,9 +241,10 @@ class Bench:
               f"{api['rows']:,} rows into {len(api['trials']):,} trials in {api['seconds']:.0f} s "
               f"= {rate:,.0f} rows/s; {api['refused']:,} refused, {api['errors']} failed requests")
         if rest > 0:
-            eta = s.metric_rows / rate / 3600 if rate else float("inf")
+            eta = s.metric_rows / rate / 60 if rate else float("inf")
             r.note(f"seeding: {s.metric_rows:,} rows through the API at {rate:,.0f} rows/s would "
-                   f"take {eta:.1f} h on this machine; {rest:,} of them were written straight "
+                   f"take {eta:,.0f} min on this machine (--seed-api-seconds "
+                   f"{s.seed_api_seconds}); {rest:,} of them were written straight "
                    "into the master's SQLite file while it was stopped (bench/_scale_seed.py: "
                    "the rows the API stores, training and every tenth a validation); ingest "
                    "itself is measured through the API in phase [5]")
@@ -275,7 +278,8 @@ class Bench:
         lists = await self.list_pages(api)
         tiny = {}
         for name, path, params in lists:
-            tiny[name] = t = await time_endpoint(api, name, path, params, s.samples, budget=30)
+            tiny[name] = t = await time_endpoint(api, name, path, params, s.samples,
+                                                 budget=s.endpoint_seconds)
             self.endpoint(t, True)
         exp_id = self.exp_ids[len(self.exp_ids) // 2]
         _, trials = await api.call("GET", f"/api/v1/experiments/{exp_id}/trials")
@@ -290,7 +294,8 @@ class Bench:
             ("agents", "/api/v1/agents", None),
         ]
         for name, path, params in endpoints:
-            t = await time_endpoint(api, name, path, params, s.samples, budget=30)
+            t = await time_endpoint(api, name, path, params, s.samples,
+                                    budget=s.endpoint_seconds)
             self.endpoint(t, False)
         env = self.master.env()
         for name, cmd in (("dettui --version (start-up floor)", ["--version"]),
@@ -339,7 +344,8 @@ class Bench:
               + (f", {len(big.failures)} failed: {big.failures[0][:200]}"
                  if big.failures else ""), "", False if big.failures else None)
         for name, path, params in lists:
-            t = await time_endpoint(api, name, path, params, s.samples, budget=30)
+            t = await time_endpoint(api, name, path, params, s.samples,
+                                    budget=s.endpoint_seconds)
             before = tiny[name]
             what = f"{name}: {s.big_context_mib} MiB contexts vs tiny"
             if t.error or before.error:
@@ -509,13 +515,19 @@ class Bench:
         self.footprint()
 
 
-def summarise_profile(path: Path) -> None:
-    """The master's cProfile: the top functions by own and by cumulative time, as text."""
+def summarise_profile(path: Path, report: Report) -> None:
+    """The master's cProfile: the top functions by own and by cumulative time, as text; the
+    scheduling pass's count and mean time into the report."""
     import io
     import pstats
 
     out = io.StringIO()
     stats = pstats.Stats(str(path), stream=out).strip_dirs()
+    for (file, _, func), row in stats.stats.items():  # type: ignore[attr-defined]
+        if file == "scheduling.py" and func == "once" and row[1]:
+            report.add("scheduling", f"scheduling pass (Scheduling.once), master run "
+                       f"{path.suffix[1:]}, under cProfile: passes, mean",
+                       f"{row[1]:,}, {row[3] / row[1] * 1000:.1f} ms")
     for key in ("tottime", "cumulative"):
         stats.sort_stats(key).print_stats(30)
     Path(f"{path}.txt").write_text(out.getvalue())
@@ -570,6 +582,10 @@ def main() -> None:
     finally:
         bench.master.stop()
         bench.procs.stop_all()
+        if args.profile_master:
+            for path in sorted(args.profile_master.parent.glob(args.profile_master.name + ".*")):
+                if path.suffix != ".txt":
+                    summarise_profile(path, bench.report)
         bench.report.note(f"command: {' '.join(['bench/scale.py', *sys.argv[1:]])}; "
                           f"{time.perf_counter() - t0:.0f} s; load average at the start "
                           f"{load[0]:.2f}, at the end {os.getloadavg()[0]:.2f} "
@@ -578,10 +594,6 @@ def main() -> None:
             print("\n" + bench.report.text())
             if args.out:
                 args.out.write_text(bench.report.text() + "\n")
-        if args.profile_master:
-            for path in sorted(args.profile_master.parent.glob(args.profile_master.name + ".*")):
-                if path.suffix != ".txt":
-                    summarise_profile(path)
         if args.keep:
             print(f"kept {tmp}")
         else:
