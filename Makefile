@@ -9,7 +9,7 @@ DET_STAMP := $(DET_VENV)/.installed-stamp
 # pyproject keeps a range (torch>=2.3) for real users.
 TORCH_PIN := torch==2.13.0
 
-.PHONY: run serve test test-fast lint bench bench-search clean
+.PHONY: run serve test test-fast lint bench bench-search bench-scale clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -58,5 +58,22 @@ $(BENCH_STAMP): pyproject.toml
 bench-search: $(BENCH_STAMP)
 	$(BENCH_VENV)/bin/python bench/search_throughput.py
 
+# MLflow's tracking server only for the ingest comparison, in its own venv like Ray Tune.
+MLFLOW_VENV := bench/.venv-mlflow
+MLFLOW_STAMP := $(MLFLOW_VENV)/.installed-stamp
+MLFLOW_PIN := mlflow==3.17.2
+
+$(MLFLOW_STAMP):
+	test -x $(MLFLOW_VENV)/bin/python || $(PYTHON) -m venv $(MLFLOW_VENV)
+	$(MLFLOW_VENV)/bin/python -m pip install -q $(MLFLOW_PIN)
+	touch $(MLFLOW_STAMP)
+
+# The master at lab scale (issue 13), never in `make test`: SCALE=0.1 for a run of a few
+# minutes (every size times SCALE), SCALE_ARGS for more options (bench/scale.py --help).
+SCALE ?= 1
+bench-scale: $(STAMP)
+	$(MAKE) --no-print-directory $(MLFLOW_STAMP) || echo "bench-scale: mlflow could not be installed from PyPI; the run says so and goes on without it"
+	$(PY) bench/scale.py --scale $(SCALE) $(SCALE_ARGS)
+
 clean:
-	rm -rf $(VENV) $(DET_VENV) $(BENCH_VENV)
+	rm -rf $(VENV) $(DET_VENV) $(BENCH_VENV) $(MLFLOW_VENV)
