@@ -192,8 +192,10 @@ def test_queue_shows_slurms_pending_reason(slurm: SlurmCluster, hpc: Served,
     wait_for(lambda: any(j["JobId"] == blocker and j["JobState"] == "RUNNING"
                          for j in jobs(slurm)), "the blocking job running")
     exp_id = create(hpc, tmp_path)
-    row = wait_for(lambda: next((j for j in hpc.api("GET", "/api/v1/job-queues-v2")["jobs"]
-                                 if "Slurm" in (j.get("unschedulableReason") or "")), None),
+    queue = "/api/v1/job-queues-v2"
+    row = wait_for(lambda: next((j["full"] for j in hpc.api("GET", queue)["jobs"]
+                                 if "Slurm" in (j["full"].get("unschedulableReason") or "")),
+                                None),
                    "Slurm's reason in the queue")
     assert row["entityId"] == str(exp_id) and row["summary"]["state"] == "STATE_QUEUED"
     assert "Resources" in row["unschedulableReason"] or "Priority" in row["unschedulableReason"]
