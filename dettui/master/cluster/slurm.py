@@ -84,6 +84,7 @@ class SlurmProvider:
         self.pool = pool
         self.agent_id = f"slurm-{pool.pool}"
         self.jobs: dict[str, str] = {}  # allocation -> Slurm job id (submitted or seen)
+        self._since: dict[str, float] = {}  # allocation -> when its job was first known
         self.registered = False
         self._inbox: asyncio.Queue[StartWork | KillWork] = asyncio.Queue()
         self._complained = ""
@@ -115,13 +116,15 @@ class SlurmProvider:
                 await worker
 
     async def poll(self) -> None:
+        taken = time.monotonic()  # a job submitted after this may be missing from the answer
         jobs = {j.allocation_id: j for j in slurmctl.parse_jobs(
             await command(["scontrol", "show", "job", "-o"]), self.hub.cluster_id)}
         for alloc_id, job in jobs.items():
-            self.jobs.setdefault(alloc_id, job.job_id)
+            if not job.state.is_terminal() and alloc_id not in self.jobs:
+                self._know(alloc_id, job.job_id)
         mine = [a for a in await self.db.run(trial_store.live_allocations)
                 if self.agent_id in a.agents and self.agent_id not in a.part_exits]
-        await self._settle(mine, jobs)
+        await self._settle(mine, jobs, taken)
         running = [a for a, j in jobs.items() if j.state.is_running()
                    or j.state is slurmctl.JobState.COMPLETING]
         if not self.registered:
@@ -150,7 +153,8 @@ class SlurmProvider:
                  "adopted", self.pool.pool, self.pool.partition, nodes,
                  self.pool.slots_per_node, len(running))
 
-    async def _settle(self, mine: list[Allocation], jobs: dict[str, slurmctl.Job]) -> None:
+    async def _settle(self, mine: list[Allocation], jobs: dict[str, slurmctl.Job],
+                      taken: float) -> None:
         """Allocations of this pool whose job has ended (or that Slurm no longer knows, or that
         were killed before a job was submitted) exit, with Slurm's reason."""
         for alloc in mine:
@@ -163,7 +167,7 @@ class SlurmProvider:
                                  f"{job.state.value} (exit code {job.exit_code}:{job.signal})")
             elif job is None and alloc.id not in self.jobs and alloc.kill_requested:
                 await self._exit(alloc, None, lifecycle.KILLED, "killed before it was submitted")
-            elif job is None and alloc.id in self.jobs and self.registered:
+            elif job is None and self._since.get(alloc.id, taken) < taken:
                 await self._exit(alloc, None, lifecycle.LOST,
                                  f"Slurm job {self.jobs[alloc.id]} is no longer known to Slurm")
 
@@ -172,6 +176,7 @@ class SlurmProvider:
         trial = await self.db.run(trial_store.get, alloc.trial_id)
         await self.allocations.part_exit(self.agent_id, alloc.id, code, reason)
         self.jobs.pop(alloc.id, None)
+        self._since.pop(alloc.id, None)
         # The trial's log says why it ended (after the commit of the exit; seq makes it once).
         await self.db.run(log_store.insert, [{
             "trial_id": trial.id, "task_id": trial.task_id, "allocation_id": alloc.id,
@@ -229,9 +234,13 @@ class SlurmProvider:
             await self.allocations.part_exit(self.agent_id, start.allocation_id, None,
                                              f"slurm: sbatch failed: {exc}")
             return
-        self.jobs[start.allocation_id] = slurmctl.parse_submitted(out)
+        self._know(start.allocation_id, slurmctl.parse_submitted(out))
         log.info("allocation %s: Slurm job %s submitted (%d node(s))", start.allocation_id,
                  self.jobs[start.allocation_id], sub.nodes)
+
+    def _know(self, alloc_id: str, job_id: str) -> None:
+        self.jobs[alloc_id] = job_id
+        self._since[alloc_id] = time.monotonic()
 
     async def _cancel(self, kill: KillWork) -> None:
         job = self.jobs.get(kill.allocation_id)
