@@ -244,3 +244,22 @@ def test_restarted_master_adopts_its_running_job(slurm: SlurmCluster, hpc: Serve
     assert trial_of(hpc, exp_id)["restarts"] == 0
     assert "tiny done" in hpc.cli("t", "logs", str(trial_of(hpc, exp_id)["id"])).stdout
     print(f"master restart on Slurm: {time.monotonic() - started:.1f} s")
+
+
+def test_pause_is_the_preemption_long_poll_and_activate_submits_again(
+        slurm: SlurmCluster, hpc: Served, tmp_path: Path) -> None:
+    started = time.monotonic()
+    exp_id = create(hpc, tmp_path, "tiny")
+    first = running_job(slurm, hpc)
+    hpc.cli("e", "pause", str(exp_id))
+    wait_for(lambda: trial_of(hpc, exp_id)["state"] == "STATE_PAUSED", "the trial paused")
+    ended = next(j for j in jobs(slurm, hpc) if j["JobId"] == first["JobId"])
+    assert ended["JobState"] == "COMPLETED", ended  # it checkpointed and exited: no scancel
+    hpc.cli("e", "activate", str(exp_id))
+    second = wait_for(lambda: next((j for j in jobs(slurm, hpc) if j["JobId"] != first["JobId"]
+                                    and j["JobState"] == "RUNNING"), None), "a new job")
+    hpc.cli("e", "kill", str(exp_id))
+    assert hpc.wait_experiment(exp_id, timeout=60)["state"] == "STATE_CANCELED"
+    assert trial_of(hpc, exp_id)["restarts"] == 0
+    assert second["JobId"] != first["JobId"]
+    print(f"pause/activate on Slurm: {time.monotonic() - started:.1f} s")
