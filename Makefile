@@ -9,7 +9,7 @@ DET_STAMP := $(DET_VENV)/.installed-stamp
 # pyproject keeps a range (torch>=2.3) for real users.
 TORCH_PIN := torch==2.13.0
 
-.PHONY: run serve test test-fast lint bench bench-search bench-scale clean
+.PHONY: slurm-packages run serve test test-fast lint bench bench-search bench-scale clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -30,7 +30,19 @@ run: $(STAMP)
 serve: $(STAMP)
 	$(VENV)/bin/dettui serve
 
-test: $(STAMP) $(DET_STAMP)
+# The Slurm tests start a throwaway Slurm from Debian's packages: installed here when missing and
+# we are root (elsewhere those tests skip, naming the packages).
+SLURM_PACKAGES := slurmctld slurmd munge slurm-client
+
+slurm-packages:
+	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+	    ! dpkg -s $(SLURM_PACKAGES) >/dev/null 2>&1; then \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q $(SLURM_PACKAGES) >/dev/null || \
+	  { apt-get update -q >/dev/null && \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -q $(SLURM_PACKAGES) >/dev/null; } || \
+	  echo "could not install $(SLURM_PACKAGES): the Slurm tests will skip"; fi
+
+test: $(STAMP) $(DET_STAMP) slurm-packages
 	DETTUI_DET_VENV=$(CURDIR)/$(DET_VENV) $(PY) -m pytest -q -p no:cacheprovider
 
 lint: $(STAMP)

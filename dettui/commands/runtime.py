@@ -64,6 +64,7 @@ async def _serve_locked(settings: MasterSettings, lock: statedir.StateLock, *, a
                         drain_seconds: float) -> None:
     runner, url = await listen(settings, any_port=mode == statedir.BACKGROUND)
     lock.publish(url, mode)
+    runner.app[keys.CLUSTER].advertise(url)
     print(f"dettui master listening on {url} (state in {settings.state_dir})", flush=True)
     stop, drain = asyncio.Event(), asyncio.Event()
     _on_signals(stop, drain)

@@ -17,6 +17,20 @@ from dettui.master.scheduler import FAIR_SHARE, PRIORITY, PoolPolicy
 
 
 @dataclass(frozen=True)
+class SlurmPool:
+    """A resource pool backed by a Slurm partition (one sbatch job per allocation)."""
+
+    pool: str
+    partition: str
+    slots_per_node: int = 1
+    master_url: str | None = None  # how compute nodes reach the master (default: its URL)
+    python: str | None = None  # the Python with dettui on the nodes (default: the master's)
+    work_dir: Path | None = None  # where nodes put allocations' work dirs (default: state dir)
+    sbatch_args: tuple[str, ...] = ()  # extra sbatch options (--time, --account, --qos...)
+    poll_seconds: float = 2.0  # between looks at the jobs (squeue/scontrol)
+
+
+@dataclass(frozen=True)
 class MasterSettings:
     state_dir: Path
     host: str = "127.0.0.1"
@@ -30,6 +44,7 @@ class MasterSettings:
     policies: dict[str, PoolPolicy] = field(default_factory=lambda: {"default": PoolPolicy()})
     preemption_timeout: float = 3600.0  # seconds a preempted trial has to checkpoint and exit
     session_lifetime: float = 7 * 24 * 3600.0  # seconds a login lasts (Determined: 7 days)
+    slurm: dict[str, SlurmPool] = field(default_factory=dict)  # pools backed by Slurm
 
     @property
     def pools(self) -> tuple[str, ...]:
@@ -85,10 +100,22 @@ class SchedulerConfig(_Strict):
     fitting_policy: Literal["best", "worst"] = "best"
 
 
+class SlurmProviderConfig(_Strict):
+    type: Literal["slurm"]
+    partition: str = Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_.-]+$")
+    slots_per_node: int = Field(default=1, ge=1, le=1024)
+    master_url: str | None = Field(default=None, pattern=r"^https?://[^\s]+$")
+    python: str | None = None
+    work_dir: str | None = None
+    sbatch_args: list[str] = Field(default_factory=list, max_length=64)
+    poll_seconds: float = Field(default=2.0, gt=0, le=600)
+
+
 class PoolConfig(_Strict):
     pool_name: str = Field(min_length=1)
     description: str = ""
     scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
+    provider: SlurmProviderConfig | None = None  # none: dettui agents
 
 
 class MasterConfig(_Strict):
@@ -145,5 +172,15 @@ def settings_from(cfg: MasterConfig, **overrides: Any) -> dict[str, Any]:
         out["state_dir"] = Path(cfg.state_dir)
     out["policies"] = policies_of(cfg, bool(overrides.pop("preemption", False)))
     out["default_pool"] = cfg.default_compute_pool or next(iter(out["policies"]))
+    out["slurm"] = slurm_pools(cfg)
     out.update({k: v for k, v in overrides.items() if v is not None})
     return out
+
+
+def slurm_pools(cfg: MasterConfig) -> dict[str, SlurmPool]:
+    """The pools of the config file that Slurm backs."""
+    return {p.pool_name: SlurmPool(
+        p.pool_name, p.provider.partition, p.provider.slots_per_node, p.provider.master_url,
+        p.provider.python, Path(p.provider.work_dir) if p.provider.work_dir else None,
+        tuple(p.provider.sbatch_args), p.provider.poll_seconds)
+        for p in cfg.resource_pools if p.provider is not None}

@@ -1,7 +1,8 @@
 """The master's runtime, split by what each part does, all on the store and the shared `Hub`:
 `agents` (registration, heartbeats, work long-polls, liveness), `allocations` (exits, kills,
 preemption, searchers' reactions, start-up recovery), `experiments` (pause, cancel, kill,
-activate) and `scheduling` (the loop that starts allocations). State transitions are store
+activate), `scheduling` (the loop that starts allocations) and `slurm` (pools whose allocations
+are Slurm jobs). State transitions are store
 commands; the parts perform what follows a commit."""
 
 from __future__ import annotations
@@ -11,16 +12,20 @@ import contextlib
 import logging
 import time
 
+from dettui.errors import NotFound
 from dettui.master.cluster.agents import Agents
 from dettui.master.cluster.allocations import Allocations
 from dettui.master.cluster.experiments import Experiments
 from dettui.master.cluster.hub import Hub
 from dettui.master.cluster.links import AgentLink
 from dettui.master.cluster.scheduling import Scheduling
+from dettui.master.cluster.slurm import SlurmProvider
 from dettui.master.events import Notifier
 from dettui.master.settings import MasterSettings
 from dettui.master.store import Database
 from dettui.master.store import trials as trial_store
+from dettui.master.store.records import Allocation
+from dettui.protocol import StartWork
 
 __all__ = ["AgentLink", "Cluster"]
 log = logging.getLogger("dettui.master.cluster")
@@ -34,6 +39,8 @@ class Cluster:
         self.agents = Agents(self.hub, self.allocations)
         self.experiments = Experiments(self.hub, self.allocations)
         self.scheduling = Scheduling(self.hub, self.allocations)
+        self.slurm = {name: SlurmProvider(self.hub, self.allocations, self.agents, pool)
+                      for name, pool in settings.slurm.items()}
         self._tasks: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:
@@ -41,6 +48,8 @@ class Cluster:
         self._tasks = [
             asyncio.create_task(self.scheduling.loop(), name="dettui-scheduler"),
             asyncio.create_task(self.agents.liveness_loop(), name="dettui-liveness"),
+            *(asyncio.create_task(p.run(), name=f"dettui-slurm-{name}")
+              for name, p in self.slurm.items()),
         ]
         self.hub.kick()
 
@@ -54,6 +63,17 @@ class Cluster:
 
     def kick(self) -> None:
         self.hub.kick()
+
+    def advertise(self, url: str) -> None:
+        """Where the master listens: Slurm jobs' nodes call it back there."""
+        self.hub.url = url
+
+    async def slurm_start(self, alloc: Allocation) -> StartWork:
+        """The start message of a Slurm allocation, for the node parts of its job."""
+        for provider in self.slurm.values():
+            if provider.agent_id in alloc.agents:
+                return await provider.start_message(alloc)
+        raise NotFound(f"allocation {alloc.id} is not a Slurm job")
 
     async def drain(self, timeout: float) -> int:
         """Before the master stops on request: no allocation starts any more, every running one

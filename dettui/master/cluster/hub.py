@@ -31,6 +31,8 @@ class Hub:
     backfilled: dict[str, int] = field(default_factory=dict)  # allocation -> trial, of those
     # started by backfilling (in memory: after a restart they show as plainly scheduled)
     unschedulable: dict[int, str] = field(default_factory=dict)  # trial -> why it waits
+    held: dict[int, str] = field(default_factory=dict)  # trial -> why its Slurm job pends
+    url: str | None = None  # where the master listens (for resource managers' nodes)
     kicked: asyncio.Event = field(default_factory=asyncio.Event)
     draining: bool = False  # the master is stopping: no allocation starts any more
 

@@ -4,7 +4,7 @@ them. In memory only: what is lost with the master is re-derived when agents reg
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from dettui.errors import Gone, NotFound
@@ -32,8 +32,14 @@ class AgentLink:
     telemetry: AgentTelemetry = field(default_factory=AgentTelemetry)
     no_gpu_reason: str | None = None  # the agent's note when NVML is unavailable
     draining: bool = False  # the agent is stopping: it takes no new work
+    # A resource manager inside the master (Slurm) takes the messages itself instead of a
+    # remote agent's long-poll.
+    sink: Callable[[StartWork | KillWork], None] | None = None
 
     def send(self, message: StartWork | KillWork) -> None:
+        if self.sink is not None:
+            self.sink(message)
+            return
         self.outbox.append(message)
         self.wake.set()
 

@@ -105,8 +105,9 @@ class Scheduling:
                 await self.hub.send_start(link, alloc)
 
     def waiting_reasons(self) -> dict[int, str]:
-        """Why each waiting trial could not start at the last pass (trial id -> reason)."""
-        return dict(self.hub.unschedulable)
+        """Why each waiting trial could not start at the last pass, or why the Slurm job of
+        its allocation is pending (trial id -> reason)."""
+        return {**self.hub.unschedulable, **self.hub.held}
 
     def backfilled_trials(self) -> set[int]:
         """Trials running in allocations the scheduler started by backfilling: around a job

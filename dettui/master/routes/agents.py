@@ -13,7 +13,9 @@ from dettui.master.bodies import AgentCredentialBody, DisableAgentBody, parse
 from dettui.master.cluster import AgentLink
 from dettui.master.middleware import (
     agent_route,
+    agent_too,
     check_allocation,
+    principal,
     read_json,
     require_admin,
     require_agent,
@@ -251,11 +253,19 @@ async def allocation_exit(request: web.Request) -> web.Response:
 
 @routes.post("/api/v1/agents/{agentId}/logs")
 @op(body=AgentLogsBody)
-@agent_route
+@agent_too
+@task_route
 async def agent_logs(request: web.Request) -> web.Response:
+    """Log lines of allocations' parts on an agent: shipped by the agent with its credential,
+    or by the node parts of a Slurm job with their allocation's token (its own lines only)."""
     agent_id = request.match_info["agentId"]
-    require_agent(request, agent_id)
+    caller = principal(request)
+    if caller.allocation is None:
+        require_agent(request, agent_id)
     body = await parse(request, AgentLogsBody)
+    if caller.allocation is not None:
+        for line in body.logs:
+            check_allocation(request, line.allocation_id)
     db = request.app[keys.DB]
     trial_of: dict[str, tuple[int, str]] = {}
     containers: dict[str, str] = {}
@@ -350,3 +360,17 @@ async def pending_preemption(request: web.Request) -> web.Response:
 
 
 routes.post("/api/v1/allocations/{allocationId}/signals/pending_preemption")(pending_preemption)
+
+
+@routes.get("/api/v1/allocations/{allocationId}/slurm/start")
+@task_route
+async def slurm_start(request: web.Request) -> web.Response:
+    """The start message of a Slurm allocation, for the node parts of its job (called with the
+    allocation's own token)."""
+    alloc_id = request.match_info["allocationId"]
+    check_allocation(request, alloc_id)
+    if principal(request).allocation is None:
+        raise PermissionDenied("this needs the allocation's token")
+    alloc = await request.app[keys.DB].run(trial_store.allocation, alloc_id)
+    start = await request.app[keys.CLUSTER].slurm_start(alloc)
+    return web.json_response(start.wire())

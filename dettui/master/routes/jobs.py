@@ -95,8 +95,11 @@ def job_rows(
         e = by_id[req.key]
         ahead = ahead_of.get(e.id, ahead) if ahead_of is not None else ahead
         mine = by_exp.get(e.id, [])
-        running = [t for t in mine if t.state is TrialState.RUNNING]
-        waiting = [t for t in mine if t.state is TrialState.QUEUED]
+        # A trial whose allocation waits in another scheduler (a pending Slurm job, with its
+        # reason in `unschedulable`) is waiting, not running.
+        running = [t for t in mine if t.state is TrialState.RUNNING and t.id not in unschedulable]
+        waiting = [t for t in mine if t.state is TrialState.QUEUED
+                   or (t.state is TrialState.RUNNING and t.id in unschedulable)]
         if only_requests and not running and not waiting:
             continue
         requested = e.slots_per_trial * max(1, len(running) + len(waiting))
