@@ -70,10 +70,13 @@ async def _serve_locked(settings: MasterSettings, lock: statedir.StateLock, *, a
     _on_signals(stop, drain)
     local: Agent | None = None
     agent_task = None
-    if agent:
-        local = await embedded_agent(runner, url, settings, agent_slots,
-                                     agent_pool or settings.default_pool)
+    pool = local_pool(settings, agent_pool) if agent else None
+    if pool is not None:
+        local = await embedded_agent(runner, url, settings, agent_slots, pool)
         agent_task = asyncio.create_task(local.run())
+    elif agent:
+        print("no local agent: every resource pool of the master config is backed by Slurm",
+              flush=True)
     try:
         await stop.wait()
         if drain.is_set():
@@ -86,6 +89,20 @@ async def _serve_locked(settings: MasterSettings, lock: statedir.StateLock, *, a
                 await asyncio.wait_for(agent_task, 20)
             await local.client.close()
         await runner.cleanup()
+
+
+def local_pool(settings: MasterSettings, asked: str | None) -> str | None:
+    """The pool the embedded agent joins: the one asked for, else the default pool, else the
+    first pool that Slurm does not back; None when Slurm backs every pool. A Slurm pool's
+    slots are its partition's, so a local agent never joins one."""
+    if asked is not None:
+        if asked in settings.slurm:
+            raise InvalidArgument(f"pool '{asked}' is backed by Slurm: a local agent cannot "
+                                  f"join it")
+        return asked
+    if settings.default_pool not in settings.slurm:
+        return settings.default_pool
+    return next((p for p in settings.pools if p not in settings.slurm), None)
 
 
 def _running(state_dir: Path) -> MasterRunning:
