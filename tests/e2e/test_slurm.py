@@ -146,7 +146,9 @@ def running_job(slurm: SlurmCluster, hpc: Served) -> dict[str, str]:
 def test_single_sample_runs_as_a_slurm_job(slurm: SlurmCluster, hpc: Served,
                                            tmp_path: Path) -> None:
     started = time.monotonic()
-    exp_id = create(hpc, tmp_path)
+    exp_id = create(hpc, tmp_path, searcher__max_length={"batches": 50},
+                    min_validation_period={"batches": 25},
+                    min_checkpoint_period={"batches": 50})
     exp = hpc.wait_experiment(exp_id, timeout=180)
     assert exp["state"] == "STATE_COMPLETED", hpc.log_path.read_text()[-3000:]  # type: ignore
     ours = jobs(slurm, hpc)
@@ -156,7 +158,7 @@ def test_single_sample_runs_as_a_slurm_job(slurm: SlurmCluster, hpc: Served,
                       "?group=validation")["metrics"]
     assert metrics and metrics[-1]["metrics"]["avgMetrics"]["validation_loss"] >= 0
     logs = hpc.cli("t", "logs", str(trial_of(hpc, exp_id)["id"])).stdout
-    assert "done after 200 steps" in logs
+    assert "done after 50 steps" in logs
     assert f"Slurm job {ours[0]['JobId']} ended COMPLETED" in logs
     print(f"single sample on Slurm: {time.monotonic() - started:.1f} s")
 
