@@ -210,3 +210,39 @@ def test_an_experiments_best_validation_is_kept_as_reports_arrive(tmp_path: Path
     assert metrics.refresh_stale_bests(conn) == 1
     exp = experiments.get(conn, exp_id)
     assert (exp.best, exp.best_trial_id) == (0.5, first)
+
+
+def test_a_trials_summary_and_best_are_kept_as_reports_arrive(tmp_path: Path) -> None:
+    """Folded report by report, they equal what folding every live report gives, through a
+    merge into a stored report, a restart that archives reports, and older versions' rows."""
+    from dettui.master import summary
+    from dettui.master.store import metrics
+
+    conn, trial_id = _trial(tmp_path)
+
+    def report(run: int, group: str, steps: int, values: dict[str, object]) -> None:
+        metrics.report(conn, trial_id=trial_id, run_id=run, group=group, steps=steps,
+                       report_time=0.0, metrics=values, batch_metrics=None)
+
+    def kept() -> tuple[object, object]:
+        return metrics.trial_summaries(conn, [trial_id])[trial_id]
+
+    def recomputed() -> object:
+        return summary.summarize(metrics.reports(conn, trial_id))
+
+    for step in range(1, 6):
+        report(1, "training", step * 10, {"loss": 1.0 / step, "lr": 0.1})
+    report(1, "validation", 20, {"loss": 0.4})
+    report(1, "validation", 40, {"loss": 0.3})
+    report(1, "validation", 50, {"loss": float("nan")})
+    assert kept() == (recomputed(), 40)
+    assert kept()[0]["avg_metrics"]["loss"]["count"] == 5
+    report(1, "training", 50, {"extra": 7})  # merged into the stored report of step 50
+    assert kept() == (recomputed(), 40)
+    assert kept()[0]["avg_metrics"]["extra"]["last"] == 7
+    report(2, "validation", 30, {"loss": 0.35})  # run 2 from step 30: step 40 is archived
+    assert kept() == (recomputed(), 30)
+    assert kept()[0]["validation_metrics"]["loss"]["count"] == 2
+    conn.execute("UPDATE trials SET summary_metrics=NULL, best_steps=NULL, summary_stale=1")
+    assert metrics.refresh_stale_trials(conn) == 1
+    assert kept() == (recomputed(), 30)

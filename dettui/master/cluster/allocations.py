@@ -173,10 +173,12 @@ class Allocations:
         exited end (older versions committed the two apart); searcher events an older version
         lost are replayed and experiments whose last trial ended are settled; experiments that
         ended with their checkpoint GC pending are collected; the best validations of
-        experiments an older version stored are computed."""
+        experiments and the summaries of trials an older version stored are computed."""
         if stale := await self.db.run(metric_store.refresh_stale_bests):
             log.info("computed the best validation of %d experiment(s) of an older version",
                      stale)
+        if stale := await self.db.run(metric_store.refresh_stale_trials):
+            log.info("computed the summary metrics of %d trial(s) of an older version", stale)
         for alloc_id in await self.db.run(exits.flag_stopped):
             log.info("allocation %s: its trial was stopped by the searcher; preempting it",
                      alloc_id)

@@ -5,39 +5,35 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
-from dettui import metric
-from dettui.master import serialize, summary
+from dettui.master import serialize
 from dettui.master.store import checkpoints as ckpt_store
 from dettui.master.store import metrics as metric_store
 from dettui.master.store import trials as trial_store
-from dettui.master.store.records import Experiment, Metric, Trial
-
-
-def best_of(vals: list[Metric], name: str, smaller_is_better: bool) -> Metric | None:
-    """The best validation (the earliest of equals), by `dettui.metric`'s rules."""
-    return metric.best(sorted(vals, key=lambda m: m.steps_completed),
-                       lambda m: metric.number(m.metrics, name), smaller_is_better)
+from dettui.master.store.records import Experiment, Trial
 
 
 def trial_views(conn: sqlite3.Connection, exp: Experiment, trials: list[Trial]) -> list[Any]:
+    """Trials as Determined's views. Their summaries and best validations are kept on the
+    trial rows by the reports, so a view costs a few indexed reads, however long the run."""
     name = exp.searcher_metric
-    vals = metric_store.validations_with(conn, [t.id for t in trials], name) if name else []
+    kept = metric_store.trial_summaries(conn, [t.id for t in trials])
     out = []
     for t in trials:
-        mine = [m for m in vals if m.trial_id == t.id]
-        best = best_of(mine, name, exp.smaller_is_better)
-        best_ckpt = None
+        summary_metrics, best_steps = kept.get(t.id, (None, None))
+        best = (metric_store.at_steps(conn, t.id, "validation", best_steps)
+                if name and best_steps is not None else None)
+        latest_validation = metric_store.latest(conn, t.id, "validation")
         ckpts = ckpt_store.for_trial(conn, t.id)
+        best_ckpt = None
         if best is not None:
             best_ckpt = next((c for c in ckpts if c.steps_completed == best.steps_completed),
                              None)
         out.append(serialize.trial(
-            t, latest_validation=mine[-1] if mine else None, best_validation=best,
+            t, latest_validation=latest_validation, best_validation=best,
             latest_training=metric_store.latest(conn, t.id, "training"),
             best_checkpoint=best_ckpt, searcher_metric=name,
             allocation_ids=[a.id for a in trial_store.allocations_for_trial(conn, t.id)],
-            summary_metrics=summary.summarize(metric_store.reports(conn, t.id)),
-            checkpoints=ckpts,
+            summary_metrics=summary_metrics, checkpoints=ckpts,
         ))
     return out
 

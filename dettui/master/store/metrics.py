@@ -11,6 +11,7 @@ from typing import Any
 
 from dettui import metric
 from dettui.errors import DettuiError, InvalidArgument, NotFound
+from dettui.master import summary
 from dettui.master.store import page as pages
 from dettui.master.store.page import Page, Window
 from dettui.master.store.records import Metric, columns, typed_config
@@ -83,6 +84,7 @@ def _report(conn: sqlite3.Connection, r: MetricReport) -> None:
             (trial_id, run_id, group, steps, r.report_time, json.dumps(r.metrics),
              json.dumps(r.batch_metrics) if r.batch_metrics is not None else None),
         )
+        _fold_summary(conn, trial_id, group, steps, r.metrics)
     else:
         merged = _merge(json.loads(row["metrics"]), r.metrics)
         if r.batch_metrics is not None and row["batch_metrics"] is not None:
@@ -90,6 +92,7 @@ def _report(conn: sqlite3.Connection, r: MetricReport) -> None:
         bm = row["batch_metrics"] if r.batch_metrics is None else json.dumps(r.batch_metrics)
         conn.execute("UPDATE metrics SET metrics=?, batch_metrics=? WHERE id=?",
                      (json.dumps(merged), bm, row["id"]))
+        refresh_trial(conn, trial_id)  # a merge changes a stored report: folded again (rare)
     conn.execute("UPDATE trials SET total_batches=MAX(total_batches, ?) WHERE id=?",
                  (steps, trial_id))
     if group == "validation":
@@ -116,6 +119,79 @@ def _update_best(conn: sqlite3.Connection, trial_id: int, metrics: dict[str, Any
             best, searcher.smaller_is_better):
         conn.execute("UPDATE experiments SET best_value=?, best_trial_id=? WHERE id=?",
                      (value, trial_id, row["id"]))
+
+
+def _fold_summary(conn: sqlite3.Connection, trial_id: int, group: str, steps: int,
+                  metrics: dict[str, Any]) -> None:
+    """A new report folded into its trial's summary, and maybe the trial's best validation:
+    O(metrics in the report), not O(reports of the trial)."""
+    row = conn.execute(
+        "SELECT t.summary_metrics, t.summary_stale, t.best_value, e.config FROM trials t "
+        "JOIN experiments e ON e.id = t.experiment_id WHERE t.id=?", (trial_id,)).fetchone()
+    if row is None:
+        return
+    if row["summary_stale"]:
+        refresh_trial(conn, trial_id)
+        return
+    folded = json.loads(row["summary_metrics"]) if row["summary_metrics"] else {}
+    summary.fold(folded.setdefault(summary.PATHS.get(group, group), {}), metrics)
+    conn.execute("UPDATE trials SET summary_metrics=? WHERE id=?",
+                 (json.dumps(folded), trial_id))
+    if group != "validation":
+        return
+    searcher = typed_config(row["config"]).searcher
+    value = metric.number(metrics, searcher.metric)
+    if value is None or math.isnan(value):
+        return
+    best = row["best_value"]
+    if best is None or metric.score(value, searcher.smaller_is_better) < metric.score(
+            best, searcher.smaller_is_better):
+        conn.execute("UPDATE trials SET best_value=?, best_steps=? WHERE id=?",
+                     (value, steps, trial_id))
+
+
+def refresh_trial(conn: sqlite3.Connection, trial_id: int) -> None:
+    """A trial's summary and best validation from all its live reports (in the caller's
+    transaction): after a merge, after a restart archived some, for older versions' rows."""
+    row = conn.execute("SELECT e.config FROM trials t JOIN experiments e "
+                       "ON e.id = t.experiment_id WHERE t.id=?", (trial_id,)).fetchone()
+    if row is None:
+        return
+    searcher = typed_config(row["config"]).searcher
+    folded = summary.summarize(reports(conn, trial_id))
+    found = metric.best(validations_with(conn, [trial_id], searcher.metric),
+                        lambda m: metric.number(m.metrics, searcher.metric),
+                        searcher.smaller_is_better)
+    conn.execute(
+        "UPDATE trials SET summary_metrics=?, best_value=?, best_steps=?, summary_stale=0 "
+        "WHERE id=?",
+        (json.dumps(folded) if folded else None,
+         None if found is None else metric.number(found.metrics, searcher.metric),
+         None if found is None else found.steps_completed, trial_id))
+
+
+def trial_summaries(conn: sqlite3.Connection,
+                    trial_ids: Sequence[int]) -> dict[int, tuple[dict[str, Any] | None,
+                                                                 int | None]]:
+    """Each trial's (summary metrics, steps of its best validation), kept by the reports."""
+    out: dict[int, tuple[dict[str, Any] | None, int | None]] = {}
+    for i in range(0, len(trial_ids), 500):
+        chunk = list(trial_ids[i:i + 500])
+        for r in conn.execute(
+                "SELECT id, summary_metrics, best_steps FROM trials "
+                f"WHERE id IN ({','.join('?' * len(chunk))})", chunk):
+            out[r[0]] = (json.loads(r[1]) if r[1] else None, r[2])
+    return out
+
+
+def refresh_stale_trials(conn: sqlite3.Connection) -> int:
+    """At start-up: the summaries of trials stored by older versions."""
+    stale = [r[0] for r in conn.execute("SELECT id FROM trials WHERE summary_stale=1")]
+    if stale:
+        with transaction(conn):
+            for trial_id in stale:
+                refresh_trial(conn, trial_id)
+    return len(stale)
 
 
 def refresh_best(conn: sqlite3.Connection, exp_id: int) -> None:
@@ -172,7 +248,8 @@ def _rollback_older_runs(
             "((grp=? AND steps_completed>=?) OR (grp!=? AND steps_completed>?))",
             (trial_id, run_id, group, steps, group, steps),
         ).rowcount
-        if archived:  # an archived validation may have been the experiment's best
+        if archived:  # an archived report was in the summary, maybe the best validation
+            refresh_trial(conn, trial_id)
             refresh_best(conn, conn.execute("SELECT experiment_id FROM trials WHERE id=?",
                                             (trial_id,)).fetchone()[0])
     if done is not None and done[0] == run_id:
