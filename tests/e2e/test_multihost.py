@@ -274,10 +274,10 @@ def _failure_ends_the_other_node(s: NetnsServed, h: Hosts, tmp_path: Path) -> fl
         """, {"fail.py": FAIL_SCRIPT})
     out = s.cli("e", "create", str(cfg), str(ctx)).stdout
     exp_id = int(out.split("Created experiment ")[1].split()[0])
-    trial_id = s.api("GET", f"/api/v1/experiments/{exp_id}/trials")["trials"][0]["id"]
 
     def logs() -> str:
-        return s.cli("t", "logs", str(trial_id)).stdout
+        trials = s.api("GET", f"/api/v1/experiments/{exp_id}/trials")["trials"]
+        return s.cli("t", "logs", str(trials[0]["id"])).stdout if trials else "no trial yet"
 
     for rank in (0, 1):
         _wait_for(shared / f"ready-{rank}", 120, logs)
