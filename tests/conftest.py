@@ -50,6 +50,10 @@ class Served:
     proc: subprocess.Popen[str] | None = None
     url: str = ""
     log_path: Path | None = None
+    # The password of `admin` and `determined` (a master beyond loopback must have one), and a
+    # prefix the master and CLI commands run under (e.g. `ip netns exec NAME`).
+    password: str = ""
+    prefix: list[str] = field(default_factory=list)
 
     def env(self) -> dict[str, str]:
         env = dict(os.environ)
@@ -57,6 +61,8 @@ class Served:
         env["DET_MASTER"] = self.url
         env.pop("DET_USER", None)
         env.pop("DET_PASS", None)
+        if self.password:
+            env["DET_PASS"] = self.password
         env["DETTUI_LOG_LEVEL"] = "INFO"
         return env
 
@@ -64,7 +70,7 @@ class Served:
         self.log_path = self.state_dir.parent / f"serve-{int(time.time() * 1000)}.log"
         log = open(self.log_path, "w")  # noqa: SIM115 - closed with the process
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "dettui.cli", "serve", "--port", str(port),
+            [*self.prefix, sys.executable, "-m", "dettui.cli", "serve", "--port", str(port),
              "--state-dir", str(self.state_dir), *self.extra],
             stdout=subprocess.PIPE, stderr=log, text=True, env=self.env(),
             start_new_session=True,
@@ -91,25 +97,25 @@ class Served:
             time.sleep(0.1)
         raise AssertionError(f"fewer than {n} agents registered")
 
-    def token(self) -> str:
-        body = json.dumps({"username": "determined", "password": ""}).encode()
+    def urlopen(self, req: urllib.request.Request, timeout: float) -> bytes:
+        """One request to the master: the body of its answer (HTTP errors raise)."""
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return bytes(resp.read())
+
+    def token(self, username: str = "determined") -> str:
+        body = json.dumps({"username": username, "password": self.password}).encode()
         req = urllib.request.Request(self.url + "/api/v1/auth/login", data=body, method="POST")
-        with urllib.request.urlopen(req, timeout=10) as resp:
-            return str(json.loads(resp.read())["token"])
+        return str(json.loads(self.urlopen(req, 10))["token"])
 
     def api(self, method: str, path: str, body: object = None, *,
             token: str | None = None) -> dict:
         data = json.dumps(body).encode() if body is not None else None
         req = urllib.request.Request(self.url + path, data=data, method=method, headers={
             "Authorization": f"Bearer {token or self.token()}"})
-        with urllib.request.urlopen(req, timeout=30) as resp:
-            return json.loads(resp.read())
+        return dict(json.loads(self.urlopen(req, 30)))
 
     def admin_token(self) -> str:
-        body = json.dumps({"username": "admin", "password": ""}).encode()
-        req = urllib.request.Request(self.url + "/api/v1/auth/login", data=body, method="POST")
-        with urllib.request.urlopen(req, timeout=10) as resp:
-            return str(json.loads(resp.read())["token"])
+        return self.token("admin")
 
     def agent_token(self, description: str = "test agent") -> str:
         """A new agent credential, issued by the admin."""
@@ -119,7 +125,8 @@ class Served:
     def cli(
         self, *args: str, timeout: float = 120, check: bool = True
     ) -> subprocess.CompletedProcess[str]:
-        res = subprocess.run([sys.executable, "-m", "dettui.cli", "-m", self.url, *args],
+        res = subprocess.run([*self.prefix, sys.executable, "-m", "dettui.cli", "-m", self.url,
+                              *args],
                              capture_output=True, text=True, timeout=timeout, env=self.env())
         if check and res.returncode != 0:
             raise AssertionError(f"dettui {' '.join(args)} failed ({res.returncode}):\n"

@@ -109,7 +109,11 @@ def supervise(cmd: spec.Command, nproc: int) -> int:
                LAUNCHER_PID: str(os.getpid())}
         proc = subprocess.Popen(list(cmd.argv), env=env)
 
+        stopped = False  # the launcher itself was told to stop (the agent kills the trial)
+
         def forward(signum: int, _frame: object) -> None:
+            nonlocal stopped
+            stopped = True
             with contextlib.suppress(ProcessLookupError):
                 proc.send_signal(signum)
 
@@ -118,23 +122,27 @@ def supervise(cmd: spec.Command, nproc: int) -> int:
         signalled_since: float | None = None
         while proc.poll() is None:
             failure = _first_failure(launch_dir, nproc)
-            if failure is not None and failure[1] in SIGNAL_CODES:
+            if failure is not None and failure[1] in SIGNAL_CODES and not stopped:
                 # Torchrun may already be tearing down after another worker's failure: give
-                # that worker a moment to record its own code.
+                # that worker a moment to record its own code. (Not when the signal came from
+                # outside, through us: then there is no other cause to wait for, and waiting
+                # would only keep this node of a failed trial alive for SIGNAL_WAIT.)
                 signalled_since = signalled_since or time.monotonic()
                 if time.monotonic() - signalled_since < SIGNAL_WAIT:
                     time.sleep(POLL)
                     continue
             if failure is not None:
                 rank, code = failure
-                print(f"dettui launcher: rank {rank} exited with {code}; ending the other "
-                      "workers", file=sys.stderr, flush=True)
+                if not stopped:
+                    print(f"dettui launcher: rank {rank} exited with {code}; ending the other "
+                          "workers", file=sys.stderr, flush=True)
                 _end_tree(proc)
                 return code
             time.sleep(POLL)
         deadline = time.monotonic() + SIGNAL_WAIT
         failure = _first_failure(launch_dir, nproc)
-        while (failure is None or failure[1] in SIGNAL_CODES) and time.monotonic() < deadline:
+        while ((failure is None or failure[1] in SIGNAL_CODES) and not stopped
+               and time.monotonic() < deadline):
             if proc.returncode == 0 and failure is None:
                 break
             time.sleep(POLL)

@@ -154,3 +154,29 @@ def test_the_topology_the_master_writes_is_the_one_the_launcher_reads() -> None:
     assert env["DET_CHIEF_IP"] == "10.0.0.1"
     assert Topology.from_env(env) == topo
     assert Topology.from_env(env).nproc == 4 and Topology.from_env(env).nnodes == 2
+
+
+def test_a_stopped_launcher_does_not_wait_for_a_failure_that_is_not_coming(
+        tmp_path: Path) -> None:
+    """SIGTERM from outside (the agent killing one node of a trial whose other node failed):
+    the workers' signal codes have no other cause to wait for, so the launcher ends at once
+    instead of after SIGNAL_WAIT (set to 120 s here, so waiting could not go unnoticed)."""
+    (tmp_path / "w.py").write_text("import time\nprint('ready', flush=True)\ntime.sleep(600)\n")
+    tag = f"test-{RUN}-{tmp_path.name}"
+    env = {**os.environ, "DET_SLOT_IDS": "[0,1]", "DETTUI_C10D_PORT": str(free_port()),
+           "DETTUI_ALLOCATION_ID": tag}
+    code = ("import sys; from dettui.launch import torch_distributed as t; "
+            "t.SIGNAL_WAIT = 120; sys.exit(t.main(sys.argv[1:]))")
+    proc = subprocess.Popen([sys.executable, "-c", code, sys.executable, "w.py"], cwd=tmp_path,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    ready = [proc.stdout.readline() for _ in range(2)]
+    assert all("ready" in line for line in ready), ready
+    proc.terminate()
+    try:
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 128 + 15, err
+    assert "exited with" not in err, "an outside stop is not reported as a worker's failure"
+    assert leftovers(tag) == []
