@@ -43,7 +43,7 @@ slurm-packages:
 	  echo "could not install $(SLURM_PACKAGES): the Slurm tests will skip"; fi
 
 test: $(STAMP) $(DET_STAMP) slurm-packages
-	DETTUI_DET_VENV=$(CURDIR)/$(DET_VENV) $(PY) -m pytest -q -p no:cacheprovider
+	DETTUI_DET_VENV=$(CURDIR)/$(DET_VENV) $(PY) -m pytest -q -p no:cacheprovider --durations=25
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check dettui tests
