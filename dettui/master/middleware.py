@@ -232,11 +232,15 @@ async def read_chunks(request: web.Request) -> list[bytes]:
     if size is not None and size > cap:
         raise _too_large(request, size, cap)
     chunks, size = [], 0
-    async for chunk in request.content.iter_chunked(1024 * 1024):
-        size += len(chunk)
-        if size > cap:
-            raise _too_large(request, size, cap)
-        chunks.append(chunk)
+    try:
+        async for chunk in request.content.iter_chunked(1024 * 1024):
+            size += len(chunk)
+            if size > cap:
+                raise _too_large(request, size, cap)
+            chunks.append(chunk)
+    except ConnectionError as exc:  # the client went away mid-body (an agent stopped, say)
+        raise InvalidArgument(f"the request body was cut short ({size} bytes read): "
+                              f"the connection was lost") from exc
     request[BODY] = chunks
     return chunks
 

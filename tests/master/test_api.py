@@ -472,3 +472,24 @@ async def test_nan_validations_are_stored_and_never_best(api: Api) -> None:
         assert (exp["bestTrialId"], exp["bestTrialSearcherMetric"]) == (1, 0.5), exp
     rows = (await api.call("GET", "/api/v1/trials/1/metrics"))["metrics"]
     assert [m["metrics"]["avgMetrics"]["loss"] for m in rows] == ["NaN", 0.5, "Infinity"]
+
+
+async def test_a_body_cut_short_by_a_lost_connection_is_a_client_error() -> None:
+    """An agent stopped mid-POST: the body ends in a lost connection. That is the client's
+    doing, a 400 (not an internal error with a traceback in the master's log)."""
+    from unittest import mock
+
+    from aiohttp import streams
+    from aiohttp.test_utils import make_mocked_request
+
+    from dettui.errors import InvalidArgument
+    from dettui.master.middleware import read_chunks
+
+    payload = streams.StreamReader(mock.Mock(_reading_paused=False), 2 ** 16,
+                                   loop=asyncio.get_running_loop())
+    payload.feed_data(b'[{"a":')
+    payload.set_exception(ConnectionResetError("Connection lost"))
+    request = make_mocked_request("POST", "/api/v1/agents/a/logs", payload=payload,
+                                  match_info={})
+    with pytest.raises(InvalidArgument, match="cut short"):
+        await read_chunks(request)
