@@ -16,6 +16,7 @@ from dettui.master.ingest import GroupCommit
 from dettui.master.settings import MasterSettings, check_exposure
 from dettui.master.store import Database, users
 from dettui.master.store import agents as agent_store
+from dettui.master.tokens import Mint
 
 log = logging.getLogger("dettui.master")
 MAX_BODY = 140 * 1024 * 1024  # a 95 MiB context arrives base64-encoded inside JSON
@@ -36,13 +37,15 @@ async def _lifetime(app: web.Application) -> AsyncIterator[None]:
     settings.state_dir.mkdir(parents=True, exist_ok=True)
     settings.checkpoint_root.mkdir(parents=True, exist_ok=True)
     offload.warm_up("dettui.master.intake")
+    mint = Mint.load(settings.state_dir)
     db = Database(settings.db_path)
     await db.run(users.ensure_default_users, settings.admin_password)
     check_exposure(settings.host, await db.run(users.has_password, "admin"))
     cluster_id = await db.run(agent_store.cluster_value, "cluster_id", str(uuid.uuid4()))
     notifier = Notifier()
-    cluster = Cluster(db, settings, notifier, cluster_id)
+    cluster = Cluster(db, settings, notifier, cluster_id, mint)
     app[keys.DB] = db
+    app[keys.MINT] = mint
     app[keys.NOTIFIER] = notifier
     app[keys.CLUSTER_ID] = cluster_id
     app[keys.CLUSTER] = cluster

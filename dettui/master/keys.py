@@ -14,9 +14,11 @@ if TYPE_CHECKING:
     from dettui.master.routes.stream import Connection, Feed
     from dettui.master.settings import MasterSettings
     from dettui.master.store import Database
+    from dettui.master.tokens import Mint
 
 DB: web.AppKey[Database] = web.AppKey("db")
 SETTINGS: web.AppKey[MasterSettings] = web.AppKey("settings")
+MINT: web.AppKey[Mint] = web.AppKey("mint")  # derives trials' tokens
 CLUSTER: web.AppKey[Cluster] = web.AppKey("cluster")
 NOTIFIER: web.AppKey[Notifier] = web.AppKey("notifier")
 CLUSTER_ID: web.AppKey[str] = web.AppKey("cluster_id")

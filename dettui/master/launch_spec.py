@@ -16,6 +16,7 @@ from dettui.master.store import experiments as exp_store
 from dettui.master.store import trials as trial_store
 from dettui.master.store import users as user_store
 from dettui.master.store.records import Agent, Allocation
+from dettui.master.tokens import Mint
 from dettui.protocol import StartWork
 
 SLOT_TYPE_CUDA = "cuda"
@@ -23,7 +24,7 @@ SLOT_TYPE_CUDA = "cuda"
 
 def build_start(
     conn: sqlite3.Connection, alloc: Allocation, agent: Agent, peers: dict[str, Agent],
-    cluster_id: str, settings: MasterSettings,
+    cluster_id: str, settings: MasterSettings, mint: Mint,
 ) -> StartWork:
     """The start message for `agent`'s part of the allocation (node rank = its part's index)."""
     trial = trial_store.get(conn, alloc.trial_id)
@@ -33,6 +34,7 @@ def build_start(
     my_slots = alloc.slots_on(agent.id)
     cuda = [s for s in my_slots if slot_types.get(s) == SLOT_TYPE_CUDA]
     node_rank = alloc.agents.index(agent.id)
+    token = mint.allocation(alloc.id)
     env = {
         "DET_CLUSTER_ID": cluster_id,
         "DET_MASTER_ID": cluster_id,
@@ -43,7 +45,7 @@ def build_start(
         "DET_RESOURCES_TYPE": "dettui-process",
         "DET_TASK_ID": trial.task_id,
         "DET_ALLOCATION_ID": alloc.id,
-        "DET_SESSION_TOKEN": alloc.token,
+        "DET_SESSION_TOKEN": token,
         "DET_USER": exp.username,
         "DET_TASK_TYPE": "TRIAL",
         "DET_EXPERIMENT_ID": str(exp.id),
@@ -61,9 +63,9 @@ def build_start(
         env["DET_LATEST_CHECKPOINT"] = latest.uuid
     owner = user_store.by_name(conn, exp.username)
     if owner is not None and owner.active:
-        # As Determined: the owner's own session (made with the allocation), for the CLI and
-        # SDK inside the trial.
-        env["DET_USER_TOKEN"] = user_store.task_user_token(alloc.token)
+        # As Determined: the owner's own session (made with the allocation, ended with it),
+        # for the CLI and SDK inside the trial.
+        env["DET_USER_TOKEN"] = mint.task_user(alloc.id)
     if len(alloc.parts) > 1:
         env.update(Topology(tuple(address_of(peers.get(a)) for a in alloc.agents), node_rank,
                             tuple(len(sl) for _, sl in alloc.parts),
@@ -76,7 +78,7 @@ def build_start(
     return StartWork(
         allocation_id=alloc.id, task_id=trial.task_id, trial_id=trial.id,
         experiment_id=exp.id, run_id=alloc.run_id, slots=my_slots, node_rank=node_rank,
-        cuda_devices=cuda, entrypoint=exp.conf.entrypoint, env=env, session_token=alloc.token)
+        cuda_devices=cuda, entrypoint=exp.conf.entrypoint, env=env, session_token=token)
 
 
 def user_environment(config: dict[str, Any], device: str) -> dict[str, str]:

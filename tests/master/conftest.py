@@ -8,8 +8,14 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient
 
+from dettui.master import keys
 from dettui.master.app import create_app
 from dettui.master.settings import MasterSettings
+from dettui.master.store import trials as trial_store
+from dettui.master.store.records import Allocation
+from dettui.master.tokens import Mint
+
+TEST_MINT = Mint(b"dettui-tests-key-" * 2)  # for store functions called on a bare connection
 
 
 class Api:
@@ -51,6 +57,16 @@ async def agent_headers(api: Api) -> dict[str, str]:
                                  headers={"Authorization": f"Bearer {admin}"})
     assert resp.status == 200, await resp.text()
     return {"Authorization": f"Bearer {(await resp.json())['token']}"}
+
+
+async def allocate(api: Api, trial_id: int, agent_id: str = "agent-x",
+                   slots: list[int] | None = None) -> tuple[Allocation, str]:
+    """A new allocation of the trial, as a scheduling pass makes it, and its task token."""
+    app = api.client.server.app
+    mint = app[keys.MINT]
+    alloc = await app[keys.DB].run(trial_store.allocate, trial_id, agent_id,
+                                   [0] if slots is None else slots, mint=mint)
+    return alloc, mint.allocation(alloc.id)
 
 
 def ckpt_uuid(n: int) -> str:

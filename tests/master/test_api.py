@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.master.conftest import SIMPLE_CONFIG, Api, agent_headers, ckpt_uuid
+from tests.master.conftest import SIMPLE_CONFIG, TEST_MINT, Api, agent_headers, allocate, ckpt_uuid
 
 
 async def create(api: Api, config: str = SIMPLE_CONFIG) -> dict:
@@ -145,14 +145,11 @@ async def test_pagination_offset_bounds(api: Api) -> None:
 
 
 async def test_allocation_tokens_reach_only_their_own_trial(api: Api) -> None:
-    from dettui.master import keys
-    from dettui.master.store import trials as trial_store
 
     await create(api)
     await create(api)
-    db = api.client.server.app[keys.DB]
-    alloc = await db.run(trial_store.allocate, 1, "agent-x", [0])
-    task = {"Grpc-Metadata-x-allocation-token": f"Bearer {alloc.token}"}
+    alloc, alloc_token = await allocate(api, 1, "agent-x", [0])
+    task = {"Grpc-Metadata-x-allocation-token": f"Bearer {alloc_token}"}
     mine = await api.call("GET", "/api/v1/trials/1", headers=task)
     assert mine["trial"]["id"] == 1
     denied = await api.call("GET", "/api/v1/trials/2", headers=task, status=403)
@@ -180,12 +177,10 @@ async def test_allocation_tokens_reach_only_their_own_trial(api: Api) -> None:
 async def test_trial_workloads_as_det_describe_reads_them(api: Api) -> None:
     """GetTrialWorkloads: training and validation reports and checkpoints, by batches or by a
     metric, filtered, paginated; unknown trials and filters are clear errors."""
-    from dettui.master import keys
-    from dettui.master.store import trials as trial_store
 
     await create(api)
-    alloc = await api.client.server.app[keys.DB].run(trial_store.allocate, 1, "agent-x", [0])
-    task = {"Grpc-Metadata-x-allocation-token": f"Bearer {alloc.token}"}
+    alloc, alloc_token = await allocate(api, 1, "agent-x", [0])
+    task = {"Grpc-Metadata-x-allocation-token": f"Bearer {alloc_token}"}
     for group, steps, loss in [("training", 5, 0.9), ("training", 10, 0.6),
                                ("validation", 5, 0.7), ("validation", 10, 0.4)]:
         await api.call("POST", "/api/v1/trials/1/metrics", {"group": group, "metrics": {
@@ -232,17 +227,14 @@ async def test_trial_workloads_as_det_describe_reads_them(api: Api) -> None:
 
 async def test_delete_an_ended_experiment_with_its_files_and_records(api: Api,
                                                                      tmp_path: Path) -> None:
-    from dettui.master import keys
-    from dettui.master.store import trials as trial_store
 
     storage = tmp_path / "ckpts"
     config = SIMPLE_CONFIG + f"checkpoint_storage: {{type: shared_fs, host_path: {storage}}}\n"
     await create(api, config)
     await create(api, config)  # a neighbour that must keep everything
-    db = api.client.server.app[keys.DB]
     for trial_id in (1, 2):
-        alloc = await db.run(trial_store.allocate, trial_id, "agent-x", [0])
-        task = {"Grpc-Metadata-x-allocation-token": f"Bearer {alloc.token}"}
+        alloc, alloc_token = await allocate(api, trial_id, "agent-x", [0])
+        task = {"Grpc-Metadata-x-allocation-token": f"Bearer {alloc_token}"}
         await api.call("POST", f"/api/v1/trials/{trial_id}/metrics", {"group": "training",
                        "metrics": {"trialId": trial_id, "trialRunId": 1, "stepsCompleted": 5,
                                    "metrics": {"avgMetrics": {"loss": 1.0}}}}, headers=task)
@@ -307,7 +299,7 @@ async def test_an_exit_recorded_just_before_a_crash_ends_the_trial(
     await create(api)
     await api.client.close()
     conn = connect(settings.db_path)  # what the killed master had committed
-    alloc = trial_store.allocate(conn, 1, "agent-x", [0])
+    alloc = trial_store.allocate(conn, 1, "agent-x", [0], mint=TEST_MINT)
     # what an older master committed apart: the part's exit, not yet the allocation's end
     conn.execute("UPDATE allocations SET part_exits=? WHERE id=?",
                  ('{"agent-x": [0, ""]}', alloc.id))
@@ -328,7 +320,7 @@ async def test_a_kill_lost_with_the_master_is_sent_again_when_the_agent_returns(
 
     await create(api)
     db = api.client.server.app[keys.DB]
-    alloc = await db.run(trial_store.allocate, 1, "a1", [0])
+    alloc, _ = await allocate(api, 1, "a1", [0])
     await db.run(trial_store.set_allocation, alloc.id, kill_requested=1)  # then the crash
     agent = await agent_headers(api)
     await api.call("POST", "/api/v1/agents/register", {
@@ -454,12 +446,10 @@ async def test_only_jobs_started_by_backfilling_are_scheduled_backfilled(
 async def test_nan_validations_are_stored_and_never_best(api: Api) -> None:
     """A diverged trial reports NaN: stored and shown as NaN, never an experiment's or trial's
     best, and nothing that reads validations fails on it (SQLite's JSON refuses NaN)."""
-    from dettui.master import keys
-    from dettui.master.store import trials as trial_store
 
     await create(api)
-    alloc = await api.client.server.app[keys.DB].run(trial_store.allocate, 1, "agent-x", [0])
-    task = {"Grpc-Metadata-x-allocation-token": f"Bearer {alloc.token}"}
+    alloc, alloc_token = await allocate(api, 1, "agent-x", [0])
+    task = {"Grpc-Metadata-x-allocation-token": f"Bearer {alloc_token}"}
     for steps, value in ((1, "NaN"), (2, 0.5), (3, "Infinity")):
         await api.call("POST", "/api/v1/trials/1/metrics", {"group": "validation", "metrics": {
             "trialId": 1, "trialRunId": alloc.run_id, "stepsCompleted": steps,

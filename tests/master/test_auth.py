@@ -13,8 +13,7 @@ import pytest
 from dettui.master import keys
 from dettui.master.app import create_app
 from dettui.master.settings import MasterSettings
-from dettui.master.store import trials as trial_store
-from tests.master.conftest import Api, agent_headers
+from tests.master.conftest import Api, agent_headers, allocate
 from tests.master.test_api import create
 
 
@@ -128,11 +127,10 @@ async def test_sessions_expire_and_secrets_are_stored_hashed(aiohttp_client: Any
 
 async def test_an_exited_allocations_token_and_a_stale_run_are_refused(api: Api) -> None:
     await create(api)
-    db = api.client.server.app[keys.DB]
-    old = await db.run(trial_store.allocate, 1, "agent-x", [0])
-    task = {"Grpc-Metadata-x-allocation-token": f"Bearer {old.token}"}
+    old, old_token = await allocate(api, 1, "agent-x", [0])
+    task = {"Grpc-Metadata-x-allocation-token": f"Bearer {old_token}"}
     await api.client.server.app[keys.CLUSTER].allocations.finish(old.id, None, "lost", "lost")
-    new = await db.run(trial_store.allocate, 1, "agent-x", [0])
+    new, new_token = await allocate(api, 1, "agent-x", [0])
     metrics: dict[str, Any] = {"group": "training", "metrics": {
         "trialId": 1, "trialRunId": old.run_id, "stepsCompleted": 5,
         "metrics": {"avgMetrics": {"loss": 1.0}}}}
@@ -141,12 +139,34 @@ async def test_an_exited_allocations_token_and_a_stale_run_are_refused(api: Api)
     ckpt = {"uuid": "00000000-0000-4000-8000-000000000001", "taskId": task_id,
             "allocationId": old.id, "metadata": {"steps_completed": 5}, "resources": {}}
     await api.call("POST", "/api/v1/checkpoints", ckpt, headers=task, status=401)
-    fresh = {"Grpc-Metadata-x-allocation-token": f"Bearer {new.token}"}
+    fresh = {"Grpc-Metadata-x-allocation-token": f"Bearer {new_token}"}
     stale = await api.call("POST", "/api/v1/trials/1/metrics", metrics, headers=fresh,
                            status=400)
     assert "invalid run id" in stale["message"]
     metrics["metrics"]["trialRunId"] = new.run_id
     await api.call("POST", "/api/v1/trials/1/metrics", metrics, headers=fresh)
+
+
+async def test_a_trials_tokens_are_not_in_the_database_and_end_with_its_allocation(
+        api: Api) -> None:
+    """DET_SESSION_TOKEN and DET_USER_TOKEN: neither can be read out of master.db, and the
+    owner's session a trial gets stops working when its allocation exits."""
+    await create(api)
+    alloc, token = await allocate(api, 1, "agent-x", [0])
+    mint = api.client.server.app[keys.MINT]
+    user_token = mint.task_user(alloc.id)
+    me = await api.call("GET", "/api/v1/me", headers=api.headers(user_token))
+    assert me["user"]["username"] == "determined"
+    state_dir = api.client.server.app[keys.SETTINGS].state_dir
+    conn = sqlite3.connect(state_dir / "master.db")
+    dump = "\n".join(conn.iterdump())
+    conn.close()
+    assert token not in dump and user_token not in dump
+    assert (state_dir / "secret.key").stat().st_mode & 0o077 == 0
+    await api.client.server.app[keys.CLUSTER].allocations.finish(alloc.id, 0, "", "")
+    await api.call("GET", "/api/v1/me", headers=api.headers(user_token), status=401)
+    task = {"Grpc-Metadata-x-allocation-token": f"Bearer {token}"}
+    await api.call("GET", "/api/v1/trials/1", headers=task, status=401)
 
 
 @pytest.mark.parametrize("path", ["/api/v1/users", "/api/v1/agent-credentials"])

@@ -15,21 +15,20 @@ from dettui.core._info import ClusterInfo, TrialInfo
 from dettui.core._session import Session
 from dettui.errors import InvalidArgument
 from dettui.master import keys
-from dettui.master.store import trials as trial_store
-from tests.master.conftest import Api
+from tests.master.conftest import Api, allocate
 from tests.master.test_api import create
 
 
 async def _trial_context(api: Api, run_id: int | None = None) -> _train.TrainContext:
     await create(api)
-    alloc = await api.client.server.app[keys.DB].run(trial_store.allocate, 1, "agent-x", [0])
+    alloc, alloc_token = await allocate(api, 1, "agent-x", [0])
     trial = TrialInfo(trial_id=1, experiment_id=1, trial_seed=0, hparams={}, config={},
                       steps_completed=0, trial_run_id=run_id or alloc.run_id)
     url = str(api.client.make_url("")).rstrip("/")
     info = ClusterInfo(master_url=url, cluster_id="", agent_id="agent-x", slot_ids=[0],
-                       task_id="", allocation_id=alloc.id, session_token=alloc.token,
+                       task_id="", allocation_id=alloc.id, session_token=alloc_token,
                        task_type="TRIAL", latest_checkpoint=None, trial=trial)
-    return _train.TrainContext(Session(url, task_token=alloc.token), info)
+    return _train.TrainContext(Session(url, task_token=alloc_token), info)
 
 
 async def _steps(api: Api) -> list[int]:
@@ -101,11 +100,10 @@ async def test_concurrent_reports_of_many_trials_share_commits(api: Api) -> None
     reports, and every one is acknowledged only once stored."""
     for _ in range(4):
         await create(api)
-    db = api.client.server.app[keys.DB]
     tokens = {}
     for trial_id in range(1, 5):
-        alloc = await db.run(trial_store.allocate, trial_id, "agent-x", [0])
-        tokens[trial_id] = {"Grpc-Metadata-x-allocation-token": f"Bearer {alloc.token}"}
+        alloc, alloc_token = await allocate(api, trial_id, "agent-x", [0])
+        tokens[trial_id] = {"Grpc-Metadata-x-allocation-token": f"Bearer {alloc_token}"}
 
     async def report(trial_id: int, step: int) -> None:
         await api.call("POST", f"/api/v1/trials/{trial_id}/metrics", {

@@ -19,7 +19,7 @@ from dettui.master.store import metrics as metric_store
 from dettui.master.store import trials as trial_store
 from dettui.master.store import tx
 from dettui.master.store.page import Page
-from tests.master.conftest import SIMPLE_CONFIG, Api, ckpt_uuid
+from tests.master.conftest import SIMPLE_CONFIG, Api, allocate, ckpt_uuid
 from tests.master.test_api import create
 
 GRID = """
@@ -87,12 +87,10 @@ async def report(api: Api, trial_id: int, task: dict[str, str], group: str, step
 
 
 async def test_checkpoints_and_metrics_page_and_downsample(api: Api) -> None:
-    from dettui.master import keys
 
     await create(api, SIMPLE_CONFIG)
-    db = api.client.server.app[keys.DB]
-    alloc = await db.run(trial_store.allocate, 1, "agent-x", [0])
-    task = {"Grpc-Metadata-x-allocation-token": f"Bearer {alloc.token}"}
+    alloc, alloc_token = await allocate(api, 1, "agent-x", [0])
+    task = {"Grpc-Metadata-x-allocation-token": f"Bearer {alloc_token}"}
     task_id = (await api.call("GET", "/api/v1/trials/1"))["trial"]["taskId"]
     losses = {s: 1 / s for s in range(1, 101)}
     losses[50] = 9.0  # a spike that downsampling must keep

@@ -11,8 +11,7 @@ from typing import Any
 import pytest
 
 from dettui.master import keys
-from dettui.master.store import trials as trial_store
-from tests.master.conftest import SIMPLE_CONFIG, Api, ckpt_uuid
+from tests.master.conftest import SIMPLE_CONFIG, Api, allocate, ckpt_uuid
 from tests.master.test_api import create
 
 HOSTILE = ["/srv/data", "../../data", "..", ".", "", "a/b", "..\\x", "x\x00y",
@@ -43,8 +42,8 @@ async def setup(api: Api, tmp_path: Path) -> Setup:
     await create(api, SIMPLE_CONFIG + f"checkpoint_storage: {{type: shared_fs, host_path: "
                                       f"{storage}, save_trial_best: 0, save_trial_latest: 0}}\n")
     s = Setup(api, storage, victim)
-    alloc = await api.client.server.app[keys.DB].run(trial_store.allocate, 1, "agent-x", [0])
-    s.task = {"Grpc-Metadata-x-allocation-token": f"Bearer {alloc.token}"}
+    alloc, alloc_token = await allocate(api, 1, "agent-x", [0])
+    s.task = {"Grpc-Metadata-x-allocation-token": f"Bearer {alloc_token}"}
     s.task_id = (await api.call("GET", "/api/v1/trials/1"))["trial"]["taskId"]
     s.alloc_id = alloc.id
     return s
@@ -89,13 +88,12 @@ async def test_a_uuid_of_another_trials_checkpoint_is_refused(setup: Setup) -> N
     await setup.api.call("POST", "/api/v1/checkpoints", setup.body(ckpt_uuid(1)),
                          headers=setup.task)  # a client retry is fine
     await create(setup.api)
-    db = setup.api.client.server.app[keys.DB]
-    other = await db.run(trial_store.allocate, 2, "agent-x", [1])
+    other, other_token = await allocate(setup.api, 2, "agent-x", [1])
     task_id = (await setup.api.call("GET", "/api/v1/trials/2"))["trial"]["taskId"]
     body = setup.body(ckpt_uuid(1))
     body.update(taskId=task_id, allocationId=other.id)
     refused = await setup.api.call("POST", "/api/v1/checkpoints", body, status=409, headers={
-        "Grpc-Metadata-x-allocation-token": f"Bearer {other.token}"})
+        "Grpc-Metadata-x-allocation-token": f"Bearer {other_token}"})
     assert "another trial" in refused["message"]
 
 

@@ -17,7 +17,7 @@ from dettui.master.app import create_app
 from dettui.master.settings import MasterSettings
 from dettui.master.store import trials as trial_store
 from dettui.master.store.db import connect
-from tests.master.conftest import Api, ckpt_uuid
+from tests.master.conftest import TEST_MINT, Api, ckpt_uuid
 from tests.master.test_api import create
 
 
@@ -29,7 +29,7 @@ class Case:
 
 
 def _alloc(conn: sqlite3.Connection, **fields: Any) -> str:
-    alloc = trial_store.allocate(conn, 1, "agent-x", [0])
+    alloc = trial_store.allocate(conn, 1, "agent-x", [0], mint=TEST_MINT)
     if fields:
         sets = ", ".join(f"{k}=?" for k in fields)
         conn.execute(f"UPDATE allocations SET {sets} WHERE id=?", (*fields.values(), alloc.id))

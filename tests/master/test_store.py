@@ -9,7 +9,7 @@ from dettui.config import load_config
 from dettui.master.store import db as dbmod
 from dettui.master.store import experiments, trials, users
 from dettui.models import TrialState
-from tests.master.conftest import SIMPLE_CONFIG
+from tests.master.conftest import SIMPLE_CONFIG, TEST_MINT
 
 
 def test_migrations_are_numbered_and_applied_once(tmp_path: Path) -> None:
@@ -39,7 +39,7 @@ def _trial(tmp_path: Path) -> tuple[sqlite3.Connection, int]:
 def test_committed_changes_survive_a_reopen(tmp_path: Path) -> None:
     conn, trial_id = _trial(tmp_path)
     exp_id = trials.get(conn, trial_id).experiment_id
-    alloc = trials.allocate(conn, trial_id, "agent-1", [0])
+    alloc = trials.allocate(conn, trial_id, "agent-1", [0], mint=TEST_MINT)
     # No close, no checkpoint: a second connection (like a restarted master) sees it all.
     other = dbmod.connect(tmp_path / "m.db")
     assert experiments.get(other, exp_id).name == "x"

@@ -13,7 +13,7 @@ from dettui import errors
 from dettui.client import Client
 from dettui.master import keys
 from dettui.master.routes import stream as stream_routes
-from tests.master.conftest import Api, agent_headers
+from tests.master.conftest import Api, agent_headers, allocate
 from tests.master.test_api import create
 
 QUICK = 3.0  # seconds: well under the stream's idle re-read, so a diff must come from a signal
@@ -385,14 +385,13 @@ async def test_a_metric_report_updates_its_trial_in_the_trials_topic(
     inbox = await connect(api, "experiment:1")
     objs = await inbox.settle("experiment:1", "id")
     assert [o["id"] for o in objs] == [1]
-    from dettui.master.store import trials as trial_store
 
-    alloc = await api.client.server.app[keys.DB].run(trial_store.allocate, 1, "agent-x", [0])
+    alloc, alloc_token = await allocate(api, 1, "agent-x", [0])
     await api.call("POST", "/api/v1/trials/1/metrics", {
         "group": "training", "metrics": {"trialId": 1, "trialRunId": alloc.run_id,
                                          "stepsCompleted": 5,
                                          "metrics": {"avgMetrics": {"loss": 0.5}}}},
-        headers={"Grpc-Metadata-x-allocation-token": f"Bearer {alloc.token}"})
+        headers={"Grpc-Metadata-x-allocation-token": f"Bearer {alloc_token}"})
     diff = await inbox.next("experiment:1")
     assert [(o["state"], o["totalBatchesProcessed"]) for o in diff["upsert"]] == [
         ("STATE_RUNNING", 5)]

@@ -12,7 +12,7 @@ import pytest
 from dettui.master import keys
 from dettui.master.store import trials as trial_store
 from dettui.master.store import unmanaged as unmanaged_store
-from tests.master.conftest import Api, ckpt_uuid
+from tests.master.conftest import Api, allocate, ckpt_uuid
 from tests.master.test_api import create as create_managed
 
 # What Determined's detached client sends: every key, unset ones as null.
@@ -236,8 +236,8 @@ async def test_managed_experiments_refuse_unmanaged_trial_calls(api: Api) -> Non
 async def test_allocation_tokens_cannot_create_detached_trials(api: Api, tmp_path: Path) -> None:
     await create_managed(api)
     exp_id = (await new_experiment(api, tmp_path))["experiment"]["id"]
-    alloc = await api.client.server.app[keys.DB].run(trial_store.allocate, 1, "agent-x", [0])
-    task = {"Grpc-Metadata-x-allocation-token": f"Bearer {alloc.token}"}
+    alloc, alloc_token = await allocate(api, 1, "agent-x", [0])
+    task = {"Grpc-Metadata-x-allocation-token": f"Bearer {alloc_token}"}
     await api.call("POST", "/api/v1/trials", {"experimentId": exp_id, "unmanaged": True},
                    headers=task, status=403)
 

@@ -25,6 +25,7 @@ from dettui.master.settings import MasterSettings
 from dettui.master.store import Database
 from dettui.master.store import trials as trial_store
 from dettui.master.store.records import Allocation
+from dettui.master.tokens import Mint
 from dettui.protocol import StartWork
 
 __all__ = ["AgentLink", "Cluster"]
@@ -33,8 +34,8 @@ log = logging.getLogger("dettui.master.cluster")
 
 class Cluster:
     def __init__(self, db: Database, settings: MasterSettings, notifier: Notifier,
-                 cluster_id: str) -> None:
-        self.hub = Hub(db, settings, notifier, cluster_id)
+                 cluster_id: str, mint: Mint) -> None:
+        self.hub = Hub(db, settings, notifier, cluster_id, mint)
         self.allocations = Allocations(self.hub)
         self.agents = Agents(self.hub, self.allocations)
         self.experiments = Experiments(self.hub, self.allocations)

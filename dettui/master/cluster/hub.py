@@ -16,6 +16,7 @@ from dettui.master.launch_spec import build_start
 from dettui.master.settings import MasterSettings
 from dettui.master.store import Database, exits
 from dettui.master.store.records import Allocation
+from dettui.master.tokens import Mint
 
 log = logging.getLogger("dettui.master.cluster")
 
@@ -26,6 +27,7 @@ class Hub:
     settings: MasterSettings
     notifier: Notifier
     cluster_id: str
+    mint: Mint
     links: Links = field(default_factory=Links)
     preempting: dict[str, float] = field(default_factory=dict)  # allocation -> when (monotonic)
     backfilled: dict[str, int] = field(default_factory=dict)  # allocation -> trial, of those
@@ -55,7 +57,7 @@ class Hub:
         """The start message of `link`'s part of `alloc`, built from committed records."""
         peers = {a: peer.agent for a in alloc.agents if (peer := self.links.get(a))}
         message = await self.db.call(build_start, self.db.conn, alloc, link.agent, peers,
-                                     self.cluster_id, self.settings)
+                                     self.cluster_id, self.settings, self.mint)
         link.sent_at[alloc.id] = time.monotonic()
         link.send(message)
 

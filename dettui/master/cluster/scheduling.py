@@ -94,7 +94,7 @@ class Scheduling:
         parts = [(a, list(sl)) for a, sl in assignment.parts] or None
         port = self._port() if parts else None
         alloc = await self.db.run(trial_store.allocate, assignment.key, assignment.agent_id,
-                                  list(assignment.slots), parts, port)
+                                  list(assignment.slots), parts, port, mint=self.hub.mint)
         if assignment.backfilled:
             self.hub.backfilled[alloc.id] = alloc.trial_id
         trial = await self.db.run(trial_store.get, alloc.trial_id)

@@ -258,4 +258,4 @@ class SlurmProvider:
         if link is None:
             raise Unavailable(f"pool {self.pool.pool} is not connected to Slurm yet")
         return await self.db.call(build_start, self.db.conn, alloc, link.agent, {},
-                                  self.hub.cluster_id, self.hub.settings)
+                                  self.hub.cluster_id, self.hub.settings, self.hub.mint)

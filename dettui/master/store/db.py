@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import hashlib
 import sqlite3
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -45,8 +46,13 @@ def connect(path: Path) -> sqlite3.Connection:
     return conn
 
 
+def _sha256_hex(value: str | None) -> str | None:
+    return None if value is None else hashlib.sha256(value.encode()).hexdigest()
+
+
 def migrate(conn: sqlite3.Connection) -> int:
     """Apply every numbered migration above the stored `user_version`; return the new version."""
+    conn.create_function("sha256_hex", 1, _sha256_hex, deterministic=True)  # migration 0017
     current = conn.execute("PRAGMA user_version").fetchone()[0]
     for number, _name, sql in _migrations():
         if number <= current:

@@ -16,6 +16,7 @@ from dettui.master import lifecycle
 from dettui.master.store import experiments as exp_store
 from dettui.master.store import search as search_store
 from dettui.master.store import trials as trial_store
+from dettui.master.store import users as user_store
 from dettui.master.store.records import Allocation, Experiment, Trial
 from dettui.master.store.tx import transaction
 from dettui.models import AllocationState, ExperimentState
@@ -98,6 +99,7 @@ def _end(conn: sqlite3.Connection, alloc: Allocation, exit_code: int | None,
         "UPDATE allocations SET state=?, end_time=?, exit_code=?, exit_reason=? WHERE id=?",
         (AllocationState.EXITED.value, now, exit_code,
          reason or ("exit" if exit_code == 0 else "error"), alloc.id))
+    user_store.end_task_sessions(conn, alloc.id)
     conn.execute("UPDATE trials SET state=?, restarts=?, end_time=? WHERE id=?",
                  (state.value, restarts, now if state.is_terminal() else None, trial.id))
     trial = trial_store.get(conn, trial.id)

@@ -174,7 +174,7 @@ class Allocation:
     trial_id: int
     run_id: int
     state: AllocationState
-    token: str
+    token_hash: str  # SHA-256 of DET_SESSION_TOKEN (the token itself is never stored)
     agent_id: str
     slots: list[int]
     start_time: float
@@ -210,7 +210,7 @@ class Allocation:
     def from_row(cls, r: sqlite3.Row) -> Allocation:
         return cls(
             id=r["id"], trial_id=r["trial_id"], run_id=r["run_id"],
-            state=AllocationState(r["state"]), token=r["token"], agent_id=r["agent_id"],
+            state=AllocationState(r["state"]), token_hash=r["token"], agent_id=r["agent_id"],
             slots=json.loads(r["slots"]), start_time=r["start_time"], end_time=r["end_time"],
             exit_code=r["exit_code"], exit_reason=r["exit_reason"],
             preempt_requested=bool(r["preempt_requested"]),

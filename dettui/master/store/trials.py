@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import json
-import secrets
 import sqlite3
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dettui.errors import InvalidArgument, NotFound
 from dettui.master.store import page as pages
@@ -15,6 +14,9 @@ from dettui.master.store.page import Page, Window
 from dettui.master.store.records import Allocation, Trial, columns
 from dettui.master.store.tx import transaction
 from dettui.models import AllocationState, ExperimentState, TrialState
+
+if TYPE_CHECKING:
+    from dettui.master.tokens import Mint
 
 FROM_TRIALS = f"SELECT {columns(Trial.COLUMNS)} FROM trials"
 FROM_ALLOCATIONS = f"SELECT {columns(Allocation.COLUMNS)} FROM allocations"
@@ -121,10 +123,11 @@ def set_fields(conn: sqlite3.Connection, trial_id: int, **fields: Any) -> None:
 
 def allocate(
     conn: sqlite3.Connection, trial_id: int, agent_id: str, slots: list[int],
-    parts: list[tuple[str, list[int]]] | None = None, port: int | None = None,
+    parts: list[tuple[str, list[int]]] | None = None, port: int | None = None, *,
+    mint: Mint,
 ) -> Allocation:
     """Start a new run of the trial on `slots` of `agent_id` (or on every (agent, slots) of
-    `parts`, chief first): run id + 1, a fresh token."""
+    `parts`, chief first): run id + 1, its tokens (kept as hashes) and its owner's session."""
     parts = parts or [(agent_id, slots)]
     with transaction(conn):
         trial = get(conn, trial_id)
@@ -132,18 +135,19 @@ def allocate(
         alloc_id = f"{trial.task_id}.{run_id}"
         conn.execute("UPDATE trials SET run_id=?, state=? WHERE id=?",
                      (run_id, TrialState.RUNNING.value, trial_id))
-        token = secrets.token_urlsafe(32)
         conn.execute(
             "INSERT INTO allocations (id, trial_id, run_id, state, token, agent_id, slots, "
             "start_time, parts, port) VALUES (?,?,?,?,?,?,?,?,?,?)",
             (alloc_id, trial_id, run_id, AllocationState.ASSIGNED.value,
-             token, parts[0][0], json.dumps(parts[0][1]), time.time(),
+             users.token_hash(mint.allocation(alloc_id)), parts[0][0],
+             json.dumps(parts[0][1]), time.time(),
              json.dumps([[a, list(s)] for a, s in parts]), port),
         )
         owner = conn.execute("SELECT owner_id FROM experiments WHERE id=?",
                              (trial.experiment_id,)).fetchone()
         if owner is not None:
-            users.add_task_session(conn, owner["owner_id"], token)
+            users.add_task_session(conn, owner["owner_id"], alloc_id,
+                                   mint.task_user(alloc_id))
     return allocation(conn, alloc_id)
 
 
@@ -155,7 +159,8 @@ def allocation(conn: sqlite3.Connection, alloc_id: str) -> Allocation:
 
 
 def allocation_by_token(conn: sqlite3.Connection, token: str) -> Allocation | None:
-    row = conn.execute(f"{FROM_ALLOCATIONS} WHERE token=?", (token,)).fetchone()
+    row = conn.execute(f"{FROM_ALLOCATIONS} WHERE token=?",
+                       (users.token_hash(token),)).fetchone()
     return Allocation.from_row(row) if row else None
 
 

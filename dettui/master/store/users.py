@@ -103,21 +103,20 @@ def new_session(conn: sqlite3.Connection, user_id: int, lifetime: float = SESSIO
     return token
 
 
-def task_user_token(alloc_token: str) -> str:
-    """The owner's session token a trial gets as DET_USER_TOKEN (for the CLI and SDK inside
-    it, as in Determined): derived from its allocation's secret token, so only who holds that
-    can compute it, and a start message can be built again without a write."""
-    return hashlib.sha256(b"dettui-task-user-session\0" + alloc_token.encode()).hexdigest()
-
-
-def add_task_session(conn: sqlite3.Connection, user_id: int, alloc_token: str,
+def add_task_session(conn: sqlite3.Connection, user_id: int, alloc_id: str, token: str,
                      now: float | None = None) -> None:
-    """Inside the transaction that creates an allocation: its owner's session."""
+    """Inside the transaction that creates an allocation: its owner's session, the trial's
+    DET_USER_TOKEN (for the CLI and SDK inside it, as in Determined). It ends with the
+    allocation (`end_task_sessions`)."""
     now = time.time() if now is None else now
     conn.execute("INSERT OR IGNORE INTO user_sessions (token_hash, user_id, created_at, "
-                 "expires_at) VALUES (?, ?, ?, ?)",
-                 (token_hash(task_user_token(alloc_token)), user_id, now,
-                  now + SESSION_LIFETIME))
+                 "expires_at, allocation_id) VALUES (?, ?, ?, ?, ?)",
+                 (token_hash(token), user_id, now, now + SESSION_LIFETIME, alloc_id))
+
+
+def end_task_sessions(conn: sqlite3.Connection, alloc_id: str) -> None:
+    """Inside the transaction that ends an allocation: its DET_USER_TOKEN stops working."""
+    conn.execute("DELETE FROM user_sessions WHERE allocation_id=?", (alloc_id,))
 
 
 def user_for_token(conn: sqlite3.Connection, token: str) -> User | None:
