@@ -89,6 +89,7 @@ def _walk(root: Path, prefix: str = "") -> Iterator[_Source]:
             rel = rel_base + d
             if spec.match_file(rel) or spec.match_file(rel + "/"):
                 continue
+            _check_path(lead + rel, lead + rel)  # before os.walk goes deeper (it recurses)
             kept.append(d)
             yield _Source(lead + rel, base / d, True)
         dirnames[:] = kept

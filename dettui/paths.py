@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+from collections.abc import Iterable
 from pathlib import Path
 
 from dettui.errors import InvalidArgument
@@ -71,3 +72,21 @@ def remove_under(base: Path | str, name: str, where: str = "name") -> bool:
         raise PathEscape(f"{where}: {name!r} leads out of {root}")
     shutil.rmtree(path, ignore_errors=True)  # fd-based on Linux: links inside are not followed
     return True
+
+
+def exposure(path: Path | str, hidden: Iterable[Path | str],
+             exposed: Iterable[Path | str] = ()) -> str | None:
+    """Why `path` may not be shown to a trial, or None if it may: it must not be or hold a
+    `hidden` path (a state dir, the agent's secrets, other allocations' work), nor lie inside
+    one, unless inside one of `exposed` (the master's own checkpoint root in its state dir)."""
+    p = Path(path).resolve()
+    roots = [Path(h).resolve() for h in hidden]
+    for h in roots:
+        if h.is_relative_to(p):
+            return f"{p} holds {h}, which trials must not see"
+    if any(p.is_relative_to(Path(e).resolve()) for e in exposed):
+        return None
+    for h in roots:
+        if p.is_relative_to(h):
+            return f"{p} lies inside {h}, which trials must not see"
+    return None

@@ -18,3 +18,13 @@ def storage_base(config: dict[str, Any]) -> Path:
     if sub:
         base = Path(sub) if Path(sub).is_absolute() else base / sub
     return base
+
+
+def storage_paths(config: dict[str, Any]) -> list[Path]:
+    """Every path of the host a trial with this config is given: the checkpoint storage, and
+    for shared_fs its host_path too (mounted whole at /determined_shared_fs)."""
+    storage = config.get("checkpoint_storage") or {}
+    out = [storage_base(config)]
+    if storage.get("type") == "shared_fs" and storage.get("host_path"):
+        out.append(Path(storage["host_path"]))
+    return out

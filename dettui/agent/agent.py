@@ -47,6 +47,7 @@ class AgentOptions:
     token: str | None = None
     address: str | None = None  # what peers use to reach this machine (rendezvous)
     hidden: tuple[Path, ...] = ()  # paths trials must not read (besides the work root)
+    exposed: tuple[Path, ...] = ()  # inside `hidden`, but trials may use them (checkpoints)
 
 
 def cpu_cores() -> int:
@@ -265,7 +266,8 @@ class Agent:
             self._marker(alloc_id).touch()
             run = AllocationRun(item, self.client, self.id, self.options.work_root,
                                 self.options.master_url, self.own_pids,
-                                (*self.options.hidden, token_path().parent))
+                                (*self.options.hidden, token_path().parent),
+                                self.options.exposed)
             self.runs[alloc_id] = run
             self._supervisors.add(asyncio.create_task(self._supervise(run)))
         else:

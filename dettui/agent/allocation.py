@@ -24,7 +24,7 @@ from dettui.errors import ContextError, DettuiError, MasterUnreachable
 from dettui.launch import sitedir, spec
 from dettui.launch.torch_distributed import free_port
 from dettui.protocol import StartWork
-from dettui.storage import storage_base
+from dettui.storage import storage_base, storage_paths
 
 log = logging.getLogger("dettui.agent")
 SHIP_INTERVAL = 0.25
@@ -37,9 +37,11 @@ MASTER_PATIENCE = 600.0  # seconds to wait for an unreachable master before givi
 
 class AllocationRun:
     def __init__(self, spec: StartWork, client: Client, agent_id: str, work_root: Path,
-                 master_url: str, own_pids: set[int], hidden: Sequence[Path] = ()) -> None:
+                 master_url: str, own_pids: set[int], hidden: Sequence[Path] = (),
+                 exposed: Sequence[Path] = ()) -> None:
         self.spec = spec
         self.hidden = [*hidden, work_root]  # what the trial must not read
+        self.exposed = list(exposed)  # inside `hidden`, but a trial may use it (checkpoints)
         self.id = spec.allocation_id
         self.client = client
         self.agent_id = agent_id
@@ -149,6 +151,7 @@ class AllocationRun:
         # so that it still fails to spawn instead of exiting 127.
         support = sandbox.probe()
         env = self._env(support.on)
+        self._check_storage(env)
         await asyncio.to_thread(runinfo.write, self.run_dir, env, self.workdir, support.on)
         found = _runnable(argv[0], self.workdir, env["PATH"])
         prefix = lifeline.pdeathsig_prefix() if found else ()
@@ -193,6 +196,18 @@ class AllocationRun:
         with contextlib.suppress(ValueError, KeyError, TypeError):
             kept.append(storage_base(json.loads(env["DET_EXPERIMENT_CONFIG"])))
         return kept
+
+    def _check_storage(self, env: dict[str, str]) -> None:
+        """The checkpoint storage a trial is given must not reach what it must not read (this
+        agent's secrets, other allocations, a state dir): refused before anything starts."""
+        try:
+            config = json.loads(env["DET_EXPERIMENT_CONFIG"])
+        except (KeyError, ValueError):
+            return
+        for path in storage_paths(config):
+            why = paths.exposure(path, self.hidden, self.exposed)
+            if why is not None:
+                raise DettuiError(f"checkpoint_storage: {why}; use another directory")
 
     def _mounts(self, env: dict[str, str]) -> list[runinfo.Mount]:
         try:

@@ -182,7 +182,8 @@ async def embedded_agent(runner: web.AppRunner, url: str, settings: MasterSettin
     client = api.Client(url, secret)
     options = AgentOptions(master_url=url, agent_id=agent_id,
                            pool=pool, cpu_slots=slots, work_root=settings.state_dir / "agent",
-                           hidden=(settings.state_dir,))  # the master's database is in it
+                           hidden=(settings.state_dir,),  # the master's database is in it
+                           exposed=(settings.checkpoint_root,))
     return Agent(options, client)
 
 

@@ -357,8 +357,8 @@ def _storage_problems(c: dict[str, Any]) -> list[str]:
         if not host:
             out.append("checkpoint_storage.host_path: is required for shared_fs storage")
         sp = c.get("storage_path")
-        if host and isinstance(sp, str) and sp.startswith("/") and not (
-                Path(sp).resolve().is_relative_to(Path(str(host)).resolve())):
+        if host and isinstance(sp, str) and not (
+                (Path(str(host)) / sp).resolve().is_relative_to(Path(str(host)).resolve())):
             out.append("checkpoint_storage.storage_path: must be under host_path")
     if kind == "directory" and not c.get("container_path"):
         out.append("checkpoint_storage.container_path: is required for directory storage")

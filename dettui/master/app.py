@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
 import uuid
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 from aiohttp import web
 
@@ -34,11 +37,14 @@ def create_app(settings: MasterSettings) -> web.Application:
 
 async def _lifetime(app: web.Application) -> AsyncIterator[None]:
     settings = app[keys.SETTINGS]
-    settings.state_dir.mkdir(parents=True, exist_ok=True)
+    _private_dir(settings.state_dir)
     settings.checkpoint_root.mkdir(parents=True, exist_ok=True)
     offload.warm_up("dettui.master.intake")
     mint = Mint.load(settings.state_dir)
     db = Database(settings.db_path)
+    for suffix in ("", "-wal", "-shm"):  # other local users read neither state nor tokens
+        with contextlib.suppress(FileNotFoundError):
+            os.chmod(f"{settings.db_path}{suffix}", 0o600)
     await db.run(users.ensure_default_users, settings.admin_password)
     check_exposure(settings.host, await db.run(users.has_password, "admin"))
     cluster_id = await db.run(agent_store.cluster_value, "cluster_id", str(uuid.uuid4()))
@@ -56,6 +62,13 @@ async def _lifetime(app: web.Application) -> AsyncIterator[None]:
     finally:
         await cluster.stop()
         await asyncio.get_running_loop().run_in_executor(None, db.close)
+
+
+def _private_dir(path: Path) -> None:
+    """The state dir, readable by its owner only (its database, its key, its agent's work)."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if path.stat().st_uid == os.geteuid():
+        path.chmod(0o700)
 
 
 async def start_master(settings: MasterSettings) -> tuple[web.AppRunner, str]:

@@ -21,6 +21,8 @@ from dettui.config import load_config, yamlsafe
 from dettui.errors import InvalidArgument, TooLarge
 from dettui.master.bodies import CreateExperimentBody, parse_obj
 from dettui.master.middleware import decode_json
+from dettui.paths import exposure
+from dettui.storage import storage_paths
 
 
 @dataclass(frozen=True)
@@ -31,7 +33,8 @@ class Intake:
     targz: bytes | None  # the packed context (None: unmanaged, or validate only)
 
 
-def read_create(raw: bytes, checkpoint_root: str, by_external_id: bool = False) -> Intake:
+def read_create(raw: bytes, checkpoint_root: str, state_dir: str,
+                by_external_id: bool = False) -> Intake:
     """A POST /api/v1/experiments (or PUT by external id) body, checked and prepared."""
     body = parse_obj(decode_json(raw), CreateExperimentBody)
     if by_external_id and not body.unmanaged:
@@ -44,9 +47,10 @@ def read_create(raw: bytes, checkpoint_root: str, by_external_id: bool = False) 
         if files:
             raise InvalidArgument("modelDefinition: unmanaged experiments have no model "
                                   "definition (their script runs outside the cluster)")
-        conf, warnings = expconf(unmanaged_config(body.config), checkpoint_root, managed=False)
+        conf, warnings = expconf(unmanaged_config(body.config), checkpoint_root, managed=False,
+                                 state_dir=state_dir)
         return Intake(body, conf, warnings, None)
-    conf, warnings = expconf(body.config, checkpoint_root, managed=True)
+    conf, warnings = expconf(body.config, checkpoint_root, managed=True, state_dir=state_dir)
     if ctx.size_of([f for f in files if isinstance(f, dict)]) > ctx.MAX_CONTEXT_SIZE:
         raise TooLarge("model definition exceeds the maximum allowed size 95.0MB")
     files = ctx.validate_v1files(files)
@@ -54,14 +58,21 @@ def read_create(raw: bytes, checkpoint_root: str, by_external_id: bool = False) 
     return Intake(body, conf, warnings, None if body.validate_only else ctx.to_targz(files))
 
 
-def expconf(text: str, checkpoint_root: str, managed: bool) -> tuple[dict[str, Any], list[str]]:
+def expconf(text: str, checkpoint_root: str, managed: bool,
+            state_dir: str | None = None) -> tuple[dict[str, Any], list[str]]:
     """A config text as the full config dict (default storage under the master's checkpoint
-    root) and its warnings."""
+    root) and its warnings. Checkpoint storage may not reach into the master's state dir (but
+    for its checkpoint root): trials are given that path, and GC deletes under it."""
     cfg = load_config(text, source="config", managed=managed)
     conf = cfg.to_expconf()
     if cfg.checkpoint_storage_was_defaulted:
         conf["checkpoint_storage"]["host_path"] = str(Path(checkpoint_root))
         conf["checkpoint_storage"]["storage_path"] = None
+    if state_dir is not None:
+        for path in storage_paths(conf):
+            why = exposure(path, [state_dir], [checkpoint_root])
+            if why is not None:
+                raise InvalidArgument(f"checkpoint_storage: {why} (the master's state dir)")
     return conf, list(cfg.warnings)
 
 

@@ -122,3 +122,30 @@ def running(proc: object) -> bool:
         return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
+
+
+def test_a_context_the_agent_cannot_extract_fails_the_trial_with_a_line_saying_why(
+        served: Served, tmp_path) -> None:
+    """A context the agent cannot unpack (damaged in storage here) ends the trial with a line
+    in its logs that says so, not a silent failure."""
+    import sqlite3
+
+    from tests.e2e.test_single import write_ctx
+
+    cfg, ctx = write_ctx(tmp_path, """
+        name: damaged
+        entrypoint: python3 -c "print('ran')"
+        searcher: {name: single, metric: x, max_length: 1}
+        max_restarts: 0
+        """, {})
+    served.cli("e", "create", str(cfg), str(ctx), "--paused")
+    conn = sqlite3.connect(served.state_dir / "master.db", timeout=30)
+    with conn:
+        conn.execute("UPDATE contexts SET targz=? WHERE experiment_id=1",
+                     (b"\x1f\x8b not a gzip stream",))
+    conn.close()
+    served.cli("e", "activate", "1")
+    assert served.wait_experiment(1)["state"] == "STATE_ERROR"
+    logs = served.cli("t", "logs", "1").stdout
+    assert "failed to start: the model context is not a valid tar.gz archive" in logs, logs
+    assert "ran" not in logs.replace("damaged", "")

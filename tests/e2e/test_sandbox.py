@@ -23,25 +23,29 @@ NAMESPACES = sandbox.probe().on
 
 SLEEPER = """
 import os, sys, time
-if os.fork() == 0:            # a daemon: double fork, its own session
+if os.fork() == 0:            # a daemon: double fork, its own session, marked in its environ
     os.setsid()
     if os.fork() == 0:
-        time.sleep(600)
+        os.execve(sys.executable, [sys.executable, "-c", "import time; time.sleep(600)"],
+                  {**os.environ, "SLEEPER_DAEMON": "1"})
     os._exit(0)
 print("ready", os.environ["DET_ALLOCATION_ID"], flush=True)
 time.sleep(600)
 """
 
 
-def allocation_processes() -> dict[str, list[int]]:
-    """This test run's live allocation processes, by allocation id."""
+def allocation_processes(daemons: bool = False) -> dict[str, list[int]]:
+    """This test run's live allocation processes, by allocation id (only SLEEPER's daemons
+    with `daemons`)."""
     out: dict[str, list[int]] = {}
     for pid in marked_processes():
         try:
-            alloc = psutil.Process(pid).environ()["DETTUI_ALLOCATION_ID"]
+            env = psutil.Process(pid).environ()
+            alloc = env["DETTUI_ALLOCATION_ID"]
         except (psutil.Error, KeyError):
             continue
-        out.setdefault(alloc, []).append(pid)
+        if not daemons or "SLEEPER_DAEMON" in env:
+            out.setdefault(alloc, []).append(pid)
     return out
 
 
@@ -125,6 +129,32 @@ def test_a_standalone_agents_secrets_stay_with_it(headless: Served, tmp_path: Pa
         agent.wait(30)
 
 
+def test_an_agent_refuses_storage_inside_what_trials_must_not_see(headless: Served,
+                                                                   tmp_path: Path) -> None:
+    """A checkpoint storage inside the agent's work root (other allocations' work and tokens)
+    is refused by the agent before anything runs, with the reason in the trial's logs."""
+    agent = start_agent(headless, tmp_path, "--slots", "1", "--id", "careful")
+    try:
+        headless.wait_for_agents(1)
+        inside = tmp_path / "agent-work" / "ckpts"
+        cfg, ctx = write_ctx(tmp_path, f"""
+            name: nosy-storage
+            entrypoint: python3 -c "print('ran')"
+            searcher: {{name: single, metric: x, max_length: 1}}
+            checkpoint_storage: {{type: shared_fs, host_path: {inside}}}
+            max_restarts: 0
+            """, {})
+        out = headless.cli("e", "create", str(cfg), str(ctx), "--follow", timeout=120,
+                           check=False).stdout
+        assert "checkpoint_storage:" in out and "lies inside" in out, out
+        assert "ran" not in out.replace("nosy-storage", "")
+        state = headless.cli("e", "describe", "1", "--json").stdout
+        assert "STATE_ERROR" in state
+    finally:
+        agent.terminate()
+        agent.wait(30)
+
+
 def _sleeper(s: Served, tmp_path: Path, name: str) -> str:
     """Start a trial that leaves a daemon; the allocation id once both run."""
     (tmp_path / name).mkdir()
@@ -135,9 +165,8 @@ def _sleeper(s: Served, tmp_path: Path, name: str) -> str:
         max_restarts: 5
         """, {"sleeper.py": SLEEPER})
     s.cli("e", "create", str(cfg), str(ctx))
-    wait_for("the trial and its daemon", lambda: any(
-        len(pids) >= 2 for pids in allocation_processes().values()))
-    return next(a for a, pids in allocation_processes().items() if len(pids) >= 2)
+    wait_for("the trial's daemon", lambda: allocation_processes(daemons=True))
+    return next(iter(allocation_processes(daemons=True)))
 
 
 @pytest.mark.parametrize("namespaces", [True, False], ids=["namespaces", "fallback"])

@@ -60,8 +60,7 @@ def test_killing_the_experiment_leaves_no_process(tmp_path, monkeypatch: pytest.
             searcher: {name: single, metric: x, max_length: 1}
             """, {"sleeper.py": SLEEPER})
         s.cli("e", "create", str(cfg), str(ctx))
-        wait_for("the trial and its daemon", lambda: any(
-            len(pids) >= 2 for pids in allocation_processes().values()))
+        wait_for("the trial's daemon", lambda: allocation_processes(daemons=True))
         s.cli("e", "kill", "1")
         wait_for("no process left", lambda: not allocation_processes(), 30)
         assert s.wait_experiment(1, timeout=60)["state"] == "STATE_CANCELED"

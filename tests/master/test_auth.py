@@ -82,6 +82,45 @@ async def test_only_owners_and_admins_change_an_experiment(api: Api) -> None:
     await api.call("DELETE", f"/api/v1/experiments/{mine}")
 
 
+async def test_only_owners_and_admins_kill_trials_and_change_checkpoints(api: Api) -> None:
+    admin = await as_user(api, "admin")
+    await create(admin)  # experiment 1, trial 1: the admin's
+    alloc, token = await allocate(api, 1)
+    task_id = (await admin.call("GET", "/api/v1/trials/1"))["trial"]["taskId"]
+    uuid = "00000000-0000-4000-8000-000000000001"
+    await api.call("POST", "/api/v1/checkpoints", {
+        "uuid": uuid, "taskId": task_id, "allocationId": alloc.id, "resources": {},
+        "metadata": {"steps_completed": 5}},
+        headers={"Grpc-Metadata-x-allocation-token": f"Bearer {token}"})
+    for method, path, body in [
+            ("POST", "/api/v1/trials/1/kill", None),
+            ("DELETE", "/api/v1/checkpoints", {"checkpointUuids": [uuid]}),
+            ("PATCH", "/api/v1/checkpoints", {"checkpoints": [
+                {"uuid": uuid, "resources": {"resources": {}}}]})]:
+        refused = await api.call(method, path, body, status=403)
+        assert "only the owner of" in refused["message"], (path, refused)
+    ckpt = (await api.call("GET", f"/api/v1/checkpoints/{uuid}"))["checkpoint"]
+    assert ckpt["state"] == "STATE_COMPLETED"
+    assert (await api.call("GET", "/api/v1/trials/1"))["trial"]["state"] == "STATE_RUNNING"
+    await admin.call("POST", "/api/v1/trials/1/kill")
+
+
+async def test_only_admins_enable_and_disable_agents_and_slots(api: Api) -> None:
+    agent = await agent_headers(api)
+    await api.call("POST", "/api/v1/agents/register",
+                   {"id": "a1", "slots": [{"id": 0, "type": "cpu"}]}, headers=agent)
+    admin = await as_user(api, "admin")
+    for path in ("/api/v1/agents/a1/disable", "/api/v1/agents/a1/enable",
+                 "/api/v1/agents/a1/slots/0/disable", "/api/v1/agents/a1/slots/0/enable"):
+        refused = await api.call("POST", path, {}, status=403)
+        assert "only an admin" in refused["message"], (path, refused)
+        await api.call("POST", path, {}, headers=agent, status=403)
+    listed = (await api.call("GET", "/api/v1/agents"))["agents"]
+    assert listed[0]["enabled"] is True
+    await admin.call("POST", "/api/v1/agents/a1/disable", {})
+    assert (await api.call("GET", "/api/v1/agents"))["agents"][0]["enabled"] is False
+
+
 async def test_users_are_created_deactivated_and_change_passwords(api: Api) -> None:
     admin = await as_user(api, "admin")
     new = {"user": {"username": "alice", "admin": False, "active": True},

@@ -82,6 +82,46 @@ async def test_uuid_routes_refuse_hostile_values_without_a_5xx(setup: Setup) -> 
     assert ckpt["state"] == "STATE_COMPLETED"
 
 
+@pytest.mark.parametrize("uuid", HOSTILE[:9], ids=[repr(u)[:30] for u in HOSTILE[:9]])
+async def test_delete_and_download_refuse_hostile_uuids(setup: Setup, uuid: str) -> None:
+    """DELETE /api/v1/checkpoints and the master's tar download take uuids too: refused before
+    any path is made of them, the target directory intact."""
+    setup.storage.mkdir(parents=True, exist_ok=True)
+    await setup.api.call("POST", "/api/v1/checkpoints", setup.body(ckpt_uuid(1)),
+                         headers=setup.task)
+    body = await setup.api.call("DELETE", "/api/v1/checkpoints",
+                                {"checkpointUuids": [uuid]}, status=400)
+    assert "must be a UUID" in body["message"]
+    quoted = uuid.replace("/", "%2F").replace("\x00", "%00") or "%20"
+    resp = await setup.api.client.get(f"/checkpoints/{quoted}", headers=setup.api.headers())
+    assert resp.status in (400, 404), (uuid, resp.status, await resp.text())
+    assert intact(setup.victim)
+    ckpt = (await setup.api.call("GET", f"/api/v1/checkpoints/{ckpt_uuid(1)}"))["checkpoint"]
+    assert ckpt["state"] == "STATE_COMPLETED"
+
+
+async def test_checkpoint_storage_cannot_reach_into_the_state_dir(api: Api) -> None:
+    """Trials are given their storage (mounted, kept through the sandbox) and GC deletes under
+    it: the master's state dir is refused as storage, but for its own checkpoint root."""
+    state = api.client.server.app[keys.SETTINGS].state_dir
+    for storage in (f"{{type: shared_fs, host_path: {state}}}",
+                    f"{{type: shared_fs, host_path: {state.parent}}}",
+                    f"{{type: shared_fs, host_path: {state}/agent}}",
+                    f"{{type: directory, container_path: {state}}}",
+                    f"{{type: shared_fs, host_path: {state}/checkpoints, storage_path: ..}}"):
+        body = await api.call("POST", "/api/v1/experiments", {
+            "config": SIMPLE_CONFIG + f"checkpoint_storage: {storage}\n",
+            "modelDefinition": [], "activate": False}, status=400)
+        assert "checkpoint_storage" in body["message"], (storage, body)
+    relative = await api.call("POST", "/api/v1/experiments", {
+        "config": SIMPLE_CONFIG + "checkpoint_storage: {type: shared_fs, host_path: /tmp/x, "
+                                  "storage_path: ../../etc}\n",
+        "modelDefinition": [], "activate": False}, status=400)
+    assert "storage_path: must be under host_path" in relative["message"]
+    await create(api, SIMPLE_CONFIG + f"checkpoint_storage: {{type: shared_fs, host_path: "
+                                      f"{state}/checkpoints/mine}}\n")
+
+
 async def test_a_uuid_of_another_trials_checkpoint_is_refused(setup: Setup) -> None:
     await setup.api.call("POST", "/api/v1/checkpoints", setup.body(ckpt_uuid(1)),
                          headers=setup.task)

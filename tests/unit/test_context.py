@@ -438,12 +438,30 @@ def test_packing_skips_fifos_and_devices_instead_of_hanging(tmp_path: Path) -> N
 
 def test_packing_refuses_a_too_deep_tree_and_clamps_mtimes(tmp_path: Path) -> None:
     import os
+    import subprocess
 
     deep = tmp_path / "ctx" / "/".join(["d"] * 70)
     deep.mkdir(parents=True)
     (deep / "x.py").write_text("x")
     with pytest.raises(ContextError, match="directories deep, over the limit of 64"):
         context.pack(tmp_path / "ctx")
+    # 2,000 levels: os.walk recurses once per level (RecursionError) unless the walk stops
+    # where the limit is passed. Made a level at a time (a 4 KiB path is over PATH_MAX).
+    here = os.getcwd()
+    try:
+        os.chdir(tmp_path)
+        os.mkdir("huge")
+        os.chdir("huge")
+        for _ in range(2000):
+            os.mkdir("d")
+            os.chdir("d")
+    finally:
+        os.chdir(here)
+    try:
+        with pytest.raises(ContextError, match="directories deep, over the limit of 64"):
+            context.pack(tmp_path / "huge")
+    finally:  # shutil.rmtree (pytest's clean-up) recurses per level too; rm(1) does not
+        subprocess.run(["rm", "-rf", str(tmp_path / "huge")], check=True)
     flat = tmp_path / "flat"
     flat.mkdir()
     (flat / "f.py").write_text("x")

@@ -58,8 +58,9 @@ MAX_CREATE_BODY = 140 * 1024 * 1024  # a 95 MiB context arrives base64-encoded i
 async def _intake(request: web.Request, by_external_id: bool = False) -> Intake:
     """The create body, read and prepared in a worker process (never on the event loop)."""
     chunks = await read_chunks(request)
-    root = str(request.app[keys.SETTINGS].checkpoint_root)
-    return await offload.isolated_body(intake.read_create, chunks, root, by_external_id)
+    settings = request.app[keys.SETTINGS]
+    return await offload.isolated_body(intake.read_create, chunks, str(settings.checkpoint_root),
+                                       str(settings.state_dir), by_external_id)
 
 
 @routes.post("/api/v1/experiments")
