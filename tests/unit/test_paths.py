@@ -7,7 +7,14 @@ from pathlib import Path
 import pytest
 
 from dettui.errors import InvalidArgument
-from dettui.paths import PathEscape, checkpoint_uuid, component, confined, remove_under
+from dettui.paths import (
+    PathEscape,
+    checkpoint_uuid,
+    component,
+    confined,
+    exposure,
+    remove_under,
+)
 
 GOOD = "0b6e7c5e-3a1f-4d2b-9c1e-2f8a4b6d9e01"
 
@@ -79,3 +86,26 @@ def test_agent_work_dirs_are_confined(tmp_path: Path) -> None:
                           run_id=1, slots=[0])
         with pytest.raises(PathEscape):
             AllocationRun(start, None, "a", tmp_path, "http://x", set())  # type: ignore[arg-type]
+
+
+def test_what_a_trial_may_be_shown(tmp_path: Path) -> None:
+    """A path given to a trial may not be, hold or lie inside a hidden path, but for the
+    exposed parts of one (the master's checkpoint root inside its state dir)."""
+    state, work = tmp_path / "state", tmp_path / "work"
+    hidden, exposed = [state, work], [state / "checkpoints"]
+    cases = {
+        tmp_path / "elsewhere": None,
+        state / "checkpoints": None,
+        state / "checkpoints" / "x": None,
+        state / "checkpoints" / ".." / "master.db": "lies inside",
+        state: "holds",
+        tmp_path: "holds",
+        Path("/"): "holds",
+        state / "agent": "lies inside",
+        work / "1.abc.1": "lies inside",
+    }
+    for path, want in cases.items():
+        why = exposure(path, hidden, exposed)
+        assert (why is None) if want is None else (why is not None and want in why), (path, why)
+    (tmp_path / "link").symlink_to(state, target_is_directory=True)
+    assert "holds" in (exposure(tmp_path / "link", hidden, exposed) or "")
