@@ -320,7 +320,8 @@ def test_a_ddp_trial_across_two_hosts_and_a_failing_node(tmp_path: Path) -> None
             print(f"phases: cluster up {t1 - t0:.1f} s, DDP trial {t2 - t1:.1f} s, "
                   f"failing trial {time.monotonic() - t2:.1f} s")
             print(f"the other node ended {latency:.3f} s after the failing worker's exit")
-            # The bound is generous for a loaded CI box; the figure itself is printed above.
-            assert latency < 5.0, latency
+            # Issue 14's bound (measured 0.26 s on 2 loaded cores; the launcher's own teardown
+            # is ~0.04 s, the rest is the exit report and the kill's long-poll).
+            assert latency < 1.0, latency
         assert _marked_processes() == []
     assert _ours(tag) == [], "no network namespace of this test is left behind"
