@@ -33,6 +33,8 @@ with core.init() as ctx:
         time.sleep(float(hp["sleep"]))
         ctx.train.report_training_metrics(steps_completed=step, metrics={"loss": 1 / step})
         if ctx.preempt.should_preempt():
+            with ctx.checkpoint.store_path({"steps_completed": step}) as (path, _):
+                (path / "step").write_text(str(step))
             raise SystemExit(0)
     ctx.train.report_validation_metrics(steps_completed=step, metrics={"validation_loss": 0.1})
     print("tiny done")
@@ -187,6 +189,21 @@ def test_kill_cancels_the_job(slurm: SlurmCluster, hpc: Served, tmp_path: Path) 
     ended = next(j for j in jobs(slurm) if j["JobId"] == job["JobId"])
     assert ended["JobState"] == "CANCELLED", ended
     print(f"kill on Slurm: {time.monotonic() - started:.1f} s")
+
+
+def test_cancel_checkpoints_through_the_long_poll_and_ends_the_job(
+        slurm: SlurmCluster, hpc: Served, tmp_path: Path) -> None:
+    started = time.monotonic()
+    exp_id = create(hpc, tmp_path, "tiny")
+    job = running_job(slurm, hpc)
+    wait_for(lambda: trial_of(hpc, exp_id)["state"] == "STATE_RUNNING", "the trial running")
+    hpc.cli("e", "cancel", str(exp_id))
+    assert hpc.wait_experiment(exp_id, timeout=60)["state"] == "STATE_CANCELED"
+    ended = next(j for j in jobs(slurm) if j["JobId"] == job["JobId"])
+    assert ended["JobState"] == "COMPLETED", ended  # it checkpointed and exited: no scancel
+    ckpts = hpc.api("GET", f"/api/v1/experiments/{exp_id}/checkpoints")["checkpoints"]
+    assert ckpts, "cancel keeps the trial's work: it checkpointed before it stopped"
+    print(f"cancel on Slurm: {time.monotonic() - started:.1f} s")
 
 
 def test_outside_scancel_restarts_then_errors(slurm: SlurmCluster, hpc: Served,
