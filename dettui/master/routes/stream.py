@@ -23,8 +23,8 @@ Protocol (JSON text frames):
   subscribe again later). None of them closes the socket.
 
 Changes are signalled by the master's Notifier. Each topic has one reader however many
-clients follow it (a `Feed`): it re-reads at most every COALESCE seconds (a burst becomes one
-diff) and at least every IDLE_REREAD seconds, computes the diff once and hands the same text to
+clients follow it (a `Feed`): it re-reads at once after a change (SETTLE), at most every
+COALESCE seconds (a burst becomes one or two diffs) and at least every IDLE_REREAD seconds, computes the diff once and hands the same text to
 every subscriber; a notification that names the ids that changed makes it re-read only those
 objects (experiments, and an experiment's trials). A new subscriber gets its snapshot from the
 feed's last read. Each connection sends from a queue of its own: a client that falls more than
@@ -56,7 +56,8 @@ from dettui.master.store.page import Page
 
 log = logging.getLogger("dettui.master.stream")
 routes = web.RouteTableDef()
-COALESCE = 0.1  # seconds after a read before the next; a burst of changes becomes one diff
+COALESCE = 0.1  # seconds between two reads: a burst of changes becomes one or two diffs
+SETTLE = 0.005  # seconds a first change waits for the others of the same moment
 IDLE_REREAD = 10.0  # seconds: re-read even without a signal (a safety net, not the mechanism)
 MAX_MESSAGE = 64 * 1024  # bytes a client message may have
 MAX_BACKLOG = 1000  # messages a connection may have waiting to be sent
@@ -178,9 +179,11 @@ class Feed:
         return self.source.total() if self.source.total is not None else None
 
     async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
         with self.app[keys.NOTIFIER].watching(*self.source.signals) as changes:
             full = True
             while self.subscribers:
+                read_at = loop.time()
                 seen = changes.take()  # from here on, any change means one more read
                 some = None if full else self._partial(seen)
                 try:
@@ -201,7 +204,9 @@ class Feed:
                     full = False
                 except TimeoutError:
                     full = True
-                await asyncio.sleep(COALESCE)
+                # The first change after a quiet spell is read at once; within COALESCE of the
+                # last read, the next waits out the rest of it (a burst costs two reads).
+                await asyncio.sleep(max(SETTLE, read_at + COALESCE - loop.time()))
 
     def _partial(self, seen: dict[str, set[str] | None]) -> set[str] | None:
         """The keys to re-read, or None when everything must be."""
