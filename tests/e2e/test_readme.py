@@ -43,6 +43,10 @@ NOT_RUN = {  # command as printed -> why this test does not run it
     "dettui checkpoint download UUID [-o DIR] [--mode auto|direct|master]": "a synopsis; "
     "tests/compat/test_det_results.py downloads in both modes",
     "dettui e download EXP [--top N]": "a synopsis; tests/compat/test_det_results.py runs it",
+    "dettui serve --config master.yaml": "a synopsis; tests/e2e/test_slurm.py runs it with a "
+    "Slurm pool",
+    "dettui agent --master URL --token TOKEN": "a synopsis; tests/e2e/test_multihost.py runs "
+    "agents on other (namespaced) hosts",
 }
 
 
