@@ -300,6 +300,7 @@ async def test_an_exit_recorded_just_before_a_crash_ends_the_trial(
     await api.client.close()
     conn = connect(settings.db_path)  # what the killed master had committed
     alloc = trial_store.allocate(conn, 1, "agent-x", [0], mint=TEST_MINT)
+    assert alloc is not None
     # what an older master committed apart: the part's exit, not yet the allocation's end
     conn.execute("UPDATE allocations SET part_exits=? WHERE id=?",
                  ('{"agent-x": [0, ""]}', alloc.id))

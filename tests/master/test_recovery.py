@@ -30,6 +30,7 @@ class Case:
 
 def _alloc(conn: sqlite3.Connection, **fields: Any) -> str:
     alloc = trial_store.allocate(conn, 1, "agent-x", [0], mint=TEST_MINT)
+    assert alloc is not None
     if fields:
         sets = ", ".join(f"{k}=?" for k in fields)
         conn.execute(f"UPDATE allocations SET {sets} WHERE id=?", (*fields.values(), alloc.id))

@@ -125,12 +125,19 @@ def allocate(
     conn: sqlite3.Connection, trial_id: int, agent_id: str, slots: list[int],
     parts: list[tuple[str, list[int]]] | None = None, port: int | None = None, *,
     mint: Mint,
-) -> Allocation:
+) -> Allocation | None:
     """Start a new run of the trial on `slots` of `agent_id` (or on every (agent, slots) of
-    `parts`, chief first): run id + 1, its tokens (kept as hashes) and its owner's session."""
+    `parts`, chief first): run id + 1, its tokens (kept as hashes) and its owner's session.
+    None, with nothing changed, if the trial is no longer waiting for slots (QUEUED, of an
+    ACTIVE experiment): a pause, cancel or kill committed since the scheduling pass read it."""
     parts = parts or [(agent_id, slots)]
     with transaction(conn):
         trial = get(conn, trial_id)
+        exp = conn.execute("SELECT state, owner_id FROM experiments WHERE id=?",
+                           (trial.experiment_id,)).fetchone()
+        if trial.state is not TrialState.QUEUED or exp is None or \
+                exp["state"] != ExperimentState.ACTIVE.value:
+            return None
         run_id = trial.run_id + 1
         alloc_id = f"{trial.task_id}.{run_id}"
         conn.execute("UPDATE trials SET run_id=?, state=? WHERE id=?",
@@ -143,11 +150,7 @@ def allocate(
              json.dumps(parts[0][1]), time.time(),
              json.dumps([[a, list(s)] for a, s in parts]), port),
         )
-        owner = conn.execute("SELECT owner_id FROM experiments WHERE id=?",
-                             (trial.experiment_id,)).fetchone()
-        if owner is not None:
-            users.add_task_session(conn, owner["owner_id"], alloc_id,
-                                   mint.task_user(alloc_id))
+        users.add_task_session(conn, exp["owner_id"], alloc_id, mint.task_user(alloc_id))
     return allocation(conn, alloc_id)
 
 
