@@ -322,7 +322,7 @@ async def test_a_kill_lost_with_the_master_is_sent_again_when_the_agent_returns(
     await create(api)
     db = api.client.server.app[keys.DB]
     alloc, _ = await allocate(api, 1, "a1", [0])
-    await db.run(trial_store.set_allocation, alloc.id, kill_requested=1)  # then the crash
+    await db.run(trial_store.request_kill, alloc.id)  # then the crash
     agent = await agent_headers(api)
     await api.call("POST", "/api/v1/agents/register", {
         "id": "a1", "slots": [{"id": 0, "type": "cpu"}], "runningAllocations": [alloc.id]},

@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 
 from dettui.master import keys
-from dettui.master.store import control
+from dettui.master.store import control, exits
 from dettui.master.store import experiments as exp_store
 from dettui.master.store import trials as trial_store
-from dettui.models import ExperimentState, TrialState
+from dettui.models import AllocationState, ExperimentState, TrialState
 from tests.master.conftest import TEST_MINT, Api, agent_headers
 from tests.master.test_api import create
 from tests.master.test_store import _trial
@@ -97,3 +97,80 @@ async def test_a_pause_between_the_pass_reading_the_queue_and_starting_sends_not
     await asyncio.wait_for(done.wait(), 10)
     assert started == [False, True]
     assert [w["kind"] for w in await _work(api, agent)] == ["start"]
+
+
+# --- transitions of a live allocation -------------------------------------------------------
+
+def _exited(conn: sqlite3.Connection, trial_id: int) -> str:
+    alloc = trial_store.allocate(conn, trial_id, "agent-1", [0], mint=TEST_MINT)
+    assert alloc is not None
+    exits.end(conn, alloc.id, 0, "")
+    return alloc.id
+
+
+COMMANDS = {  # each named command, and the allocation fields it sets when it changes one
+    "request_kill": (trial_store.request_kill, {"kill_requested": True,
+                                                "state": AllocationState.TERMINATING}),
+    "request_preempt": (trial_store.request_preempt, {"preempt_requested": True}),
+    "ack_preempt": (trial_store.ack_preempt, {"preempt_acked": True}),
+    "mark_running": (trial_store.mark_running, {"state": AllocationState.RUNNING}),
+}
+
+
+@pytest.mark.parametrize("name", COMMANDS)
+def test_an_exited_allocation_stays_exited(tmp_path: Path, name: str) -> None:
+    conn, trial_id = _trial(tmp_path)
+    alloc_id = _exited(conn, trial_id)
+    before = trial_store.allocation(conn, alloc_id)
+    command, _ = COMMANDS[name]
+    assert not command(conn, alloc_id)
+    assert trial_store.allocation(conn, alloc_id) == before
+    assert trial_store.live_allocations(conn) == []
+    assert exits.end(conn, alloc_id, 1, "again").trial is None  # ended once, not twice
+
+
+@pytest.mark.parametrize("name", COMMANDS)
+def test_a_live_allocation_changes(tmp_path: Path, name: str) -> None:
+    conn, trial_id = _trial(tmp_path)
+    alloc = trial_store.allocate(conn, trial_id, "agent-1", [0], mint=TEST_MINT)
+    assert alloc is not None
+    command, sets = COMMANDS[name]
+    assert command(conn, alloc.id)
+    after = trial_store.allocation(conn, alloc.id)
+    assert {k: getattr(after, k) for k in sets} == sets
+
+
+def test_a_killed_allocation_is_not_marked_running(tmp_path: Path) -> None:
+    """The agent's heartbeat read ASSIGNED, a kill committed, then `mark_running`: the kill
+    stands."""
+    conn, trial_id = _trial(tmp_path)
+    alloc = trial_store.allocate(conn, trial_id, "agent-1", [0], mint=TEST_MINT)
+    assert alloc is not None and trial_store.request_kill(conn, alloc.id) is not None
+    assert not trial_store.mark_running(conn, alloc.id)
+    assert trial_store.allocation(conn, alloc.id).state is AllocationState.TERMINATING
+
+
+async def test_a_kill_or_preemption_of_an_exited_allocation_sends_nothing(api: Api) -> None:
+    """The drain and the preemption timeout decide on a read, then act: an exit committed in
+    between leaves the allocation exited, its trial as it ended, and no message to send."""
+    app = api.client.server.app
+    cluster, db = app[keys.CLUSTER], app[keys.DB]
+    agent = await agent_headers(api)
+    await api.call("POST", "/api/v1/agents/register", {
+        "id": "a1", "slots": [{"id": 0, "type": "cpu"}], "runningAllocations": []},
+        headers=agent)
+    await create(api)
+    for _ in range(200):  # the scheduling pass starts the trial on a1
+        if live := await db.run(trial_store.live_allocations):
+            break
+        await asyncio.sleep(0.02)
+    assert [w["kind"] for w in await _work(api, agent)] == ["start"]
+    await cluster.allocations.finish(live[0].id, 0, "")
+    ended = await db.run(trial_store.get, 1)
+    assert ended.state is TrialState.COMPLETED
+    await cluster.allocations.kill(live[0].id, "the master is stopping")
+    await cluster.allocations.preempt(live[0].id)
+    assert (await db.run(trial_store.allocation, live[0].id)).state is AllocationState.EXITED
+    assert await db.run(trial_store.get, 1) == ended
+    assert cluster.hub.preempting == {}
+    assert await _work(api, agent) == []

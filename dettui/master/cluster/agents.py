@@ -117,9 +117,8 @@ class Agents:
                                     alloc.state is AllocationState.TERMINATING):
                     link.send(kill_message(alloc.id, "killed"))  # lost with an earlier master?
                     continue
-                if alloc.state is AllocationState.ASSIGNED:
-                    await self.db.run(trial_store.set_allocation, alloc.id,
-                                      state=AllocationState.RUNNING)
+                if alloc.state is AllocationState.ASSIGNED and \
+                        await self.db.run(trial_store.mark_running, alloc.id):
                     self.hub.notify(f"trial:{alloc.trial_id}")  # its allocation runs now
                 continue
             if registering and alloc.state is not AllocationState.ASSIGNED:

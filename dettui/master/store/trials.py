@@ -178,11 +178,40 @@ def allocations_for_trial(conn: sqlite3.Connection, trial_id: int) -> list[Alloc
     return [Allocation.from_row(r) for r in rows]
 
 
-def set_allocation(conn: sqlite3.Connection, alloc_id: str, **fields: Any) -> Allocation:
-    allowed = {"state", "preempt_requested", "preempt_acked", "kill_requested"}
-    cols = {k: (v.value if isinstance(v, AllocationState) else v)
-            for k, v in fields.items() if k in allowed}
+# Transitions of a live allocation: each one commit, guarded so that an allocation that has
+# exited (or moved on) is never put back; each says whether it changed anything, and callers
+# send messages only when it did.
+
+_LIVE = f"WHERE id=? AND state != '{AllocationState.EXITED.value}'"
+
+
+def _guarded(conn: sqlite3.Connection, sets: str, where: str, args: tuple[Any, ...]) -> bool:
     with transaction(conn):
-        conn.execute(f"UPDATE allocations SET {', '.join(f'{k}=?' for k in cols)} WHERE id=?",
-                     (*cols.values(), alloc_id))
+        return conn.execute(f"UPDATE allocations SET {sets} {where}", args).rowcount > 0
+
+
+def request_kill(conn: sqlite3.Connection, alloc_id: str) -> Allocation | None:
+    """The allocation is to be killed (TERMINATING, `kill_requested`); the allocation to send
+    the kill for, or None if it has exited."""
+    if not _guarded(conn, "kill_requested=1, state=?", _LIVE,
+                    (AllocationState.TERMINATING.value, alloc_id)):
+        return None
     return allocation(conn, alloc_id)
+
+
+def request_preempt(conn: sqlite3.Connection, alloc_id: str) -> bool:
+    """The allocation is asked to checkpoint and exit; False if it has exited."""
+    return _guarded(conn, "preempt_requested=1", _LIVE, (alloc_id,))
+
+
+def ack_preempt(conn: sqlite3.Connection, alloc_id: str) -> bool:
+    """The trial acknowledged its preemption (its exit is then not a failure); False if the
+    allocation has exited."""
+    return _guarded(conn, "preempt_acked=1", _LIVE, (alloc_id,))
+
+
+def mark_running(conn: sqlite3.Connection, alloc_id: str) -> bool:
+    """The agent runs the allocation: ASSIGNED becomes RUNNING; False if it is no longer
+    ASSIGNED (killed meanwhile, or exited)."""
+    return _guarded(conn, "state=?", "WHERE id=? AND state=?",
+                    (AllocationState.RUNNING.value, alloc_id, AllocationState.ASSIGNED.value))
