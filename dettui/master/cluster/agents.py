@@ -103,7 +103,11 @@ class Agents:
         self.hub.kick()
 
     async def _reconcile(self, link: AgentLink, running: set[str], registering: bool) -> None:
-        """Compare what the agent runs with what the store says it should run."""
+        """Compare what the agent runs with what the store says it should run, and re-derive
+        what a crash of the master (or a lost message) left undone: kills committed and not
+        delivered are resent at registration, starts not acknowledged are resent, ASSIGNED
+        allocations it runs become RUNNING, those it lost end, those the store does not know
+        as live are killed. (The rest of recovery is `Allocations.recover`'s.)"""
         me = link.agent.id
         live = {a.id: a for a in await self.db.run(trial_store.live_allocations)
                 if me in a.agents and me not in a.part_exits}

@@ -168,8 +168,9 @@ class Allocations:
 
     async def recover(self) -> None:
         """After a restart, re-derive from the committed state what a crash may have lost.
-        Kills are resent when agents register (`Agents.reconcile`), preemption long-polls
-        answer from the store; here: preemptions asked before the crash keep their timeout;
+        What needs an agent's word is `Agents._reconcile`'s, when the agent registers again
+        (kills and starts resent, allocations it lost ended); preemption long-polls answer
+        from the store; here: preemptions asked before the crash keep their timeout;
         trials a searcher stopped get their preemption; allocations whose every part had
         exited end (older versions committed the two apart); searcher events an older version
         lost are replayed and experiments whose last trial ended are settled; experiments that
