@@ -66,6 +66,7 @@ async def allocate(api: Api, trial_id: int, agent_id: str = "agent-x",
     mint = app[keys.MINT]
     alloc = await app[keys.DB].run(trial_store.allocate, trial_id, agent_id,
                                    [0] if slots is None else slots, mint=mint)
+    assert alloc is not None, f"trial {trial_id} is not waiting for slots"
     return alloc, mint.allocation(alloc.id)
 
 

@@ -6,7 +6,9 @@ The scenario (`Scenario.run`): an experiment `single` (one trial) and an experim
 trials, one slot each, on an agent of two slots). `single` reports, checkpoints, is paused,
 activated, runs again and completes; `grid`'s first trial completes (a search step), its second
 runs and the experiment is cancelled. Everything is retried across crashes, as real clients do,
-and what the master acknowledged is recorded to check afterwards.
+and what the master acknowledged is recorded to check afterwards. At each restart, before any
+retry, the committed state is checked against `INVARIANTS`: a retried request must not be what
+makes it consistent again.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import sqlite3
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,6 +45,45 @@ hyperparameters: {x: {type: categorical, vals: [1, 2]}}
 max_restarts: 2
 """,
 }
+
+
+STOPPED = "(e.state = 'STATE_PAUSED' OR e.state LIKE 'STATE_STOPPING_%')"
+LIVE = "a.state != 'EXITED'"
+INVARIANTS = {  # what must hold at every commit: a query for the rows that break it
+    "a paused or stopping experiment has a QUEUED trial":
+        f"SELECT t.id FROM trials t JOIN experiments e ON e.id = t.experiment_id "
+        f"WHERE {STOPPED} AND t.state = 'STATE_QUEUED'",
+    "a paused or stopping experiment has a live allocation told neither to preempt nor die":
+        f"SELECT a.id FROM allocations a JOIN trials t ON t.id = a.trial_id "
+        f"JOIN experiments e ON e.id = t.experiment_id WHERE {STOPPED} AND {LIVE} "
+        "AND a.preempt_requested = 0 AND a.kill_requested = 0",
+    "a RUNNING trial has no live allocation":
+        f"SELECT t.id FROM trials t JOIN experiments e ON e.id = t.experiment_id "
+        f"WHERE e.unmanaged = 0 AND t.state = 'STATE_RUNNING' AND NOT EXISTS "
+        f"(SELECT 1 FROM allocations a WHERE a.trial_id = t.id AND {LIVE})",
+    "a live allocation's trial is neither RUNNING nor being killed":
+        f"SELECT a.id FROM allocations a JOIN trials t ON t.id = a.trial_id WHERE {LIVE} "
+        "AND t.state NOT IN ('STATE_RUNNING', 'STATE_STOPPING_KILLED')",
+    "a trial has two live allocations":
+        f"SELECT a.trial_id FROM allocations a WHERE {LIVE} GROUP BY a.trial_id "
+        "HAVING COUNT(*) > 1",
+    "an ended trial has a live allocation":
+        f"SELECT a.id FROM allocations a JOIN trials t ON t.id = a.trial_id WHERE {LIVE} "
+        "AND t.state IN ('STATE_COMPLETED', 'STATE_CANCELED', 'STATE_ERROR')",
+}
+
+
+def inconsistencies(db_path: Path) -> list[str]:
+    """The invariants the committed state breaks (read in one snapshot), with the rows."""
+    conn = sqlite3.connect(db_path, isolation_level=None)
+    try:
+        conn.execute("BEGIN")
+        found = [f"{rule}: {[r[0] for r in rows]}" for rule, sql in INVARIANTS.items()
+                 if (rows := conn.execute(sql).fetchall())]
+        conn.execute("ROLLBACK")
+        return found
+    finally:
+        conn.close()
 
 
 class MasterDown(Exception):
@@ -81,7 +124,8 @@ class Scenario:
     def settings(self) -> MasterSettings:
         return MasterSettings(state_dir=self.tmp / "state", port=0)
 
-    async def start(self, plan: tx.CrashPlan | None) -> None:
+    async def start(self, plan: tx.CrashPlan | None,
+                    recovered: Callable[[], None] = lambda: None) -> None:
         app = create_app(self.settings)
         if plan is not None:
             tx.plan_crash_of_next_store(plan)
@@ -90,6 +134,7 @@ class Scenario:
             await self.client.start_server()
         except tx.SimulatedCrash as exc:
             raise MasterDown(str(exc)) from exc
+        recovered()
         self.token = (await self.call("POST", "/api/v1/auth/login",
                                       {"username": "admin", "password": ""}))["token"]
         if not self.agent_token:  # an agent's credential outlives master restarts
@@ -101,9 +146,17 @@ class Scenario:
                                    if r.alloc_id not in self.ended]})
 
     async def restart(self) -> None:
+        """The master comes back on the same database. Before any client retries anything, the
+        committed state must be consistent, as the crash left it and once the new master has
+        recovered: the retries must not be what heals it."""
         await self.stop()
         self.restarts += 1
-        await self.start(None)
+        self.consistent("as the crash left it")
+        await self.start(None, recovered=lambda: self.consistent("after recovery"))
+
+    def consistent(self, when: str) -> None:
+        if self.settings.db_path.exists() and (found := inconsistencies(self.settings.db_path)):
+            raise AssertionError(f"{when}: {'; '.join(found)} ({self.describe()})")
 
     async def stop(self) -> None:
         if self.client is not None:

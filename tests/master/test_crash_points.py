@@ -1,6 +1,8 @@
 """The crash-point harness: the scenario of `crashsim` with the master killed (simulated) just
 before or just after each of its commits in turn, restarted on the same database, and driven to
-the end. Every run must end as the scenario implies, with nothing acknowledged lost."""
+the end. The committed state must be consistent at the crash and after the restart's recovery,
+before any client retries (`crashsim.INVARIANTS`), and every run must end as the scenario
+implies, with nothing acknowledged lost."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ from pathlib import Path
 
 from dettui.master.store import tx
 from dettui.master.store.db import connect
-from tests.master.crashsim import Scenario
+from tests.master.crashsim import Scenario, inconsistencies
 
 
 def check(s: Scenario) -> None:
@@ -30,6 +32,7 @@ def check(s: Scenario) -> None:
         assert s.acked_checkpoints <= ckpts, s.acked_checkpoints - ckpts
     finally:
         conn.close()
+    assert not inconsistencies(s.settings.db_path)
 
 
 async def run(tmp: Path, plan: tx.CrashPlan) -> Scenario:

@@ -1,6 +1,15 @@
-"""Start-up recovery (`Allocations.recover`, the one function that re-derives what a crash lost),
-table-wise: each case writes a committed state a killed master can leave behind, starts a
-master on it, and checks what the new master derived from it."""
+"""Recovery after a crash, table-wise: each case writes a committed state a killed master can
+leave behind, starts a master on it (and, in some cases, lets the agent register again, saying
+what it still runs), and checks what the new master derived from it.
+
+What a crash lost is re-derived in two places, each owning what it can know:
+- `Allocations.recover`, at start-up, from the store alone: preemption timers, preemptions of
+  trials a searcher stopped, allocations whose every part had exited, searcher events and
+  experiments' ends, pending checkpoint GC.
+- `Agents._reconcile`, when an agent registers, from the store and the agent's word: kills
+  resent (`kill_requested`), starts resent (ASSIGNED, not running there), allocations the agent
+  lost ended, ASSIGNED ones it runs marked RUNNING, and allocations unknown to the store killed.
+"""
 
 from __future__ import annotations
 
@@ -17,7 +26,7 @@ from dettui.master.app import create_app
 from dettui.master.settings import MasterSettings
 from dettui.master.store import trials as trial_store
 from dettui.master.store.db import connect
-from tests.master.conftest import TEST_MINT, Api, ckpt_uuid
+from tests.master.conftest import TEST_MINT, Api, agent_headers, ckpt_uuid
 from tests.master.test_api import create
 
 
@@ -26,10 +35,13 @@ class Case:
     name: str
     crash: Callable[[sqlite3.Connection], None]  # what the killed master had committed
     check: Callable[[dict[str, Any]], None]  # on what the new master shows
+    agent_runs: bool | None = None  # the agent registers again running the allocation (True)
+    # or nothing (False); None: no agent comes back
 
 
 def _alloc(conn: sqlite3.Connection, **fields: Any) -> str:
     alloc = trial_store.allocate(conn, 1, "agent-x", [0], mint=TEST_MINT)
+    assert alloc is not None
     if fields:
         sets = ", ".join(f"{k}=?" for k in fields)
         conn.execute(f"UPDATE allocations SET {sets} WHERE id=?", (*fields.values(), alloc.id))
@@ -70,6 +82,32 @@ def _nothing_lost(seen: dict[str, Any]) -> None:
     assert seen["preempting"] == [] and seen["experiment"] == "STATE_ACTIVE"
 
 
+def _kill_resent(seen: dict[str, Any]) -> None:
+    assert seen["work"] == [("kill", seen["alloc"], "killed")]
+    assert seen["alloc_state"] == "TERMINATING" and seen["trial"] == "STATE_RUNNING"
+
+
+def _start_resent(seen: dict[str, Any]) -> None:
+    assert seen["work"] == [("start", seen["alloc"], None)]
+    assert seen["alloc_state"] == "ASSIGNED" and seen["trial"] == "STATE_RUNNING"
+
+
+def _marked_running(seen: dict[str, Any]) -> None:
+    assert seen["work"] == [] and seen["alloc_state"] == "RUNNING"
+
+
+def _lost_and_requeued(seen: dict[str, Any]) -> None:
+    assert seen["work"][0] == ("kill", seen["alloc"], "agent restarted without it")
+    assert seen["alloc_state"] == "EXITED" and seen["exit_reason"] == "lost"
+    assert seen["trial"] in ("STATE_QUEUED", "STATE_RUNNING")  # (a new run may have started)
+    assert seen["restarts"] == 0  # a loss is not the trial's failure
+
+
+def _unknown_killed(seen: dict[str, Any]) -> None:
+    assert seen["work"] == [("kill", seen["alloc"], "unknown allocation")]
+    assert seen["alloc_state"] == "EXITED"
+
+
 def _gc_pending_with_checkpoints(conn: sqlite3.Connection) -> None:
     alloc_id = _alloc(conn, state="EXITED", exit_code=0, end_time=2)
     for n in (1, 2):
@@ -108,6 +146,16 @@ def _running(conn: sqlite3.Connection) -> None:
     _alloc(conn)
 
 
+def _kill_asked(conn: sqlite3.Connection) -> None:
+    _alloc(conn, kill_requested=1, state="TERMINATING")
+
+
+def _was_running(conn: sqlite3.Connection) -> None:
+    _alloc(conn, state="RUNNING")
+
+
+
+
 CASES = [
     Case("a preemption asked before the crash keeps its timeout", _preempt_asked, _preempting),
     Case("an allocation whose every part had exited ends, and its trial moves on",
@@ -118,7 +166,36 @@ CASES = [
     Case("an experiment that ended with its checkpoint GC pending is collected",
          _gc_pending_with_checkpoints, _collected),
     Case("a running allocation with nothing pending is left as it was", _running, _nothing_lost),
+    # `Agents._reconcile`, when the agent registers again:
+    Case("a kill committed just before the crash is resent when the agent re-registers",
+         _kill_asked, _kill_resent, agent_runs=True),
+    Case("an ASSIGNED allocation whose start message was lost is started again",
+         _running, _start_resent, agent_runs=False),
+    Case("an ASSIGNED allocation the agent runs becomes RUNNING", _running, _marked_running,
+         agent_runs=True),
+    Case("an allocation the agent no longer runs is lost and its trial queued again",
+         _was_running, _lost_and_requeued, agent_runs=False),
+    Case("an allocation that had exited but still runs on the agent is killed there",
+         _last_trial_ended, _unknown_killed, agent_runs=True),
 ]
+
+
+async def _agent_returns(api: Api, runs: bool | None,
+                         settings: MasterSettings) -> list[tuple[str, str, str | None]]:
+    """The agent registers again, running the allocation or nothing; the work it is sent."""
+    if runs is None:
+        return []
+    conn = connect(settings.db_path)
+    try:
+        alloc_ids = [r[0] for r in conn.execute("SELECT id FROM allocations")] if runs else []
+    finally:
+        conn.close()
+    agent = await agent_headers(api)
+    await api.call("POST", "/api/v1/agents/register", {
+        "id": "agent-x", "slots": [{"id": 0, "type": "cpu"}], "runningAllocations": alloc_ids},
+        headers=agent)
+    got = await api.call("GET", "/api/v1/agents/agent-x/work?timeout_seconds=0", headers=agent)
+    return [(w["kind"], w["allocationId"], w.get("reason")) for w in got["work"]]
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
@@ -136,8 +213,10 @@ async def test_recovery(aiohttp_client: Any, tmp_path: Path, case: Case) -> None
     second = await aiohttp_client(create_app(settings))
     app = second.server.app
     db = app[keys.DB]
-    allocs = await db.run(trial_store.allocations_for_trial, 1)
     api = Api(second, api.token)
+    work = await _agent_returns(api, case.agent_runs, settings)
+    allocs = await db.run(trial_store.allocations_for_trial, 1)
+    trial = await db.run(trial_store.get, 1)
     exp = (await api.call("GET", "/api/v1/experiments/1"))["experiment"]
     conn = connect(settings.db_path)
     try:
@@ -148,9 +227,10 @@ async def test_recovery(aiohttp_client: Any, tmp_path: Path, case: Case) -> None
     seen = {
         "alloc": allocs[0].id if allocs else None,
         "alloc_state": allocs[0].state.value if allocs else None,
+        "exit_reason": allocs[0].exit_reason if allocs else None, "work": work,
         "preempt_requested": bool(allocs and allocs[0].preempt_requested),
         "preempting": sorted(app[keys.CLUSTER].hub.preempting),
-        "trial": (await db.run(trial_store.get, 1)).state.value,
+        "trial": trial.state.value, "restarts": trial.restarts,
         "experiment": exp["state"], "gc_pending": gc_pending, "checkpoints": checkpoints,
     }
     case.check(seen)

@@ -40,6 +40,7 @@ def test_committed_changes_survive_a_reopen(tmp_path: Path) -> None:
     conn, trial_id = _trial(tmp_path)
     exp_id = trials.get(conn, trial_id).experiment_id
     alloc = trials.allocate(conn, trial_id, "agent-1", [0], mint=TEST_MINT)
+    assert alloc is not None
     # No close, no checkpoint: a second connection (like a restarted master) sees it all.
     other = dbmod.connect(tmp_path / "m.db")
     assert experiments.get(other, exp_id).name == "x"

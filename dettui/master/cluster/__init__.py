@@ -93,7 +93,7 @@ class Cluster:
                 log.warning("stopping: allocation %s did not stop in %.0f s; killing it",
                             alloc.id, timeout)
                 if not alloc.kill_requested:
-                    await self.allocations.kill(alloc, "the master is stopping")
+                    await self.allocations.kill(alloc.id, "the master is stopping")
             await self._until_idle(15.0)
         return len(live)
 

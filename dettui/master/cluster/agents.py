@@ -103,7 +103,11 @@ class Agents:
         self.hub.kick()
 
     async def _reconcile(self, link: AgentLink, running: set[str], registering: bool) -> None:
-        """Compare what the agent runs with what the store says it should run."""
+        """Compare what the agent runs with what the store says it should run, and re-derive
+        what a crash of the master (or a lost message) left undone: kills committed and not
+        delivered are resent at registration, starts not acknowledged are resent, ASSIGNED
+        allocations it runs become RUNNING, those it lost end, those the store does not know
+        as live are killed. (The rest of recovery is `Allocations.recover`'s.)"""
         me = link.agent.id
         live = {a.id: a for a in await self.db.run(trial_store.live_allocations)
                 if me in a.agents and me not in a.part_exits}
@@ -117,9 +121,8 @@ class Agents:
                                     alloc.state is AllocationState.TERMINATING):
                     link.send(kill_message(alloc.id, "killed"))  # lost with an earlier master?
                     continue
-                if alloc.state is AllocationState.ASSIGNED:
-                    await self.db.run(trial_store.set_allocation, alloc.id,
-                                      state=AllocationState.RUNNING)
+                if alloc.state is AllocationState.ASSIGNED and \
+                        await self.db.run(trial_store.mark_running, alloc.id):
                     self.hub.notify(f"trial:{alloc.trial_id}")  # its allocation runs now
                 continue
             if registering and alloc.state is not AllocationState.ASSIGNED:

@@ -66,10 +66,11 @@ class Allocations:
         await self.ended(done.ended)
         self.hub.kick()
 
-    async def kill(self, alloc: Allocation, why: str) -> None:
-        alloc = await self.db.run(trial_store.set_allocation, alloc.id, kill_requested=1,
-                                  state=AllocationState.TERMINATING)
-        await self.deliver_kill(alloc, why)
+    async def kill(self, alloc_id: str, why: str) -> None:
+        """Commit the kill request, then deliver it; nothing if the allocation has exited."""
+        alloc = await self.db.run(trial_store.request_kill, alloc_id)
+        if alloc is not None:
+            await self.deliver_kill(alloc, why)
 
     async def deliver_kill(self, alloc: Allocation, why: str) -> None:
         """Tell every agent still running a part of `alloc` (kill committed) to end it; with
@@ -91,8 +92,10 @@ class Allocations:
     # --- preemption -----------------------------------------------------------------------
 
     async def preempt(self, alloc_id: str) -> None:
-        await self.db.run(trial_store.set_allocation, alloc_id, preempt_requested=1)
-        self.hub.preempted(alloc_id)
+        """Commit the preemption request, then time it and wake its long-poll; nothing if the
+        allocation has exited."""
+        if await self.db.run(trial_store.request_preempt, alloc_id):
+            self.hub.preempted(alloc_id)
 
     async def wait_preemption(self, alloc_id: str, timeout: float) -> bool:
         """Determined's preemption long-poll: True at once if preempted, else wait."""
@@ -109,16 +112,14 @@ class Allocations:
             await self.hub.notifier.wait(f"preempt:{alloc_id}", remaining)
 
     async def ack_preemption(self, alloc_id: str) -> None:
-        await self.db.run(trial_store.set_allocation, alloc_id, preempt_acked=1)
+        await self.db.run(trial_store.ack_preempt, alloc_id)
 
     async def enforce_preemption_timeouts(self, now: float) -> None:
         """Allocations told to preempt that did not exit in time are killed."""
         for alloc_id, since in list(self.hub.preempting.items()):
             if now - since > self.hub.settings.preemption_timeout:
-                alloc = await self.db.run(trial_store.allocation, alloc_id)
                 del self.hub.preempting[alloc_id]
-                if alloc.state is not AllocationState.EXITED:
-                    await self.kill(alloc, "preemption timeout: it did not exit")
+                await self.kill(alloc_id, "preemption timeout: it did not exit")
 
     # --- searchers and experiments' ends ------------------------------------------------
 
@@ -167,8 +168,9 @@ class Allocations:
 
     async def recover(self) -> None:
         """After a restart, re-derive from the committed state what a crash may have lost.
-        Kills are resent when agents register (`Agents.reconcile`), preemption long-polls
-        answer from the store; here: preemptions asked before the crash keep their timeout;
+        What needs an agent's word is `Agents._reconcile`'s, when the agent registers again
+        (kills and starts resent, allocations it lost ended); preemption long-polls answer
+        from the store; here: preemptions asked before the crash keep their timeout;
         trials a searcher stopped get their preemption; allocations whose every part had
         exited end (older versions committed the two apart); searcher events an older version
         lost are replayed and experiments whose last trial ended are settled; experiments that

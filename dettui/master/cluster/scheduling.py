@@ -69,7 +69,9 @@ class Scheduling:
                 log.info("preempting allocation %s for a more urgent job", alloc_id)
                 await self.allocations.preempt(alloc_id)
         for assignment in decision.start:
-            await self._start(assignment)
+            if not await self._start(assignment):
+                self.hub.kick()  # the queue changed under this pass: plan again
+                return
 
     async def _running(self, live: list[Allocation],
                        exps: dict[int, Experiment]) -> list[scheduler.Running]:
@@ -90,11 +92,16 @@ class Scheduling:
                 preempting=alloc.id in self.hub.preempting))
         return out
 
-    async def _start(self, assignment: scheduler.Assignment) -> None:
+    async def _start(self, assignment: scheduler.Assignment) -> bool:
+        """Allocate (one commit), then send the start messages; False, with nothing sent, if
+        the trial stopped waiting since this pass read the queue (paused, canceled, killed)."""
         parts = [(a, list(sl)) for a, sl in assignment.parts] or None
         port = self._port() if parts else None
         alloc = await self.db.run(trial_store.allocate, assignment.key, assignment.agent_id,
                                   list(assignment.slots), parts, port, mint=self.hub.mint)
+        if alloc is None:
+            log.info("trial %s stopped waiting before it could start", assignment.key)
+            return False
         if assignment.backfilled:
             self.hub.backfilled[alloc.id] = alloc.trial_id
         trial = await self.db.run(trial_store.get, alloc.trial_id)
@@ -103,6 +110,7 @@ class Scheduling:
             link = self.hub.links.get(agent_id)
             if link is not None:
                 await self.hub.send_start(link, alloc)
+        return True
 
     def waiting_reasons(self) -> dict[int, str]:
         """Why each waiting trial could not start at the last pass, or why the Slurm job of

@@ -125,12 +125,19 @@ def allocate(
     conn: sqlite3.Connection, trial_id: int, agent_id: str, slots: list[int],
     parts: list[tuple[str, list[int]]] | None = None, port: int | None = None, *,
     mint: Mint,
-) -> Allocation:
+) -> Allocation | None:
     """Start a new run of the trial on `slots` of `agent_id` (or on every (agent, slots) of
-    `parts`, chief first): run id + 1, its tokens (kept as hashes) and its owner's session."""
+    `parts`, chief first): run id + 1, its tokens (kept as hashes) and its owner's session.
+    None, with nothing changed, if the trial is no longer waiting for slots (QUEUED, of an
+    ACTIVE experiment): a pause, cancel or kill committed since the scheduling pass read it."""
     parts = parts or [(agent_id, slots)]
     with transaction(conn):
         trial = get(conn, trial_id)
+        exp = conn.execute("SELECT state, owner_id FROM experiments WHERE id=?",
+                           (trial.experiment_id,)).fetchone()
+        if trial.state is not TrialState.QUEUED or exp is None or \
+                exp["state"] != ExperimentState.ACTIVE.value:
+            return None
         run_id = trial.run_id + 1
         alloc_id = f"{trial.task_id}.{run_id}"
         conn.execute("UPDATE trials SET run_id=?, state=? WHERE id=?",
@@ -143,11 +150,7 @@ def allocate(
              json.dumps(parts[0][1]), time.time(),
              json.dumps([[a, list(s)] for a, s in parts]), port),
         )
-        owner = conn.execute("SELECT owner_id FROM experiments WHERE id=?",
-                             (trial.experiment_id,)).fetchone()
-        if owner is not None:
-            users.add_task_session(conn, owner["owner_id"], alloc_id,
-                                   mint.task_user(alloc_id))
+        users.add_task_session(conn, exp["owner_id"], alloc_id, mint.task_user(alloc_id))
     return allocation(conn, alloc_id)
 
 
@@ -175,11 +178,40 @@ def allocations_for_trial(conn: sqlite3.Connection, trial_id: int) -> list[Alloc
     return [Allocation.from_row(r) for r in rows]
 
 
-def set_allocation(conn: sqlite3.Connection, alloc_id: str, **fields: Any) -> Allocation:
-    allowed = {"state", "preempt_requested", "preempt_acked", "kill_requested"}
-    cols = {k: (v.value if isinstance(v, AllocationState) else v)
-            for k, v in fields.items() if k in allowed}
+# Transitions of a live allocation: each one commit, guarded so that an allocation that has
+# exited (or moved on) is never put back; each says whether it changed anything, and callers
+# send messages only when it did.
+
+_LIVE = f"WHERE id=? AND state != '{AllocationState.EXITED.value}'"
+
+
+def _guarded(conn: sqlite3.Connection, sets: str, where: str, args: tuple[Any, ...]) -> bool:
     with transaction(conn):
-        conn.execute(f"UPDATE allocations SET {', '.join(f'{k}=?' for k in cols)} WHERE id=?",
-                     (*cols.values(), alloc_id))
+        return conn.execute(f"UPDATE allocations SET {sets} {where}", args).rowcount > 0
+
+
+def request_kill(conn: sqlite3.Connection, alloc_id: str) -> Allocation | None:
+    """The allocation is to be killed (TERMINATING, `kill_requested`); the allocation to send
+    the kill for, or None if it has exited."""
+    if not _guarded(conn, "kill_requested=1, state=?", _LIVE,
+                    (AllocationState.TERMINATING.value, alloc_id)):
+        return None
     return allocation(conn, alloc_id)
+
+
+def request_preempt(conn: sqlite3.Connection, alloc_id: str) -> bool:
+    """The allocation is asked to checkpoint and exit; False if it has exited."""
+    return _guarded(conn, "preempt_requested=1", _LIVE, (alloc_id,))
+
+
+def ack_preempt(conn: sqlite3.Connection, alloc_id: str) -> bool:
+    """The trial acknowledged its preemption (its exit is then not a failure); False if the
+    allocation has exited."""
+    return _guarded(conn, "preempt_acked=1", _LIVE, (alloc_id,))
+
+
+def mark_running(conn: sqlite3.Connection, alloc_id: str) -> bool:
+    """The agent runs the allocation: ASSIGNED becomes RUNNING; False if it is no longer
+    ASSIGNED (killed meanwhile, or exited)."""
+    return _guarded(conn, "state=?", "WHERE id=? AND state=?",
+                    (AllocationState.RUNNING.value, alloc_id, AllocationState.ASSIGNED.value))
