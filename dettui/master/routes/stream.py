@@ -22,14 +22,14 @@ Protocol (JSON text frames):
   `{"topic", "error"}` when a topic cannot be read (e.g. no such experiment; it is dropped,
   subscribe again later). None of them closes the socket.
 
-Changes are signalled by the master's Notifier. Each topic has one reader however many
-clients follow it (a `Feed`): it re-reads at once after a change (SETTLE), at most every
-COALESCE seconds (a burst becomes one or two diffs) and at least every IDLE_REREAD seconds, computes the diff once and hands the same text to
-every subscriber; a notification that names the ids that changed makes it re-read only those
-objects (experiments, and an experiment's trials). A new subscriber gets its snapshot from the
-feed's last read. Each connection sends from a queue of its own: a client that falls more than
-MAX_BACKLOG messages behind is disconnected (it reconnects and gets fresh snapshots) rather
-than holding up the others.
+Changes are signalled by the master's Notifier. Each topic has one reader however many clients
+follow it (a `Feed`): it re-reads at once after a change (SETTLE), at most every COALESCE
+seconds (a burst becomes one or two diffs) and at least every IDLE_REREAD seconds, computes the
+diff once and hands the same text to every subscriber; a notification that names the ids that
+changed makes it re-read only those objects (experiments, and an experiment's trials). A new
+subscriber gets its snapshot from the feed's last read. Each connection sends from a queue of
+its own: a client that falls more than MAX_BACKLOG messages behind is disconnected (it
+reconnects and gets fresh snapshots) rather than holding up the others.
 """
 
 from __future__ import annotations
