@@ -68,7 +68,7 @@ def expconf(text: str, checkpoint_root: str, managed: bool,
     if cfg.checkpoint_storage_was_defaulted:
         conf["checkpoint_storage"]["host_path"] = str(Path(checkpoint_root))
         conf["checkpoint_storage"]["storage_path"] = None
-    if state_dir is not None:
+    if managed and state_dir is not None:  # an unmanaged trial runs outside: given nothing
         for path in storage_paths(conf):
             why = exposure(path, [state_dir], [checkpoint_root])
             if why is not None:
