@@ -20,6 +20,7 @@ import heapq
 import operator
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 PRIORITY = "priority"
 FAIR_SHARE = "fair_share"
@@ -31,8 +32,7 @@ class PoolPolicy:
     preemption: bool = False
 
 
-@dataclass(frozen=True)
-class Request:
+class Request(NamedTuple):  # a tuple: a pass builds one per waiting trial (100,000 at scale)
     key: int  # trial id
     job_id: str
     slots: int

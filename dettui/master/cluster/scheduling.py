@@ -13,19 +13,20 @@ from dettui.master.cluster.allocations import Allocations
 from dettui.master.cluster.hub import Hub
 from dettui.master.store import experiments as exp_store
 from dettui.master.store import trials as trial_store
-from dettui.master.store.records import Allocation, Experiment
+from dettui.master.store.records import Allocation, Job
 from dettui.models import ExperimentState
 
 log = logging.getLogger("dettui.master.cluster")
 
 PORTS_PER_ALLOCATION = 4
+MIN_GAP = 0.01  # seconds between two scheduling passes, at least
 
 
-def _request(trial_id: int, exp: Experiment) -> scheduler.Request:
+def _request(trial_id: int, job: Job, slots: int) -> scheduler.Request:
     return scheduler.Request(
-        key=trial_id, job_id=exp.job_id, slots=exp.slots_per_trial, priority=exp.priority,
-        queue_position=exp.queue_position, pool=exp.resource_pool, weight=exp.weight,
-        max_slots=exp.max_slots)
+        key=trial_id, job_id=job.job_id, slots=slots, priority=job.priority,
+        queue_position=job.queue_position, pool=job.resource_pool, weight=job.weight,
+        max_slots=job.max_slots)
 
 
 class Scheduling:
@@ -34,31 +35,37 @@ class Scheduling:
         self.db = hub.db
         self.allocations = allocations
         self._next_port = 30000 + (int(time.time()) % 1250) * PORTS_PER_ALLOCATION
+        self._slots: dict[int, int] = {}  # experiment -> slots per trial (fixed at creation)
 
     async def loop(self) -> None:
+        loop = asyncio.get_running_loop()
         while True:
             await self.hub.kicked.wait()
             self.hub.kicked.clear()
+            started = loop.time()
             try:
                 await self.once()
             except Exception:  # noqa: BLE001
                 log.exception("scheduling pass failed")
-            await asyncio.sleep(0.01)
+            # A pass reads the whole queue: kicks that come faster than passes take (a burst
+            # of creations at 10,000 queued) share one, so passes use at most half the time.
+            await asyncio.sleep(max(MIN_GAP, loop.time() - started))
 
     async def once(self) -> None:
         if self.hub.draining:
             return
-        pending = await self.db.run(trial_store.pending)
+        pending = await self.db.run(trial_store.pending_keys)
         live = await self.db.run(trial_store.live_allocations)
         if not pending and not live:
             if self.hub.unschedulable:
                 self.hub.notify("jobs")
             self.hub.unschedulable = {}
             return
-        exps = {e.id: e for e in await self.db.run(exp_store.live)}
-        requests = [_request(t.id, exps[t.experiment_id]) for t in pending
-                    if t.experiment_id in exps]
-        running = await self._running(live, exps)
+        jobs = await self.db.run(exp_store.live_jobs)
+        await self._learn_slots(jobs)
+        requests = [_request(trial_id, jobs[exp_id], self._slots[exp_id])
+                    for trial_id, exp_id in pending if exp_id in jobs]
+        running = await self._running(live, jobs)
         decision = scheduler.schedule(requests, self.hub.links.views(live), running,
                                       self.hub.settings.policies)
         if dict(decision.unschedulable) != self.hub.unschedulable:
@@ -73,18 +80,27 @@ class Scheduling:
                 self.hub.kick()  # the queue changed under this pass: plan again
                 return
 
+    async def _learn_slots(self, jobs: dict[int, Job]) -> None:
+        """Slots per trial of the live experiments this loop has not seen (each config is
+        read once); ended ones are forgotten."""
+        new = [exp_id for exp_id in jobs if exp_id not in self._slots]
+        if new:
+            self._slots.update(await self.db.run(exp_store.slots_per_trial, new))
+        if len(self._slots) > 2 * len(jobs) + 1000:
+            self._slots = {k: v for k, v in self._slots.items() if k in jobs}
+
     async def _running(self, live: list[Allocation],
-                       exps: dict[int, Experiment]) -> list[scheduler.Running]:
+                       jobs: dict[int, Job]) -> list[scheduler.Running]:
+        exp_of = await self.db.run(trial_store.experiment_ids, [a.trial_id for a in live])
         out = []
         for alloc in live:
             if alloc.kill_requested:
                 continue
-            trial = await self.db.run(trial_store.get, alloc.trial_id)
-            exp = exps.get(trial.experiment_id)
+            exp = jobs.get(exp_of.get(alloc.trial_id, -1))
             if exp is None or exp.state is not ExperimentState.ACTIVE:
                 continue
             out.append(scheduler.Running(
-                key=alloc.id, job_id=exp.job_id, slots=exp.slots_per_trial,
+                key=alloc.id, job_id=exp.job_id, slots=self._slots[exp.id],
                 priority=exp.priority, queue_position=exp.queue_position,
                 pool=exp.resource_pool, started=alloc.start_time, weight=exp.weight,
                 max_slots=exp.max_slots,

@@ -117,6 +117,31 @@ def _with_columns(config: dict[str, Any], r: sqlite3.Row) -> dict[str, Any]:
     return config
 
 
+@dataclass(frozen=True)
+class Job:
+    """What the scheduler needs of a live experiment: its columns only, no config read (its
+    slots per trial, fixed at creation, come from `experiments.slots_per_trial`)."""
+
+    COLUMNS: ClassVar[str] = ("id job_id state resource_pool priority weight max_slots "
+                              "queue_position")
+
+    id: int
+    job_id: str
+    state: ExperimentState
+    resource_pool: str
+    priority: int
+    weight: float
+    max_slots: int | None
+    queue_position: float
+
+    @classmethod
+    def from_row(cls, r: sqlite3.Row) -> Job:
+        return cls(id=r["id"], job_id=r["job_id"], state=ExperimentState(r["state"]),
+                   resource_pool=r["resource_pool"], priority=r["priority"],
+                   weight=r["weight"], max_slots=r["max_slots"],
+                   queue_position=r["queue_position"])
+
+
 @functools.lru_cache(maxsize=4096)
 def typed_config(text: str) -> ExperimentSchema:
     """A stored config (JSON text) as the schema's model; cached by its text, since the same

@@ -108,6 +108,26 @@ def pending(conn: sqlite3.Connection) -> list[Trial]:
     return [Trial.from_row(r) for r in rows]
 
 
+def pending_keys(conn: sqlite3.Connection) -> list[tuple[int, int]]:
+    """(trial id, experiment id) of the trials `pending` gives, without reading the rows."""
+    return [(r[0], r[1]) for r in conn.execute(
+        "SELECT t.id, t.experiment_id FROM trials t "
+        "JOIN experiments e ON e.id = t.experiment_id "
+        "WHERE t.state=? AND e.state=? AND e.unmanaged=0 ORDER BY t.id",
+        (TrialState.QUEUED.value, ExperimentState.ACTIVE.value))]
+
+
+def experiment_ids(conn: sqlite3.Connection, trial_ids: list[int]) -> dict[int, int]:
+    """trial id -> its experiment's id, for the trials of `trial_ids` that exist."""
+    out: dict[int, int] = {}
+    for i in range(0, len(trial_ids), 500):
+        chunk = trial_ids[i:i + 500]
+        marks = ",".join("?" * len(chunk))
+        out.update((r[0], r[1]) for r in conn.execute(
+            f"SELECT id, experiment_id FROM trials WHERE id IN ({marks})", chunk))
+    return out
+
+
 def set_fields(conn: sqlite3.Connection, trial_id: int, **fields: Any) -> None:
     allowed = {"progress", "runner_state", "searcher_stopped", "restarts", "early_exit"}
     cols = {k: v for k, v in fields.items() if k in allowed}
