@@ -33,17 +33,31 @@ def score(value: float, smaller_is_better: bool) -> float:
     return value if smaller_is_better else -value
 
 
+def candidate(metrics: Mapping[str, Any] | None, name: str) -> float | None:
+    """`metrics[name]` when it can be a best: a number that is not NaN; else None."""
+    value = number(metrics, name)
+    return None if value is None or math.isnan(value) else value
+
+
+def improves(value: float | None, best: float | None, smaller_is_better: bool) -> bool:
+    """Whether `value` is a new best over `best` (None: there is none yet). Missing values and
+    NaN never are; any other value beats no best (or a NaN one); an equal one does not (the
+    first of equals stays best)."""
+    if value is None or math.isnan(value):
+        return False
+    if best is None or math.isnan(best):
+        return True
+    return score(value, smaller_is_better) < score(best, smaller_is_better)
+
+
 def best(items: Iterable[T], value_of: Callable[[T], float | None],
          smaller_is_better: bool) -> T | None:
     """The item with the best value (the first of equals, in the order given), ignoring items
     without a number and NaNs; None when there is none."""
     found: T | None = None
-    found_score = math.inf
+    found_value: float | None = None
     for item in items:
         value = value_of(item)
-        if value is None or math.isnan(value):
-            continue
-        s = score(value, smaller_is_better)
-        if found is None or s < found_score:
-            found, found_score = item, s
+        if improves(value, found_value, smaller_is_better):
+            found, found_value = item, value
     return found

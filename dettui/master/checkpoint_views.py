@@ -5,7 +5,6 @@ validation metrics reported at the checkpoint's step; and their order for the li
 
 from __future__ import annotations
 
-import math
 import sqlite3
 from collections.abc import Sequence
 from typing import Any
@@ -112,8 +111,7 @@ def page(conn: sqlite3.Connection, want: Page, searcher_metric: str, smaller_is_
 
     def value(c: Checkpoint) -> float | None:
         m = vals.get((c.trial_id or 0, "validation", c.steps_completed or 0))
-        v = metric.number(m.metrics, name) if m is not None else None
-        return None if v is None or math.isnan(v) else v
+        return metric.candidate(m.metrics, name) if m is not None else None
 
     have = [c for c in every if value(c) is not None]
     ranked = sorted(have, key=value, reverse=desc) + [c for c in every if value(c) is None]

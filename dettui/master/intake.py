@@ -18,6 +18,7 @@ import yaml
 
 from dettui import context as ctx
 from dettui.config import load_config, yamlsafe
+from dettui.config.schema import ExperimentSchema
 from dettui.errors import InvalidArgument, TooLarge
 from dettui.master.bodies import CreateExperimentBody, parse_obj
 from dettui.master.middleware import decode_json
@@ -96,9 +97,8 @@ def check_searcher(conf: dict[str, Any]) -> None:
     """Refuse a searcher that cannot be built (e.g. ASHA without a time metric) up front."""
     from dettui.master import searcher
 
-    seed = int((conf.get("reproducibility") or {}).get("experiment_seed") or 0)
     try:
-        searcher.build(conf["searcher"], conf.get("hyperparameters") or {}, seed)
+        searcher.for_experiment(ExperimentSchema.model_validate(conf))
     except (searcher.SearcherError, ValueError) as exc:
         raise InvalidArgument(f"invalid experiment configuration: {exc}") from exc
 

@@ -36,3 +36,25 @@ def test_nan_is_a_number_that_scores_worst() -> None:
 def test_best(values: list[float | None], smaller: bool, best: int | None) -> None:
     found = metric.best(list(enumerate(values)), lambda iv: iv[1], smaller)
     assert (None if found is None else found[0]) == best
+
+
+@pytest.mark.parametrize(("value", "best", "smaller", "improves"), [
+    (1.0, 2.0, True, True), (3.0, 2.0, True, False), (3.0, 2.0, False, True),
+    (2.0, 2.0, True, False), (2.0, 2.0, False, False),  # an equal is not a new best
+    (5.0, None, True, True), (5.0, None, False, True),  # anything beats no best
+    (NAN, None, True, False), (NAN, 2.0, True, False), (NAN, 2.0, False, False),  # NaN: never
+    (5.0, NAN, True, True),  # a NaN best (an older version's) gives way to any number
+    (None, None, True, False), (None, 2.0, True, False),  # a missing value never improves
+    (INF, 2.0, True, False), (INF, 2.0, False, True), (-INF, 2.0, True, True),
+])
+def test_improves(value: float | None, best: float | None, smaller: bool,
+                  improves: bool) -> None:
+    assert metric.improves(value, best, smaller) is improves
+
+
+@pytest.mark.parametrize(("metrics", "candidate"), [
+    ({"loss": 0.5}, 0.5), ({"loss": NAN}, None), ({"loss": True}, None), ({}, None),
+    (None, None), ({"loss": -INF}, -INF),
+])
+def test_candidate(metrics: dict | None, candidate: float | None) -> None:
+    assert metric.candidate(metrics, "loss") == candidate

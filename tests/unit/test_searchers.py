@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 from dettui.config import hyperparameters as hp
+from dettui.config.schema import ExperimentSchema
+from dettui.config.schema import Searcher as SearcherConfig
 from dettui.master import searcher as s
 from dettui.master.searcher import Create, ExitReason, Stop
 from dettui.master.searcher.asha import (
@@ -20,6 +24,11 @@ from dettui.master.searcher.asha import (
 HPS = hp.normalize({"lr": {"type": "log", "minval": -3, "maxval": -1, "base": 10, "count": 3},
                     "width": {"type": "int", "minval": 8, "maxval": 64, "count": 2},
                     "act": "relu"})
+
+
+def typed(config: dict[str, Any]) -> SearcherConfig:
+    """A `searcher` section as the schema's model (its defaults filled in)."""
+    return SearcherConfig.model_validate(config)
 
 
 def creates(actions: list[s.Action]) -> list[int]:
@@ -55,7 +64,8 @@ def test_grid_is_the_cartesian_product_with_nested_groups() -> None:
 
 
 def test_grid_searcher_runs_every_point_once_within_concurrency() -> None:
-    g = s.build({"name": "grid", "metric": "loss", "max_concurrent_trials": 2}, HPS, seed=1)
+    g = s.build(typed({"name": "grid", "metric": "loss", "max_concurrent_trials": 2}), HPS,
+                seed=1)
     first = g.initial()
     assert creates(first) == [0, 1]
     seen = [a.hparams for a in first if isinstance(a, Create)]
@@ -75,8 +85,8 @@ def test_grid_searcher_runs_every_point_once_within_concurrency() -> None:
 # -- random / single --------------------------------------------------------------------------
 
 def test_random_refills_to_max_trials_and_replaces_invalid_hparams() -> None:
-    r = s.build({"name": "random", "metric": "loss", "max_trials": 4,
-                 "max_concurrent_trials": 2}, HPS, seed=7)
+    r = s.build(typed({"name": "random", "metric": "loss", "max_trials": 4,
+                 "max_concurrent_trials": 2}), HPS, seed=7)
     assert creates(r.initial()) == [0, 1]
     assert creates(r.exited_early(0, ExitReason.INVALID_HP)) == [2], "a replacement"
     assert creates(r.exited(1)) == [3]
@@ -88,12 +98,12 @@ def test_random_refills_to_max_trials_and_replaces_invalid_hparams() -> None:
 
 def test_samples_are_reproducible_from_the_experiment_seed() -> None:
     def draws(seed: int) -> list[tuple]:
-        r = s.build({"name": "random", "metric": "x", "max_trials": 3}, HPS, seed=seed)
+        r = s.build(typed({"name": "random", "metric": "x", "max_trials": 3}), HPS, seed=seed)
         return [(a.hparams["lr"], a.hparams["width"], a.seed) for a in r.initial()]
 
     assert draws(3) == draws(3) and draws(3) != draws(4)
     assert len({seed for *_, seed in draws(3)}) == 3, "each trial its own seed"
-    single = s.build({"name": "single", "metric": "x"}, HPS, seed=3).initial()
+    single = s.build(typed({"name": "single", "metric": "x"}), HPS, seed=3).initial()
     assert len(single) == 1 and single[0].hparams == hp.sample_single(HPS, 3)
 
 
@@ -109,8 +119,8 @@ def test_asha_brackets_trials_and_concurrency() -> None:
     assert bracket_concurrency(16, 4, [12, 4]) == [8, 8]
     assert bracket_concurrency(3, 4, [12, 4]) == [2, 1]
     assert bracket_concurrency(0, 4, [12, 4]) == [4, 4]
-    a = s.build({"name": "adaptive_asha", "metric": "loss", "max_trials": 16, "max_time": 64,
-                 "time_metric": "batches"}, HPS, seed=0)
+    a = s.build(typed({"name": "adaptive_asha", "metric": "loss", "max_trials": 16,
+                       "max_time": 64, "time_metric": "batches"}), HPS, seed=0)
     assert [b.num_rungs for b in a.brackets] == [3, 2]
     assert [b.units for b in a.brackets] == [[4, 16, 64], [16, 64]]
     assert creates(a.initial()) == list(range(12))  # min(8, 12) + min(8, 4)
@@ -118,7 +128,8 @@ def test_asha_brackets_trials_and_concurrency() -> None:
 
 def test_asha_needs_a_time_metric() -> None:
     with pytest.raises(s.SearcherError, match="requires `max_time` and `time_metric`"):
-        s.build({"name": "adaptive_asha", "metric": "loss", "max_trials": 4}, HPS, seed=0)
+        s.build(typed({"name": "adaptive_asha", "metric": "loss", "max_trials": 4}), HPS,
+                seed=0)
 
 
 # -- ASHA rungs --------------------------------------------------------------------------------
@@ -127,7 +138,7 @@ def halving(**extra: object) -> s.Searcher:
     config = {"name": "async_halving", "metric": "loss", "num_rungs": 2, "divisor": 2,
               "max_time": 8, "time_metric": "batches", "max_trials": 4,
               "max_concurrent_trials": 2, **extra}
-    return s.build(config, HPS, seed=0)
+    return s.build(typed(config), HPS, seed=0)
 
 
 def test_rung_promotions_and_stops() -> None:
@@ -197,12 +208,12 @@ def test_missing_metrics_are_errors() -> None:
 def test_a_restored_searcher_continues_exactly_like_the_original() -> None:
     config = {"name": "adaptive_asha", "metric": "loss", "max_trials": 20, "max_time": 16,
               "time_metric": "batches", "divisor": 2, "max_concurrent_trials": 4}
-    a = s.build(config, HPS, seed=11)
+    a = s.build(typed(config), HPS, seed=11)
     a.initial()
     a.validation(0, {"batches": 4, "loss": 0.3})
     a.validation(1, {"batches": 4, "loss": 0.4})
     saved = json.loads(json.dumps(a.snapshot()))
-    b = s.build(config, HPS, seed=11, state=saved)
+    b = s.build(typed(config), HPS, seed=11, state=saved)
     for searcher in (a, b):
         searcher.events = [  # type: ignore[attr-defined]
             searcher.validation(2, {"batches": 4, "loss": 0.9}),
@@ -211,3 +222,68 @@ def test_a_restored_searcher_continues_exactly_like_the_original() -> None:
         ]
     assert a.events == b.events  # type: ignore[attr-defined]
     assert a.snapshot() == b.snapshot()
+
+
+# -- the config: the schema's model and its defaults ---------------------------------------
+
+DEFAULT = {name: f.default for name, f in SearcherConfig.model_fields.items()}
+
+
+def test_defaults_are_the_schemas() -> None:
+    """A searcher reads its settings from the typed config: what the schema defaults is what
+    it runs with, with no default of its own."""
+    r = s.build(typed({"name": "random", "metric": "x", "max_trials": 40}), HPS, seed=0)
+    assert r.concurrency == DEFAULT["max_concurrent_trials"]  # type: ignore[attr-defined]
+    a = s.build(typed({"name": "adaptive_asha", "metric": "x", "max_trials": 1000,
+                       "max_time": 10**6, "time_metric": "batches"}), HPS, seed=0)
+    assert a.divisor == DEFAULT["divisor"]  # type: ignore[attr-defined]
+    rungs = [b.num_rungs for b in a.brackets]  # type: ignore[attr-defined]
+    assert rungs == sorted(bracket_rungs(DEFAULT["mode"], DEFAULT["max_rungs"]), reverse=True)
+    per = [b.concurrency for b in a.brackets]  # type: ignore[attr-defined]
+    assert sum(per) == DEFAULT["max_concurrent_trials"]
+
+
+@pytest.mark.parametrize(("config", "key"), [
+    ({"name": "random", "metric": "x"}, "max_trials"),
+    ({"name": "adaptive_asha", "metric": "x", "max_time": 8, "time_metric": "b"}, "max_trials"),
+    ({"name": "async_halving", "metric": "x", "max_trials": 4, "max_time": 8,
+      "time_metric": "b"}, "num_rungs"),
+])
+def test_a_setting_the_schema_leaves_unset_is_required_not_defaulted(
+        config: dict[str, Any], key: str) -> None:
+    with pytest.raises(s.SearcherError, match=f"searcher.{key}: is required by the"):
+        s.build(typed(config), HPS, seed=0)
+
+
+STATES = json.loads((Path(__file__).parent / "searcher_states.json").read_text())
+
+
+def _event(searcher: s.Searcher, event: list[Any]) -> list[s.Action]:
+    kind, *args = event
+    if kind == "validation":
+        return searcher.validation(*args)
+    if kind == "exited":
+        return searcher.exited(*args)
+    return searcher.exited_early(args[0], ExitReason(args[1]))
+
+
+def _encoded(actions: list[s.Action]) -> list[list[Any]]:
+    return [["create", a.request_id, a.hparams, a.seed] if isinstance(a, Create)
+            else ["stop", a.request_id] for a in actions]
+
+
+@pytest.mark.parametrize("name", sorted(STATES))
+def test_states_stored_before_typed_configs_replay_the_same(name: str) -> None:
+    """Each entry: a stored full config and a searcher state saved mid-search by the searchers
+    that read raw config dicts (commit 3858892), then the next events and exactly what those
+    searchers answered. Restored from the typed config, a searcher answers the same."""
+    saved = STATES[name]
+    conf = ExperimentSchema.model_validate({
+        "searcher": saved["searcher"], "hyperparameters": saved["hyperparameters"],
+        "reproducibility": {"experiment_seed": saved["seed"]}})
+    searcher = s.for_experiment(conf, saved["state"])
+    answers = [_encoded(_event(searcher, event)) for event in saved["events"]]
+    assert answers == saved["actions"]
+    snapshot = json.loads(json.dumps(searcher.snapshot()))
+    snapshot.pop("rng")
+    assert snapshot == saved["snapshot"]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from dettui.config.schema import ExperimentSchema
+from dettui.config.schema import Searcher as SearcherConfig
 from dettui.master.searcher.asha import AdaptiveASHA, AsyncHalving
 from dettui.master.searcher.base import (
     Action,
@@ -21,18 +23,25 @@ KINDS: dict[str, type[Searcher]] = {
 }
 
 
-def build(config: dict[str, Any], hparams: dict[str, Any], seed: int,
+def build(config: SearcherConfig, hparams: dict[str, Any], seed: int,
           state: dict[str, Any] | None = None) -> Searcher:
-    """A searcher for the experiment's `searcher` config, restored from `state` if given."""
-    name = str(config.get("name"))
-    kind = KINDS.get(name)
+    """A searcher for the experiment's typed `searcher` config, restored from `state` if
+    given."""
+    kind = KINDS.get(config.name)
     if kind is None:
-        raise SearcherError(f"searcher.name: unknown searcher '{name}'")
+        raise SearcherError(f"searcher.name: unknown searcher '{config.name}'")
     searcher = kind(config, hparams, seed)
     if state is not None:
         searcher.restore(state)
     return searcher
 
 
+def for_experiment(conf: ExperimentSchema, state: dict[str, Any] | None = None) -> Searcher:
+    """The searcher of an experiment's config: its searcher section, its hyperparameters, and
+    its seed (`reproducibility.experiment_seed`, 0 when unset)."""
+    return build(conf.searcher, conf.hyperparameters,
+                 conf.reproducibility.experiment_seed or 0, state)
+
+
 __all__ = ["Action", "Create", "ExitReason", "KINDS", "Searcher", "SearcherError", "Stop",
-           "build"]
+           "build", "for_experiment"]

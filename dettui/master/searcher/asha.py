@@ -16,7 +16,17 @@ import math
 import sys
 from typing import Any
 
-from dettui.master.searcher.base import Action, Create, ExitReason, Searcher, SearcherError, Stop
+from dettui.config.schema import Length
+from dettui.config.schema import Searcher as SearcherConfig
+from dettui.master.searcher.base import (
+    Action,
+    Create,
+    ExitReason,
+    Searcher,
+    SearcherError,
+    Stop,
+    required,
+)
 
 EXITED_METRIC = sys.float_info.max  # what an errored trial scores in its rung
 MODES = ("aggressive", "standard", "conservative")
@@ -127,27 +137,23 @@ def bracket_concurrency(concurrency: int, divisor: float, trials: list[int]) -> 
 class AdaptiveASHA(Searcher):
     name = "adaptive_asha"
 
-    def __init__(self, config: dict[str, Any], hparams: dict[str, Any], seed: int) -> None:
+    def __init__(self, config: SearcherConfig, hparams: dict[str, Any], seed: int) -> None:
         super().__init__(config, hparams, seed)
         self.time_metric, self.max_time = _time(config)
-        self.divisor = float(config.get("divisor") or 4)
-        self.max_trials = int(config.get("max_trials") or 1)
-        rungs = self._bracket_rungs(config)
+        self.divisor = config.divisor
+        self.max_trials = required(config.max_trials, "max_trials", self.name)
+        rungs = self._bracket_rungs()
         trials = bracket_trials(self.max_trials, self.divisor, rungs)
-        concurrency = config.get("max_concurrent_trials")
-        concurrency = 16 if concurrency is None else int(concurrency)
-        per = bracket_concurrency(concurrency, self.divisor, trials)
+        per = bracket_concurrency(config.max_concurrent_trials, self.divisor, trials)
         self.brackets = [Bracket(r, t, c, self.divisor, self.max_time)
                          for r, t, c in zip(rungs, trials, per, strict=True)]
         self.bracket_of: dict[int, int] = {}
 
-    def _bracket_rungs(self, config: dict[str, Any]) -> list[int]:
-        explicit = [int(r) for r in config.get("bracket_rungs") or []]
-        if explicit:
-            return sorted(explicit, reverse=True)
-        top = max_rungs_for(int(config.get("max_rungs") or 5), self.max_time, self.max_trials,
-                            self.divisor)
-        return sorted(bracket_rungs(str(config.get("mode") or "standard"), top), reverse=True)
+    def _bracket_rungs(self) -> list[int]:
+        if self.config.bracket_rungs:
+            return sorted(self.config.bracket_rungs, reverse=True)
+        top = max_rungs_for(self.config.max_rungs, self.max_time, self.max_trials, self.divisor)
+        return sorted(bracket_rungs(self.config.mode, top), reverse=True)
 
     def _new(self, bracket: int) -> Create:
         create = self._create()
@@ -229,17 +235,16 @@ class AsyncHalving(AdaptiveASHA):
 
     name = "async_halving"
 
-    def _bracket_rungs(self, config: dict[str, Any]) -> list[int]:
-        return [int(config.get("num_rungs") or 1)]
+    def _bracket_rungs(self) -> list[int]:
+        return [required(self.config.num_rungs, "num_rungs", self.name)]
 
 
-def _time(config: dict[str, Any]) -> tuple[str, int]:
+def _time(config: SearcherConfig) -> tuple[str, int]:
     """(time metric, max time): `time_metric`/`max_time`, or a legacy `max_length` unit."""
-    if config.get("time_metric") and config.get("max_time"):
-        return str(config["time_metric"]), int(config["max_time"])
-    length = config.get("max_length")
-    if isinstance(length, dict) and len(length) == 1:
-        unit, value = next(iter(length.items()))
-        return str(unit), int(value)
-    raise SearcherError(f"the `{config.get('name')}` searcher requires `max_time` and "
+    if config.time_metric and config.max_time:
+        return config.time_metric, config.max_time
+    if isinstance(config.max_length, Length):
+        ((unit, value),) = config.max_length.as_dict().items()
+        return unit, value
+    raise SearcherError(f"the `{config.name}` searcher requires `max_time` and "
                         "`time_metric` to be set")

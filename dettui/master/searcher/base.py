@@ -11,14 +11,25 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any
+from typing import Any, TypeVar
 
 from dettui import metric
 from dettui.config import hyperparameters as hp
+from dettui.config.schema import Searcher as SearcherConfig
+
+T = TypeVar("T")
 
 
 class SearcherError(ValueError):
-    """A validation the searcher cannot use (the metric is missing or not a number)."""
+    """A validation the searcher cannot use (the metric is missing or not a number), or a
+    config it cannot run."""
+
+
+def required(value: T | None, key: str, name: str) -> T:
+    """A setting the schema leaves unset by default but the `name` searcher needs."""
+    if value is None:
+        raise SearcherError(f"searcher.{key}: is required by the {name} searcher")
+    return value
 
 
 @dataclass(frozen=True)
@@ -49,11 +60,12 @@ class Searcher:
 
     name = "base"
 
-    def __init__(self, config: dict[str, Any], hparams: dict[str, Any], seed: int) -> None:
+    def __init__(self, config: SearcherConfig, hparams: dict[str, Any], seed: int) -> None:
+        """`config` is the typed `searcher` section: its defaults are the schema's."""
         self.config = config
         self.hparams = hparams
-        self.metric = str(config.get("metric") or "")
-        self.smaller_is_better = bool(config.get("smaller_is_better", metric.SMALLER_IS_BETTER))
+        self.metric = config.metric
+        self.smaller_is_better = config.smaller_is_better
         self.rng = random.Random(seed)
         self.next_id = 0
         self.created: list[int] = []

@@ -1,25 +1,26 @@
 """`single`, `random` and `grid`: trials from samples or grid points, at most
-`max_concurrent_trials` open at once, a new one whenever one closes."""
+`max_concurrent_trials` open at once (0: no limit but the search's size), a new one whenever
+one closes."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from dettui.config import hyperparameters as hp
-from dettui.master.searcher.base import Action, ExitReason, Searcher
-
-DEFAULT_CONCURRENCY = 16
+from dettui.config.schema import Searcher as SearcherConfig
+from dettui.master.searcher.base import Action, ExitReason, Searcher, required
 
 
 class RandomSearch(Searcher):
     name = "random"
 
-    def __init__(self, config: dict[str, Any], hparams: dict[str, Any], seed: int) -> None:
+    def __init__(self, config: SearcherConfig, hparams: dict[str, Any], seed: int) -> None:
         super().__init__(config, hparams, seed)
-        self.max_trials = int(config.get("max_trials") or 1)
-        concurrency = config.get("max_concurrent_trials")
-        concurrency = DEFAULT_CONCURRENCY if concurrency is None else int(concurrency)
-        self.concurrency = self.max_trials if concurrency <= 0 else concurrency
+        self.max_trials = self._max_trials()
+        self.concurrency = config.max_concurrent_trials or self.max_trials
+
+    def _max_trials(self) -> int:
+        return required(self.config.max_trials, "max_trials", self.name)
 
     def _more(self) -> bool:
         return len(self.created) - len(self.invalid) < self.max_trials
@@ -62,8 +63,8 @@ class SingleSearch(RandomSearch):
 
     name = "single"
 
-    def __init__(self, config: dict[str, Any], hparams: dict[str, Any], seed: int) -> None:
-        super().__init__({**config, "max_trials": 1, "max_concurrent_trials": 1}, hparams, seed)
+    def _max_trials(self) -> int:
+        return 1
 
 
 class GridSearch(RandomSearch):
@@ -71,13 +72,12 @@ class GridSearch(RandomSearch):
 
     name = "grid"
 
-    def __init__(self, config: dict[str, Any], hparams: dict[str, Any], seed: int) -> None:
-        super().__init__(config, hparams, seed)
+    def __init__(self, config: SearcherConfig, hparams: dict[str, Any], seed: int) -> None:
         self.points = hp.grid(hparams)
-        self.max_trials = len(self.points)
-        concurrency = config.get("max_concurrent_trials")
-        concurrency = DEFAULT_CONCURRENCY if concurrency is None else int(concurrency)
-        self.concurrency = self.max_trials if concurrency <= 0 else concurrency
+        super().__init__(config, hparams, seed)
+
+    def _max_trials(self) -> int:
+        return len(self.points)
 
     def _more(self) -> bool:
         return len(self.created) < len(self.points)

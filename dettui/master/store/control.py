@@ -117,7 +117,7 @@ def continue_experiment(conn: sqlite3.Connection, exp_id: int, config: dict[str,
                                      f"'{exp.state.value.removeprefix('STATE_')}', try again "
                                      "later")
         trials = trial_store.for_experiment(conn, exp_id)
-        single = (config.get("searcher") or {}).get("name") == "single"
+        single = exp.conf.searcher.name == "single"  # continue keeps the searcher
         again = trials if single else [t for t in trials if t.state is not TrialState.COMPLETED]
         if not again:
             raise FailedPrecondition("experiment has been completed, cannot continue this "

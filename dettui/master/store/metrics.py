@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -112,11 +111,7 @@ def _update_best(conn: sqlite3.Connection, trial_id: int, metrics: dict[str, Any
         return
     searcher = typed_config(row["config"]).searcher
     value = metric.number(metrics, searcher.metric)
-    if value is None or math.isnan(value):
-        return
-    best = row["best_value"]
-    if best is None or metric.score(value, searcher.smaller_is_better) < metric.score(
-            best, searcher.smaller_is_better):
+    if metric.improves(value, row["best_value"], searcher.smaller_is_better):
         conn.execute("UPDATE experiments SET best_value=?, best_trial_id=? WHERE id=?",
                      (value, trial_id, row["id"]))
 
@@ -141,11 +136,7 @@ def _fold_summary(conn: sqlite3.Connection, trial_id: int, group: str, steps: in
         return
     searcher = typed_config(row["config"]).searcher
     value = metric.number(metrics, searcher.metric)
-    if value is None or math.isnan(value):
-        return
-    best = row["best_value"]
-    if best is None or metric.score(value, searcher.smaller_is_better) < metric.score(
-            best, searcher.smaller_is_better):
+    if metric.improves(value, row["best_value"], searcher.smaller_is_better):
         conn.execute("UPDATE trials SET best_value=?, best_steps=? WHERE id=?",
                      (value, steps, trial_id))
 

@@ -42,17 +42,12 @@ class Outcome:
         self.error = self.error or other.error
 
 
-def _seed(config: dict[str, Any]) -> int:
-    return int((config.get("reproducibility") or {}).get("experiment_seed") or 0)
-
-
 def _searcher(conn: sqlite3.Connection, exp: Experiment) -> tuple[search.Searcher,
                                                                     dict[str, Any]]:
     row = conn.execute("SELECT searcher_state FROM experiments WHERE id=?", (exp.id,)).fetchone()
     state = json.loads(row[0]) if row and row[0] else None
     extra = {SEEN: dict((state or {}).get(SEEN, {})), ENDED: list((state or {}).get(ENDED, []))}
-    hparams = exp.config.get("hyperparameters") or {}
-    return search.build(exp.config["searcher"], hparams, _seed(exp.config), state), extra
+    return search.for_experiment(exp.conf, state), extra
 
 
 def _save(conn: sqlite3.Connection, exp_id: int, s: search.Searcher,
@@ -186,7 +181,7 @@ def catch_up(conn: sqlite3.Connection, exp: Experiment) -> Outcome:
     """Replay validations and trial ends the searcher has not seen, from before a crash
     (inside the caller's transaction)."""
     total = Outcome()
-    if not _accepts_events(exp) or exp.config.get("searcher") is None:
+    if not _accepts_events(exp):
         return total
     for trial in trial_store.for_experiment(conn, exp.id):
         if trial.search_id is None:
@@ -204,7 +199,7 @@ def catch_up(conn: sqlite3.Connection, exp: Experiment) -> Outcome:
 
 
 def refresh_progress(conn: sqlite3.Connection, exp: Experiment) -> None:
-    if exp.config.get("searcher") is None or exp.unmanaged:
+    if exp.unmanaged:
         return
     with transaction(conn):
         s, extra = _searcher(conn, exp)
