@@ -164,6 +164,13 @@ class StartRunBody(Body):
     checkpoint_storage: dict[str, Any] | None = None
 
 
+class RunMetadataBody(Body):
+    """POST /api/v1/runs/{runId}/metadata (`core.train.set_metadata`)."""
+
+    metadata: dict[str, Any]
+    run_id: int | None = None
+
+
 class CheckpointResources(Body):
     resources: dict[str, str] = {}
 
