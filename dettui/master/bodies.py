@@ -171,6 +171,20 @@ class RunMetadataBody(Body):
     run_id: int | None = None
 
 
+class TrialSourceInfo(Body):
+    checkpoint_uuid: str
+    trial_id: int
+    trial_source_info_type: str
+    model_id: int | None = None
+    model_version: int | None = None
+
+
+class TrialSourceInfoBody(Body):
+    """POST /api/v1/trial-source-info (`core.experimental.report_task_using_checkpoint`)."""
+
+    trial_source_info: TrialSourceInfo
+
+
 class CheckpointResources(Body):
     resources: dict[str, str] = {}
 

@@ -3,7 +3,10 @@ answers them (the compat tests run the package itself against them)."""
 
 from __future__ import annotations
 
-from tests.master.conftest import Api, allocate
+import asyncio
+from pathlib import Path
+
+from tests.master.conftest import Api, allocate, ckpt_uuid
 from tests.master.test_api import create
 from tests.master.test_auth import as_user
 
@@ -47,3 +50,80 @@ def _nested(depth: int) -> dict:
         out = {"n": out}
     return out
 
+
+async def _checkpoint(api: Api, trial_id: int, n: int, task: dict[str, str],
+                      storage: Path | None = None, files: dict[str, bytes] | None = None) -> str:
+    """Report checkpoint `ckpt_uuid(n)` of the trial (its files written to `storage` first)."""
+    uuid = ckpt_uuid(n)
+    files = files or {}
+    if storage is not None:
+        for name, data in files.items():
+            (storage / uuid / name).parent.mkdir(parents=True, exist_ok=True)
+            (storage / uuid / name).write_bytes(data)
+    trial = (await api.call("GET", f"/api/v1/trials/{trial_id}", headers=task))["trial"]
+    await api.call("POST", "/api/v1/checkpoints", {
+        "uuid": uuid, "taskId": trial["taskId"], "resources": {
+            k: str(len(v)) for k, v in files.items()},
+        "metadata": {"steps_completed": 4, "keep": 1}}, headers=task)
+    return uuid
+
+
+def _task(token: str) -> dict[str, str]:
+    return {"Grpc-Metadata-x-allocation-token": f"Bearer {token}"}
+
+
+async def test_a_trial_using_a_checkpoint_is_found_by_its_metrics(api: Api) -> None:
+    """ReportTrialSourceInfo and GetTrialMetricsByCheckpoint (the SDK's
+    `Checkpoint.get_metrics()` after `report_task_using_checkpoint`)."""
+    admin = await as_user(api, "admin")
+    await create(api)  # trial 1 trains the checkpoint
+    await create(api)  # trial 2 runs inference with it
+    await create(admin)  # trial 3: the admin's
+    _, t1 = await allocate(api, 1)
+    _, t2 = await allocate(api, 2)
+    uuid = await _checkpoint(api, 1, 1, _task(t1))
+    assert (await api.call("GET", f"/api/v1/checkpoints/{uuid}/metrics")) == {"metrics": []}
+    info = {"checkpointUuid": uuid, "trialId": 2,
+            "trialSourceInfoType": "TRIAL_SOURCE_INFO_TYPE_INFERENCE"}
+    got = await api.call("POST", "/api/v1/trial-source-info", {"trialSourceInfo": info},
+                         headers=_task(t2))
+    assert got == {"trialId": 2, "checkpointUuid": uuid}
+    await api.call("POST", "/api/v1/trial-source-info", {"trialSourceInfo": info},
+                   headers=_task(t2))  # a retry
+    for group, steps in (("inference", 1), ("inference", 2), ("training", 2)):
+        await api.call("POST", "/api/v1/trials/2/metrics", {"group": group, "metrics": {
+            "trialId": 2, "trialRunId": 1, "stepsCompleted": steps,
+            "metrics": {"avgMetrics": {"acc": steps / 10}}}}, headers=_task(t2))
+    got = await api.call("GET", f"/api/v1/checkpoints/{uuid}/metrics?metricGroup=inference"
+                                "&trialSourceInfoType=TRIAL_SOURCE_INFO_TYPE_INFERENCE")
+    assert [(m["trialId"], m["group"], m["totalBatches"], m["metrics"]["avg_metrics"])
+            for m in got["metrics"]] == [(2, "inference", 1, {"acc": 0.1}),
+                                         (2, "inference", 2, {"acc": 0.2})]
+    assert len((await api.call("GET", f"/api/v1/checkpoints/{uuid}/metrics"))["metrics"]) == 3
+    fine = await api.call("GET", f"/api/v1/checkpoints/{uuid}/metrics?trialSourceInfoType="
+                                 "TRIAL_SOURCE_INFO_TYPE_FINE_TUNING")
+    assert fine == {"metrics": []}
+    # who may link: the trial's own allocation, its owner or an admin
+    other = {**info, "trialId": 3}
+    await api.call("POST", "/api/v1/trial-source-info", {"trialSourceInfo": other},
+                   headers=_task(t2), status=403)
+    await api.call("POST", "/api/v1/trial-source-info", {"trialSourceInfo": other}, status=403)
+    await admin.call("POST", "/api/v1/trial-source-info", {"trialSourceInfo": other})
+    for bad, status in [({**info, "trialSourceInfoType": "X"}, 400),
+                        ({**info, "checkpointUuid": "../x"}, 400),
+                        ({**info, "checkpointUuid": ckpt_uuid(99)}, 404),
+                        ({**info, "trialId": 99}, 404)]:
+        await api.call("POST", "/api/v1/trial-source-info", {"trialSourceInfo": bad},
+                       status=status)
+    await api.call("GET", f"/api/v1/checkpoints/{ckpt_uuid(99)}/metrics", status=404)
+    await api.call("GET", f"/api/v1/checkpoints/{uuid}/metrics?trialSourceInfoType=X",
+                   status=400)
+    # deleting the checkpoint's experiment takes the links to it along (not trial 2's metrics)
+    await api.call("POST", "/api/v1/experiments/1/kill")
+    for _ in range(100):
+        if (await api.call("GET", "/api/v1/experiments/1"))["experiment"]["state"] == \
+                "STATE_CANCELED":
+            break
+        await asyncio.sleep(0.05)
+    await api.call("DELETE", "/api/v1/experiments/1")
+    assert len((await api.call("GET", "/api/v1/trials/2/metrics"))["metrics"]) == 3

@@ -14,12 +14,21 @@ from dettui.master.bodies import (
     CheckpointBody,
     DeleteCheckpointsBody,
     PatchCheckpointsBody,
+    TrialSourceInfoBody,
     parse,
 )
-from dettui.master.middleware import principal, read_json, require_owner, task_route
+from dettui.master.middleware import (
+    check_trial,
+    principal,
+    read_json,
+    require_owner,
+    task_route,
+)
 from dettui.master.openapi import op
+from dettui.master.routes.metrics import report as metrics_report
 from dettui.master.store import checkpoints as ckpt_store
 from dettui.master.store import experiments as exp_store
+from dettui.master.store import metrics as metric_store
 from dettui.master.store import trials as trial_store
 from dettui.master.store.records import Checkpoint, Experiment
 from dettui.master.wire import big_json_response, page_of, parse_ts, path_int
@@ -188,3 +197,60 @@ async def listed(request: web.Request, exp: Experiment,
         sort_metric=q.get("sortByMetric") or None, states=q.getall("states", []),
         order=q.get("orderBy"))
     return await big_json_response({"checkpoints": out, "pagination": window.pagination()})
+
+
+# --- which trials use a checkpoint (inference, fine-tuning) ---------------------------------
+
+MAX_SOURCE_METRICS = 1000  # reports per linked trial, as Determined's
+
+
+@task_route
+@op(body=TrialSourceInfoBody)
+async def report_source(request: web.Request) -> web.Response:
+    """Determined's ReportTrialSourceInfo: the trial (its own allocation, its owner or an admin)
+    says it uses the checkpoint."""
+    info = (await parse(request, TrialSourceInfoBody)).trial_source_info
+    if info.trial_source_info_type not in ckpt_store.SOURCE_KINDS:
+        raise InvalidArgument(f"trialSourceInfo.trialSourceInfoType: one of "
+                              f"{', '.join(ckpt_store.SOURCE_KINDS)}")
+    uuid = checkpoint_uuid(info.checkpoint_uuid, "trialSourceInfo.checkpointUuid")
+    check_trial(request, info.trial_id)
+    db = request.app[keys.DB]
+    trial = await db.run(trial_store.get, info.trial_id)
+    if principal(request).allocation is None:
+        exp = await db.run(exp_store.get, trial.experiment_id)
+        require_owner(request, exp.owner_id, f"trial {trial.id}")
+    await db.run(ckpt_store.link_trial, trial.id, uuid, info.trial_source_info_type,
+                 info.model_id, info.model_version)
+    return web.json_response({"trialId": trial.id, "checkpointUuid": uuid})
+
+
+routes.post("/api/v1/trial-source-info")(report_source)
+
+
+@task_route
+@op(query={"metricGroup": str, "trialSourceInfoType": str})
+async def source_metrics(request: web.Request) -> web.Response:
+    """Determined's GetTrialMetricsByCheckpoint (`Checkpoint.get_metrics()`): the reports of
+    the trials that use the checkpoint (of one group, and one kind of use, if asked), those the
+    caller may read."""
+    ckpt = await _readable(request, request.match_info["uuid"])
+    kind = request.query.get("trialSourceInfoType") or None
+    if kind is not None and kind not in ckpt_store.SOURCE_KINDS:
+        raise InvalidArgument(f"query parameter trialSourceInfoType: one of "
+                              f"{', '.join(ckpt_store.SOURCE_KINDS)}")
+    group = request.query.get("metricGroup") or None
+    db = request.app[keys.DB]
+    p = principal(request)
+    mine = (await db.run(trial_store.get, p.allocation.trial_id)).experiment_id \
+        if p.allocation is not None else None
+    out = []
+    for trial_id in await db.run(ckpt_store.linked_trials, ckpt.uuid, kind):
+        if mine is not None and (await db.run(trial_store.get, trial_id)).experiment_id != mine:
+            continue  # as Determined: trials the caller may not see are left out
+        rows = await db.run(metric_store.for_trial, trial_id, group, limit=MAX_SOURCE_METRICS)
+        out.extend(metrics_report(m, i) for i, m in enumerate(rows))
+    return await big_json_response({"metrics": out})
+
+
+routes.get("/api/v1/checkpoints/{uuid}/metrics")(source_metrics)

@@ -131,3 +131,32 @@ def set_resources_many(conn: sqlite3.Connection,
                                (json.dumps(resources), state.value, uuid))
             if cur.rowcount == 0:
                 raise NotFound(f"checkpoint {uuid} not found")
+
+
+SOURCE_KINDS = ("TRIAL_SOURCE_INFO_TYPE_UNSPECIFIED", "TRIAL_SOURCE_INFO_TYPE_INFERENCE",
+                "TRIAL_SOURCE_INFO_TYPE_FINE_TUNING")
+
+
+def link_trial(conn: sqlite3.Connection, trial_id: int, uuid: str, kind: str,
+               model_id: int | None = None, model_version: int | None = None) -> None:
+    """Record that the trial uses the checkpoint (a repeated report updates the link)."""
+    with transaction(conn):
+        if conn.execute("SELECT 1 FROM checkpoints WHERE uuid=?", (uuid,)).fetchone() is None:
+            raise NotFound(f"checkpoint {uuid} not found")
+        if conn.execute("SELECT 1 FROM trials WHERE id=?", (trial_id,)).fetchone() is None:
+            raise NotFound(f"trial {trial_id} not found")
+        conn.execute(
+            "INSERT INTO trial_source_infos (trial_id, checkpoint_uuid, kind, model_id, "
+            "model_version) VALUES (?,?,?,?,?) ON CONFLICT(trial_id, checkpoint_uuid) DO "
+            "UPDATE SET kind=excluded.kind, model_id=excluded.model_id, "
+            "model_version=excluded.model_version",
+            (trial_id, uuid, kind, model_id, model_version))
+
+
+def linked_trials(conn: sqlite3.Connection, uuid: str, kind: str | None = None) -> list[int]:
+    """The trials that reported using the checkpoint (of that kind), by id."""
+    sql, args = "SELECT trial_id FROM trial_source_infos WHERE checkpoint_uuid=?", [uuid]
+    if kind is not None:
+        sql += " AND kind=?"
+        args.append(kind)
+    return [r[0] for r in conn.execute(sql + " ORDER BY trial_id", args)]
