@@ -200,6 +200,25 @@ class PatchCheckpointsBody(Body):
     checkpoints: list[CheckpointLeft]
 
 
+class CheckpointMetadata(Body):
+    uuid: str | None = None
+    metadata: dict[str, Any] = {}
+
+
+class CheckpointMetadataBody(Body):
+    """POST /api/v1/checkpoints/{uuid}/metadata (the SDK's add_metadata/remove_metadata):
+    Determined's v1Checkpoint, of which only the uuid and metadata are read."""
+
+    checkpoint: CheckpointMetadata
+
+
+class RemoveCheckpointFilesBody(Body):
+    """POST /api/v1/checkpoints/rm (`det checkpoint rm`, the SDK's remove_files)."""
+
+    checkpoint_globs: list[str]
+    checkpoint_uuids: list[str]
+
+
 class DisableAgentBody(Body):
     """POST /api/v1/agents/{id}/disable: `drain` lets running work finish."""
 

@@ -6,7 +6,9 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from tests.master.conftest import Api, allocate, ckpt_uuid
+import pytest
+
+from tests.master.conftest import SIMPLE_CONFIG, Api, allocate, ckpt_uuid
 from tests.master.test_api import create
 from tests.master.test_auth import as_user
 
@@ -61,9 +63,10 @@ async def _checkpoint(api: Api, trial_id: int, n: int, task: dict[str, str],
             (storage / uuid / name).parent.mkdir(parents=True, exist_ok=True)
             (storage / uuid / name).write_bytes(data)
     trial = (await api.call("GET", f"/api/v1/trials/{trial_id}", headers=task))["trial"]
+    resources = {k: str(len(v)) for k, v in files.items()}  # as the Core API lists them
+    resources.update({f"{p}/": "0" for k in files for p in Path(k).parents if str(p) != "."})
     await api.call("POST", "/api/v1/checkpoints", {
-        "uuid": uuid, "taskId": trial["taskId"], "resources": {
-            k: str(len(v)) for k, v in files.items()},
+        "uuid": uuid, "taskId": trial["taskId"], "resources": resources,
         "metadata": {"steps_completed": 4, "keep": 1}}, headers=task)
     return uuid
 
@@ -127,3 +130,90 @@ async def test_a_trial_using_a_checkpoint_is_found_by_its_metrics(api: Api) -> N
         await asyncio.sleep(0.05)
     await api.call("DELETE", "/api/v1/experiments/1")
     assert len((await api.call("GET", "/api/v1/trials/2/metrics"))["metrics"]) == 3
+
+
+async def test_checkpoint_metadata_is_replaced_by_its_owner(api: Api) -> None:
+    """PostCheckpointMetadata (the SDK's add_metadata/remove_metadata)."""
+    admin = await as_user(api, "admin")
+    await create(admin)  # the admin's experiment
+    _, token = await allocate(api, 1)
+    uuid = await _checkpoint(api, 1, 1, _task(token))
+    new = {"steps_completed": 4, "keep": 1, "note": {"by": "sdk"}}
+    body = {"checkpoint": {"uuid": uuid, "metadata": new, "resources": {}, "training": {},
+                           "state": "STATE_UNSPECIFIED"}}
+    refused = await api.call("POST", f"/api/v1/checkpoints/{uuid}/metadata", body, status=403)
+    assert "only the owner of checkpoint" in refused["message"]
+    got = await admin.call("POST", f"/api/v1/checkpoints/{uuid}/metadata", body)
+    assert got["checkpoint"]["metadata"] == new and got["checkpoint"]["uuid"] == uuid
+    assert got["checkpoint"]["training"]["trialId"] == 1
+    fewer = {"checkpoint": {"metadata": {"steps_completed": 4}}}
+    await api.call("POST", f"/api/v1/checkpoints/{uuid}/metadata", fewer, headers=_task(token))
+    ckpt = (await api.call("GET", f"/api/v1/checkpoints/{uuid}"))["checkpoint"]
+    assert ckpt["metadata"] == {"steps_completed": 4} and ckpt["state"] == "STATE_COMPLETED"
+    other = {"checkpoint": {"uuid": ckpt_uuid(2), "metadata": {}}}
+    await admin.call("POST", f"/api/v1/checkpoints/{uuid}/metadata", other, status=400)
+    await admin.call("POST", f"/api/v1/checkpoints/{ckpt_uuid(9)}/metadata", fewer, status=404)
+    await admin.call("POST", "/api/v1/checkpoints/nope/metadata", fewer, status=400)
+
+
+async def test_checkpoint_files_are_removed_by_glob_and_never_outside(
+        api: Api, tmp_path: Path) -> None:
+    """CheckpointsRemoveFiles (`det checkpoint rm`, the SDK's remove_files): what the globs
+    match goes, a symlink is removed and never followed, the records follow."""
+    storage, outside = tmp_path / "ckpts", tmp_path / "outside"
+    (outside / "dir").mkdir(parents=True)
+    (outside / "keep.txt").write_text("mine")
+    (outside / "dir" / "keep.bin").write_text("mine")
+    config = SIMPLE_CONFIG + f"checkpoint_storage: {{type: shared_fs, host_path: {storage}}}\n"
+    await create(api, config)
+    _, token = await allocate(api, 1)
+    files = {"model.bin": b"mm", "opt.bin": b"o", "sub/a.txt": b"a", ".hidden.bin": b"h",
+             "metadata.json": b"{}"}
+    first = await _checkpoint(api, 1, 1, _task(token), storage, files)
+    second = await _checkpoint(api, 1, 2, _task(token), storage, files)
+    (storage / first / "link").symlink_to(outside / "dir")
+    (storage / first / "out.txt").symlink_to(outside / "keep.txt")
+    await api.call("POST", "/api/v1/checkpoints/rm", {
+        "checkpointGlobs": [], "checkpointUuids": [second]})  # a refresh: nothing changed
+    refreshed = (await api.call("GET", f"/api/v1/checkpoints/{second}"))["checkpoint"]
+    assert refreshed["state"] == "STATE_COMPLETED"
+    await api.call("POST", "/api/v1/checkpoints/rm", {
+        "checkpointGlobs": ["*.bin", "**/*.txt", "link/*", "link"],
+        "checkpointUuids": [first]})
+    ckpt = (await api.call("GET", f"/api/v1/checkpoints/{first}"))["checkpoint"]
+    assert ckpt["state"] == "STATE_PARTIALLY_DELETED"
+    assert set(ckpt["resources"]) == {".hidden.bin", "metadata.json", "sub/"}
+    assert sorted(p.name for p in (storage / first).iterdir()) == [
+        ".hidden.bin", "metadata.json", "sub"]
+    assert (outside / "keep.txt").read_text() == "mine" and (outside / "dir" / "keep.bin").exists()
+    await api.call("POST", "/api/v1/checkpoints/rm", {
+        "checkpointGlobs": ["**/*"], "checkpointUuids": [first, second]})
+    for uuid in (first, second):
+        ckpt = (await api.call("GET", f"/api/v1/checkpoints/{uuid}"))["checkpoint"]
+        assert ckpt["state"] == "STATE_DELETED" and not (storage / uuid).exists()
+    for globs, uuids, status in [([""], [first], 400), (["../x"], [first], 400),
+                                 (["*"], ["nope"], 400), (["*"], [ckpt_uuid(7)], 404),
+                                 (["*"] * 101, [first], 400)]:
+        await api.call("POST", "/api/v1/checkpoints/rm",
+                       {"checkpointGlobs": globs, "checkpointUuids": uuids}, status=status)
+    other = await as_user(api, "admin")
+    await create(other, config)
+    _, token = await allocate(api, 2)
+    theirs = await _checkpoint(api, 2, 3, _task(token), storage, files)
+    refused = await api.call("POST", "/api/v1/checkpoints/rm", {
+        "checkpointGlobs": ["*.bin"], "checkpointUuids": [theirs]}, status=403)
+    assert "only the owner of checkpoint" in refused["message"]
+    assert (storage / theirs / "model.bin").exists()
+
+
+@pytest.mark.parametrize(("pattern", "rel", "matches"), [
+    ("*.bin", "a.bin", True), ("*.bin", "d/a.bin", False), ("*.bin", ".a.bin", False),
+    (".*", ".a.bin", True), ("**/*.bin", "a.bin", True), ("**/*.bin", "d/e/a.bin", True),
+    ("**/*.bin", ".d/a.bin", False), ("d/", "d/", True), ("d/", "d", False),
+    ("d/**", "d/", True), ("d/**", "d/e/f", True), ("[ab].txt", "b.txt", True),
+    ("?.txt", "ab.txt", False), ("/a.bin", "a.bin", True), ("a//b", "a/b", True),
+])
+def test_glob_match_is_pythons_glob(pattern: str, rel: str, matches: bool) -> None:
+    from dettui.master.checkpoint_files import glob_match
+
+    assert glob_match(pattern, rel) is matches

@@ -123,14 +123,31 @@ def set_resources(conn: sqlite3.Connection, uuid: str, resources: dict[str, str]
 def set_resources_many(conn: sqlite3.Connection,
                        changes: list[tuple[str, dict[str, str]]]) -> None:
     """Record the files left of each checkpoint, all or none (NotFound names the first unknown
-    uuid)."""
+    uuid). As Determined's: none left is DELETED; files left are PARTIALLY_DELETED only if
+    they changed (a refresh that finds them all keeps the state)."""
     with transaction(conn):
         for uuid, resources in changes:
-            state = CheckpointState.DELETED if not resources else CheckpointState.PARTIALLY_DELETED
-            cur = conn.execute("UPDATE checkpoints SET resources=?, state=? WHERE uuid=?",
-                               (json.dumps(resources), state.value, uuid))
-            if cur.rowcount == 0:
+            row = conn.execute("SELECT resources, state FROM checkpoints WHERE uuid=?",
+                               (uuid,)).fetchone()
+            if row is None:
                 raise NotFound(f"checkpoint {uuid} not found")
+            old = json.loads(row["resources"] or "{}")
+            if "metadata.json" in resources:  # older reports may not list it
+                old.setdefault("metadata.json", resources["metadata.json"])
+            state = (CheckpointState.DELETED.value if not resources else row["state"]
+                     if old == resources else CheckpointState.PARTIALLY_DELETED.value)
+            conn.execute("UPDATE checkpoints SET resources=?, state=? WHERE uuid=?",
+                         (json.dumps(resources), state, uuid))
+
+
+def set_metadata(conn: sqlite3.Connection, uuid: str, metadata: dict[str, Any]) -> Checkpoint:
+    """Replace the checkpoint's metadata record (Determined's PostCheckpointMetadata: the
+    metadata.json in storage is not changed); its step count stays the reported one."""
+    with transaction(conn):
+        if conn.execute("UPDATE checkpoints SET metadata=? WHERE uuid=?",
+                        (json.dumps(metadata), uuid)).rowcount == 0:
+            raise NotFound(f"checkpoint {uuid} not found")
+    return get(conn, uuid)
 
 
 SOURCE_KINDS = ("TRIAL_SOURCE_INFO_TYPE_UNSPECIFIED", "TRIAL_SOURCE_INFO_TYPE_INFERENCE",
