@@ -219,6 +219,14 @@ class RemoveCheckpointFilesBody(Body):
     checkpoint_uuids: list[str]
 
 
+class MarkDaemonBody(Body):
+    """POST /api/v1/allocations/{allocationId}/resources/{resourcesId}/daemon: Determined's
+    launchers send no body; its binding's fields, if sent, must agree with the path."""
+
+    allocation_id: str | None = None
+    resources_id: str | None = None
+
+
 class DisableAgentBody(Body):
     """POST /api/v1/agents/{id}/disable: `drain` lets running work finish."""
 
