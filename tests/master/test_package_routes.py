@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from dettui.errors import InvalidArgument
 from tests.master.conftest import SIMPLE_CONFIG, Api, allocate, ckpt_uuid
 from tests.master.test_api import create
 from tests.master.test_auth import as_user
@@ -51,6 +52,32 @@ def _nested(depth: int) -> dict:
     for _ in range(depth - 1):
         out = {"n": out}
     return out
+
+
+async def test_the_core_api_sets_run_metadata_and_reports_an_early_exit(api: Api) -> None:
+    """dettui's `core.train` (what `from determined import core` gives without the real
+    package): set_metadata/get_metadata through the runs route, report_early_exit, and
+    Determined's TensorBoard path."""
+    from dettui import core
+    from dettui.master import keys
+    from dettui.master.store import trials as trial_store
+    from tests.master.test_ingest import _trial_context
+
+    train = await _trial_context(api)
+    got = await asyncio.to_thread(train.set_metadata, {"epochs": 3, "tags": ["x"]})
+    assert got == {"epochs": 3, "tags": ["x"]}
+    assert await asyncio.to_thread(train.get_metadata) == got
+    assert (await api.call("GET", "/api/v1/runs/1/metadata"))["metadata"] == got
+    with pytest.raises(InvalidArgument, match="can not contain"):
+        await asyncio.to_thread(train.set_metadata, {"a.b": 1})
+    await asyncio.to_thread(train.report_early_exit, core.EarlyExitReason.INVALID_HP)
+    trial = await api.client.server.app[keys.DB].run(trial_store.get, 1)
+    assert trial.early_exit == "EXITED_REASON_INVALID_HP" and trial.searcher_stopped
+    # the master refuses this reason, as Determined's does: a warning, not a crash
+    await asyncio.to_thread(train.report_early_exit, core.EarlyExitReason.USER_REQUESTED_STOP)
+    with pytest.raises(ValueError, match="no TensorBoard path"):
+        train.get_tensorboard_path()
+    await asyncio.to_thread(train.close)
 
 
 async def _checkpoint(api: Api, trial_id: int, n: int, task: dict[str, str],

@@ -209,3 +209,24 @@ def test_get_tensorboard_writer_writes_under_get_tensorboard_path(
     assert path == tmp_path / "tensorboard"
     assert [p.name.startswith("events.out.tfevents") for p in path.iterdir()] == [True]
 
+
+def test_load_trial_from_checkpoint_path(tmp_path: Path,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """The trial of a checkpoint, its model and optimizer as saved: the class found by the
+    name the checkpoint records (importable here), or given."""
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))
+    monkeypatch.delenv("DET_SESSION_TOKEN", raising=False)
+    with pytorch.init(hparams={"global_batch_size": 4, "lr": 0.5}) as context:
+        trained = OneArgTrial(context)
+        pytorch.Trainer(trained, context).fit(max_length=pytorch.Batch(3))
+    (path,) = list((tmp_path / "dettui" / "checkpoints").iterdir())
+    loaded = pytorch.load_trial_from_checkpoint_path(str(path))
+    assert type(loaded) is OneArgTrial and loaded.context.get_hparam("lr") == 0.5
+    assert torch.equal(loaded.model.weight, trained.model.weight)
+    assert loaded.opt.state_dict()["state"].keys() == trained.opt.state_dict()["state"].keys()
+    again = pytorch.load_trial_from_checkpoint_path(path, trial_class=ScaledTrial)
+    assert torch.equal(again.model.bias, trained.model.bias)
+    (path / "load_data.json").write_text('{"trial_type": "PyTorchTrial", '
+                                         '"trial_cls_spec": "no_such_module:T"}')
+    with pytest.raises(ValueError, match="no copy of the code"):
+        pytorch.load_trial_from_checkpoint_path(path)
