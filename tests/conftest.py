@@ -68,6 +68,7 @@ class Served:
 
     def start(self, port: int = 0) -> None:
         self.log_path = self.state_dir.parent / f"serve-{int(time.time() * 1000)}.log"
+        STARTED.append(self)
         log = open(self.log_path, "w")  # noqa: SIM115 - closed with the process
         self.proc = subprocess.Popen(
             [*self.prefix, sys.executable, "-m", "dettui.cli", "serve", "--port", str(port),
@@ -156,6 +157,9 @@ class Served:
             time.sleep(0.2)
         raise AssertionError(f"experiment {exp_id} did not end in {timeout} s:\n"
                              f"{self.log_path.read_text()[-3000:] if self.log_path else ''}")
+
+
+STARTED: list[Served] = []  # every master this test run started, in order (tests/compat reads)
 
 
 @pytest.fixture

@@ -115,7 +115,7 @@ class AllocationRun:
         except spec.LaunchArgsError as exc:
             raise DettuiError(str(exc)) from exc
         if (self.workdir / spec.STARTUP_HOOK).is_file():
-            return spec.with_startup_hook(argv)
+            return spec.with_startup_hook(argv, hook_shell())
         return argv
 
     def _env(self, mounted: bool) -> dict[str, str]:
@@ -328,3 +328,8 @@ def _runnable(program: str, cwd: Path, path: str) -> bool:
     if os.sep in program:
         return os.access(cwd / program, os.X_OK)
     return shutil.which(program, path=path) is not None
+
+
+def hook_shell() -> str:
+    """The shell that sources startup-hook.sh: bash, as in Determined, else sh."""
+    return shutil.which("bash") or "sh"

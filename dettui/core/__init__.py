@@ -10,7 +10,13 @@ master instead (detached mode; the keys are documented in `dettui.core._detached
 """
 
 from dettui.core._checkpoint import CheckpointContext, merge_metadata
-from dettui.core._context import Context, InvalidHP, init
+from dettui.core._context import (
+    Context,
+    ExperimentalCoreContext,
+    InvalidHP,
+    ProfilerContext,
+    init,
+)
 from dettui.core._detached import DetachedConfig, DetachedContext
 from dettui.core._distributed import DistributedContext
 from dettui.core._info import (
@@ -22,12 +28,18 @@ from dettui.core._info import (
 )
 from dettui.core._preempt import DummyPreemptContext, PreemptContext, PreemptMode
 from dettui.core._searcher import SearcherContext, SearcherOperation
-from dettui.core._train import DummyTrainContext, TrainContext
+from dettui.core._train import (
+    DummyTrainContext,
+    EarlyExitReason,
+    TensorboardMode,
+    TrainContext,
+)
 
 __all__ = [
     "CheckpointContext", "ClusterInfo", "Context", "DetachedConfig", "DetachedContext",
-    "DistributedContext", "DummyPreemptContext", "DummyTrainContext", "InvalidHP",
-    "PreemptContext", "PreemptMode", "RendezvousInfo", "ResourcesInfo", "SearcherContext",
-    "SearcherOperation", "TrainContext", "TrialInfo", "get_cluster_info", "init",
+    "DistributedContext", "DummyPreemptContext", "DummyTrainContext", "EarlyExitReason",
+    "ExperimentalCoreContext", "InvalidHP", "PreemptContext", "PreemptMode", "ProfilerContext",
+    "RendezvousInfo", "ResourcesInfo", "SearcherContext", "SearcherOperation",
+    "TensorboardMode", "TrainContext", "TrialInfo", "get_cluster_info", "init",
     "merge_metadata",
 ]

@@ -14,7 +14,7 @@ from dettui.core._info import ClusterInfo, get_cluster_info
 from dettui.core._preempt import DummyPreemptContext, PreemptContext, PreemptMode
 from dettui.core._searcher import DummySearcherContext, SearcherContext
 from dettui.core._session import Session
-from dettui.core._train import DummyTrainContext, TrainContext
+from dettui.core._train import DummyTrainContext, TrainContext, tensorboard_path
 from dettui.storage import storage_base
 
 log = logging.getLogger("dettui.core")
@@ -22,6 +22,43 @@ log = logging.getLogger("dettui.core")
 
 class InvalidHP(Exception):  # noqa: N818 - Determined's name
     """Raise inside `with core.init()` to end the trial early for bad hyperparameters."""
+
+
+class ProfilerContext:
+    """Determined's `ctx.profiler`: accepted; dettui collects no system metrics for it."""
+
+    def __init__(self) -> None:
+        self._said = False
+
+    def on(self, sampling_interval: int = 1, samples_per_report: int = 10) -> None:
+        if not self._said:
+            log.info("ctx.profiler.on(): dettui does not collect profiler metrics")
+            self._said = True
+
+    def off(self) -> None:
+        pass
+
+
+class ExperimentalCoreContext:
+    """Determined's `ctx.experimental`: link the checkpoint (or model version) this trial uses
+    to it, so `Checkpoint.get_metrics()` finds this trial's metrics."""
+
+    def __init__(self, session: Session | None, trial_id: int) -> None:
+        self._session = session
+        self._trial_id = trial_id
+
+    def report_task_using_checkpoint(self, checkpoint: Any) -> None:
+        self._report(checkpoint.uuid)
+
+    def report_task_using_model_version(self, model_version: Any) -> None:
+        self._report(model_version.checkpoint.uuid)
+
+    def _report(self, uuid: str) -> None:
+        if self._session is None:
+            return
+        self._session.post("/api/v1/trial-source-info", {"trialSourceInfo": {
+            "checkpointUuid": uuid, "trialId": self._trial_id,
+            "trialSourceInfoType": "TRIAL_SOURCE_INFO_TYPE_INFERENCE"}})
 
 
 class Context:
@@ -34,6 +71,9 @@ class Context:
         self.checkpoint = checkpoint
         self.preempt = preempt
         self.searcher = searcher
+        self.profiler = ProfilerContext()
+        self.experimental = ExperimentalCoreContext(
+            session, info.trial.trial_id if info is not None else 0)
         self._session = session
 
     def __enter__(self) -> Context:
@@ -81,15 +121,22 @@ def init(*, distributed: DistributedContext | None = None,
                              "from_torch_distributed())")
         distributed = DistributedContext()
     session = Session(info.master_url, task_token=info.session_token)
-    train = (TrainContext(session, info, distributed.is_chief) if distributed.is_chief
-             else DummyTrainContext())
     base = Path(checkpoint_storage) if checkpoint_storage else storage_base(info.trial.config)
+    tensorboard = tensorboard_path(base, info)
+    train = (TrainContext(session, info, True, tensorboard) if distributed.is_chief
+             else DummyTrainContext(tensorboard, session, info))
     return Context(
         info=info, distributed=distributed, train=train,
         checkpoint=CheckpointContext(base, distributed, session, info),
         preempt=PreemptContext(session, info.allocation_id, distributed, preempt_mode),
         searcher=SearcherContext(train, info, distributed), session=session,
     )
+
+
+def dummy_context(distributed: DistributedContext,
+                  storage: str | Path | None = None) -> Context:
+    """A Context off any cluster (what `init()` gives there), whatever the environment says."""
+    return _dummy(distributed, storage)
 
 
 def _dummy(distributed: DistributedContext, storage: str | Path | None) -> Context:

@@ -58,7 +58,7 @@ from dettui.core._info import ClusterInfo, TrialInfo
 from dettui.core._preempt import DummyPreemptContext
 from dettui.core._searcher import DummySearcherContext, SearcherContext
 from dettui.core._session import Session
-from dettui.core._train import DummyTrainContext, TrainContext
+from dettui.core._train import DummyTrainContext, TrainContext, tensorboard_path
 from dettui.errors import DettuiError, Unauthenticated
 from dettui.storage import storage_base
 
@@ -218,7 +218,10 @@ def init_detached(detached: DetachedConfig | dict[str, Any] | bool, *,
                         trial_run_id=setup["run_id"]),
     )
     session = Session(info.master_url, user_token=setup["token"])
-    train: Any = TrainContext(session, info) if dist.is_chief else DummyTrainContext()
+    base = storage_base({"checkpoint_storage": storage})
+    tensorboard = tensorboard_path(base, info)
+    train: Any = (TrainContext(session, info, True, tensorboard) if dist.is_chief
+                  else DummyTrainContext(tensorboard, session, info))
     has_length = bool((info.trial.config.get("searcher") or {}).get("max_length"))
     searcher: Any = (SearcherContext(train, info, dist) if has_length
                      else DummySearcherContext())
@@ -228,9 +231,7 @@ def init_detached(detached: DetachedConfig | dict[str, Any] | bool, *,
                  info.trial.trial_id, info.trial.experiment_id, info.master_url,
                  info.trial.trial_run_id)
     return DetachedContext(run=run, info=info, distributed=dist, train=train,
-                           checkpoint=CheckpointContext(storage_base({"checkpoint_storage":
-                                                                      storage}),
-                                                        dist, session, info),
+                           checkpoint=CheckpointContext(base, dist, session, info),
                            preempt=DummyPreemptContext(), searcher=searcher, session=session)
 
 

@@ -23,6 +23,7 @@ class DistributedContext:
         self.chief_ip = chief_ip
         self._store = store
         self._seq = 0
+        self._local_seq = 0  # the node's own sequence, for the *_local operations
 
     @classmethod
     def from_torch_distributed(cls, chief_ip: str | None = None) -> DistributedContext:
@@ -63,9 +64,17 @@ class DistributedContext:
     def get_cross_size(self) -> int:
         return self.cross_size
 
+    def get_num_agents(self) -> int:
+        """The number of agents (nodes) the trial runs on."""
+        return self.cross_size
+
     @property
     def is_chief(self) -> bool:
         return self.rank == 0
+
+    @property
+    def is_local_chief(self) -> bool:
+        return self.local_rank == 0
 
     def allgather(self, obj: Any) -> list[Any]:
         if self.size == 1:
@@ -84,6 +93,31 @@ class DistributedContext:
         self._seq += 1
         key = f"bc/{self._seq}"
         if self.is_chief:
+            self._store.set(key, pickle.dumps(obj))
+            return obj
+        return pickle.loads(self._store.get(key))
+
+    def allgather_local(self, obj: Any) -> list[Any]:
+        """Every object of this node's ranks, by local rank, on each of them."""
+        if self.local_size == 1:
+            return [obj]
+        self._local_seq += 1
+        key = f"agl/{self.cross_rank}/{self._local_seq}"
+        self._store.set(f"{key}/{self.local_rank}", pickle.dumps(obj))
+        return [pickle.loads(self._store.get(f"{key}/{r}")) for r in range(self.local_size)]
+
+    def gather_local(self, obj: Any) -> list[Any] | None:
+        """This node's objects to its local chief (the others get None)."""
+        everything = self.allgather_local(obj)
+        return everything if self.is_local_chief else None
+
+    def broadcast_local(self, obj: Any = None) -> Any:
+        """The local chief's object to every rank of its node."""
+        if self.local_size == 1:
+            return obj
+        self._local_seq += 1
+        key = f"bcl/{self.cross_rank}/{self._local_seq}"
+        if self.is_local_chief:
             self._store.set(key, pickle.dumps(obj))
             return obj
         return pickle.loads(self._store.get(key))

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import enum
 import logging
 import math
 import queue
 import threading
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from dettui.core._info import ClusterInfo
@@ -38,20 +40,66 @@ def _plain(metrics: dict[str, Any]) -> dict[str, Any]:
     return {k: (v.item() if hasattr(v, "item") else v) for k, v in metrics.items()}
 
 
+class TensorboardMode(enum.Enum):
+    """Determined's `core.init(tensorboard_mode=...)`: accepted; dettui uploads nothing either
+    way (TensorBoard files are written straight into checkpoint storage)."""
+
+    AUTO = "AUTO"
+    MANUAL = "MANUAL"
+
+
+class EarlyExitReason(enum.Enum):
+    INVALID_HP = "EXITED_REASON_INVALID_HP"
+    USER_REQUESTED_STOP = "EXITED_REASON_USER_REQUESTED_STOP"  # the master refuses it
+
+
+def tensorboard_path(base: Path, info: ClusterInfo) -> Path:
+    """Where a trial's TensorBoard files go: Determined's layout under the storage base."""
+    return (Path(base) / info.cluster_id / "tensorboard" / "experiment" /
+            str(info.trial.experiment_id) / "trial" / str(info.trial.trial_id))
+
+
+class _RunMetadata:
+    """`set_metadata`/`get_metadata`: the run's metadata on the master (Determined's
+    `/api/v1/runs/{id}/metadata`), or kept here off a cluster."""
+
+    _session: Session | None
+    _info: ClusterInfo | None
+    _metadata: dict[str, Any] | None = None
+
+    def set_metadata(self, metadata: dict[str, Any]) -> dict[str, Any] | None:
+        """Replace the run's metadata; what the master stored."""
+        if self._session is None or self._info is None:
+            self._metadata = dict(metadata)
+            return dict(metadata)
+        trial_id = self._info.trial.trial_id
+        answer = self._session.post(f"/api/v1/runs/{trial_id}/metadata",
+                                    {"metadata": metadata, "runId": trial_id})
+        return answer.get("metadata")
+
+    def get_metadata(self) -> dict[str, Any] | None:
+        if self._session is None or self._info is None:
+            return None if self._metadata is None else dict(self._metadata)
+        return self._session.get(f"/api/v1/runs/{self._info.trial.trial_id}/metadata").get(
+            "metadata")
+
+
 QUEUE_LIMIT = 10_000  # reports waiting to be sent; the training loop waits beyond this
 BATCH_LIMIT = 1000  # reports sent in one request
 
 
-class TrainContext:
+class TrainContext(_RunMetadata):
     """Reports go to a bounded queue that a background thread drains: what has piled up while
     one request was in flight goes in the next as one batch (`/metrics/batch`), so a loop
     that reports every step costs one request per round trip, not per step; and a full queue
     makes the loop wait (back-pressure) instead of growing without bound."""
 
-    def __init__(self, session: Session, info: ClusterInfo, is_chief: bool = True) -> None:
-        self._session = session
-        self._info = info
+    def __init__(self, session: Session, info: ClusterInfo, is_chief: bool = True,
+                 tensorboard: Path | None = None) -> None:
+        self._session: Session = session
+        self._info: ClusterInfo = info
         self._is_chief = is_chief
+        self._tensorboard = tensorboard
         self._queue: queue.Queue[tuple[str, Any] | None] = queue.Queue(maxsize=QUEUE_LIMIT)
         self._error: BaseException | None = None
         self._batches = True  # the master takes /metrics/batch (an older one may not)
@@ -153,6 +201,20 @@ class TrainContext:
         self._queue.put((f"/api/v1/trials/{self._info.trial.trial_id}/runner/metadata",
                          {"state": status}))
 
+    def report_early_exit(self, reason: EarlyExitReason) -> None:
+        """Tell the master why the trial ends early (INVALID_HP; `InvalidHP` escaping
+        `with core.init()` does this itself)."""
+        body = {"reason": EarlyExitReason(reason).value}
+        try:
+            self._session.post(f"/api/v1/trials/{self._info.trial.trial_id}/early_exit", body)
+        except InvalidArgument as exc:
+            log.warning("early exit not recorded: %s", exc.message)
+
+    def get_tensorboard_path(self) -> Path:
+        if self._tensorboard is None:
+            raise ValueError("this context has no TensorBoard path")
+        return self._tensorboard
+
     def close(self) -> None:
         self._queue.join()
         self._queue.put(None)
@@ -160,12 +222,17 @@ class TrainContext:
         self._raise_pending()
 
 
-class DummyTrainContext:
-    """Off-cluster: metrics are logged and kept in `reports` for inspection."""
+class DummyTrainContext(_RunMetadata):
+    """Off-cluster (and on non-chief ranks): metrics are logged and kept in `reports` for
+    inspection. Run metadata goes to the master when a session is given (other ranks)."""
 
-    def __init__(self) -> None:
+    def __init__(self, tensorboard: Path | None = None, session: Session | None = None,
+                 info: ClusterInfo | None = None) -> None:
         self.reports: list[tuple[str, int, dict[str, Any]]] = []
         self.progress: float | None = None
+        self._tensorboard = tensorboard
+        self._session = session
+        self._info = info
 
     def report_metrics(self, group: str, steps_completed: int, metrics: dict[str, Any],
                        batch_metrics: list[dict[str, Any]] | None = None) -> None:
@@ -190,6 +257,12 @@ class DummyTrainContext:
 
     def set_status(self, status: str) -> None:
         pass
+
+    def report_early_exit(self, reason: EarlyExitReason) -> None:
+        log.info("report_early_exit(%s)", EarlyExitReason(reason).name)
+
+    def get_tensorboard_path(self) -> Path:
+        return self._tensorboard or Path("tensorboard").resolve()
 
     def close(self) -> None:
         pass

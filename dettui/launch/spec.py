@@ -138,6 +138,8 @@ STARTUP_HOOK = "startup-hook.sh"
 _HOOK_SCRIPT = 'set -e; . "./$0"; set +e; exec "$@"'
 
 
-def with_startup_hook(argv: Sequence[str]) -> list[str]:
-    """`argv` run after `startup-hook.sh` of the context root is sourced."""
-    return ["sh", "-c", _HOOK_SCRIPT, STARTUP_HOOK, *argv]
+def with_startup_hook(argv: Sequence[str], shell: str = "sh") -> list[str]:
+    """`argv` run after `startup-hook.sh` of the context root is sourced by `shell`: bash
+    where the machine has it, as Determined's entrypoint.sh (`#!/bin/bash`) sources it, so
+    hooks may use `[[ ]]`, arrays, `source` and `pipefail`."""
+    return [shell, "-c", _HOOK_SCRIPT, STARTUP_HOOK, *argv]

@@ -28,7 +28,8 @@ MAX_BODY = 140 * 1024 * 1024  # a 95 MiB context arrives base64-encoded inside J
 def create_app(settings: MasterSettings) -> web.Application:
     """Build the master: store, cluster runtime and routes. Nothing starts until the app runs."""
     app = web.Application(client_max_size=MAX_BODY,
-                          middlewares=[middleware.errors, middleware.auth])
+                          middlewares=[middleware.not_found, middleware.errors,
+                                       middleware.auth])
     app[keys.SETTINGS] = settings
     app.cleanup_ctx.append(_lifetime)
     routes.setup(app)

@@ -164,6 +164,27 @@ class StartRunBody(Body):
     checkpoint_storage: dict[str, Any] | None = None
 
 
+class RunMetadataBody(Body):
+    """POST /api/v1/runs/{runId}/metadata (`core.train.set_metadata`)."""
+
+    metadata: dict[str, Any]
+    run_id: int | None = None
+
+
+class TrialSourceInfo(Body):
+    checkpoint_uuid: str
+    trial_id: int
+    trial_source_info_type: str
+    model_id: int | None = None
+    model_version: int | None = None
+
+
+class TrialSourceInfoBody(Body):
+    """POST /api/v1/trial-source-info (`core.experimental.report_task_using_checkpoint`)."""
+
+    trial_source_info: TrialSourceInfo
+
+
 class CheckpointResources(Body):
     resources: dict[str, str] = {}
 
@@ -177,6 +198,33 @@ class PatchCheckpointsBody(Body):
     """PATCH /api/v1/checkpoints: the files left of each checkpoint (none: deleted)."""
 
     checkpoints: list[CheckpointLeft]
+
+
+class CheckpointMetadata(Body):
+    uuid: str | None = None
+    metadata: dict[str, Any] = {}
+
+
+class CheckpointMetadataBody(Body):
+    """POST /api/v1/checkpoints/{uuid}/metadata (the SDK's add_metadata/remove_metadata):
+    Determined's v1Checkpoint, of which only the uuid and metadata are read."""
+
+    checkpoint: CheckpointMetadata
+
+
+class RemoveCheckpointFilesBody(Body):
+    """POST /api/v1/checkpoints/rm (`det checkpoint rm`, the SDK's remove_files)."""
+
+    checkpoint_globs: list[str]
+    checkpoint_uuids: list[str]
+
+
+class MarkDaemonBody(Body):
+    """POST /api/v1/allocations/{allocationId}/resources/{resourcesId}/daemon: Determined's
+    launchers send no body; its binding's fields, if sent, must agree with the path."""
+
+    allocation_id: str | None = None
+    resources_id: str | None = None
 
 
 class DisableAgentBody(Body):

@@ -9,6 +9,7 @@ import sqlite3
 
 from dettui import metric
 from dettui.errors import InvalidArgument
+from dettui.master.checkpoint_files import remove_matching
 from dettui.master.gc import CkptFacts, GcPolicy, to_delete
 from dettui.master.store import Database
 from dettui.master.store import checkpoints as ckpt_store
@@ -17,7 +18,7 @@ from dettui.master.store import metrics as metric_store
 from dettui.master.store import trials as trial_store
 from dettui.master.store.records import Checkpoint, Experiment
 from dettui.models import CheckpointState
-from dettui.paths import checkpoint_uuid, remove_under
+from dettui.paths import checkpoint_uuid, confined, remove_under
 from dettui.storage import storage_base
 
 log = logging.getLogger("dettui.master.gc")
@@ -76,6 +77,17 @@ async def delete(db: Database, exp: Experiment, ckpts: list[Checkpoint]) -> None
     for ckpt in ckpts:
         await _remove(exp, ckpt)
     await db.run(ckpt_store.set_resources_many, [(c.uuid, {}) for c in ckpts])
+
+
+async def remove_files(db: Database, exp: Experiment, ckpts: list[Checkpoint],
+                       globs: list[str]) -> None:
+    """`det checkpoint rm`: what `globs` match goes out of these checkpoints' directories (no
+    globs: their resources are only listed again); their records say what is left."""
+    left = []
+    for ckpt in ckpts:
+        root = confined(storage_base(exp.config), checkpoint_uuid(ckpt.uuid), where="uuid")
+        left.append((ckpt.uuid, await asyncio.to_thread(remove_matching, root, globs)))
+    await db.run(ckpt_store.set_resources_many, left)
 
 
 async def _remove(exp: Experiment, ckpt: Checkpoint) -> None:

@@ -78,6 +78,23 @@ def error_response(exc: DettuiError, request: web.Request) -> web.Response:
 
 
 @web.middleware
+async def not_found(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Every 404 on /api/v1/ is logged, one line with the method, path and client: a client
+    asking for a route the master lacks shows up in its log (the compat tests watch for it)."""
+    resp = await handler(request)
+    if resp.status == 404 and request.path.startswith("/api/v1/"):
+        log.info("404 %s %s (%s)", request.method, one_line(request.rel_url.raw_path),
+                 one_line(request.headers.get("User-Agent", "-")))
+    return resp
+
+
+def one_line(text: str, cap: int = 300) -> str:
+    """`text` for a log line: control and non-ASCII characters escaped, at most `cap` long."""
+    escaped = text.encode("unicode_escape").decode("ascii")
+    return escaped if len(escaped) <= cap else escaped[:cap] + "..."
+
+
+@web.middleware
 async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
         return await handler(request)

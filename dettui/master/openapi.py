@@ -23,6 +23,7 @@ MAX_BODY = 16 * 1024 * 1024  # bytes of a request body, unless an operation says
 QueryType = Any
 PATH_PARAMS: dict[str, dict[str, Any]] = {  # path parameters that are not plain strings
     "id": {"type": "integer", "format": "int64", "minimum": 0},
+    "runId": {"type": "integer", "format": "int64", "minimum": 0},
     "uuid": {"type": "string", "format": "uuid"},
 }
 PAGE: dict[str, QueryType] = {"offset": int, "limit": int, "orderBy": str}

@@ -26,16 +26,18 @@
 Entrypoint: `python3 -m dettui.launch.torch_distributed --trial model_def:MyTrial` (or the
 legacy `model_def:MyTrial`, or Determined's own `determined.launch.torch_distributed` line).
 Callbacks (`build_callbacks`), `MetricReducer`s (`context.wrap_reducer`), `evaluation_reducer`,
-`wrap_scaler`, `samplers` and `to_device` are Determined's.
+`wrap_scaler`, `samplers`, `to_device` and `load_trial_from_checkpoint_path` are Determined's.
 """
 
 from dettui.pytorch import samplers
 from dettui.pytorch._callback import PyTorchCallback
 from dettui.pytorch._data import DataLoader, TorchData, to_device
+from dettui.pytorch._load import CheckpointLoadContext, load_trial_from_checkpoint_path
 from dettui.pytorch._reducer import MetricReducer, Reducer
 from dettui.pytorch._trainer import Batch, Epoch, Trainer, TrainUnit, init
 from dettui.pytorch._trial import LRScheduler, PyTorchTrial, PyTorchTrialContext
 
-__all__ = ["Batch", "DataLoader", "Epoch", "LRScheduler", "MetricReducer", "PyTorchCallback",
-           "PyTorchTrial", "PyTorchTrialContext", "Reducer", "TorchData", "TrainUnit", "Trainer",
-           "init", "samplers", "to_device"]
+__all__ = ["Batch", "CheckpointLoadContext", "DataLoader", "Epoch", "LRScheduler",
+           "MetricReducer", "PyTorchCallback", "PyTorchTrial", "PyTorchTrialContext", "Reducer",
+           "TorchData", "TrainUnit", "Trainer", "init", "load_trial_from_checkpoint_path",
+           "samplers", "to_device"]

@@ -295,13 +295,22 @@ class Controller:
             self._call("on_checkpoint_save_start", state)
             with self.core.checkpoint.store_path(metadata) as (path, uuid):
                 torch.save(state, path / STATE_FILE)
-                (path / "load_data.json").write_text(json.dumps(
-                    {"trial_type": "PyTorchTrial", "batches_trained": self.batches}))
+                (path / "load_data.json").write_text(json.dumps(self._load_data()))
                 self._call("on_checkpoint_write_end", str(path))
                 self._call("on_checkpoint_end", str(path))
             self._call("on_checkpoint_upload_end", uuid)
             self._say(f"checkpoint {uuid} at batch {self.batches}")
         self.dist.broadcast(None)  # everyone waits for the chief's checkpoint
+
+    def _load_data(self) -> dict[str, Any]:
+        """What `pytorch.load_trial_from_checkpoint_path` reads back (Determined's keys)."""
+        cls = type(self.trial)
+        return {"trial_type": "PyTorchTrial", "batches_trained": self.batches,
+                "trial_cls_spec": f"{cls.__module__}:{cls.__qualname__}",
+                "hparams": self.context.get_hparams(),
+                "experiment_config": self.context.get_experiment_config(),
+                "is_trainer": not self.options.use_cluster_checkpoint,
+                "trial_in_main": cls.__module__ == "__main__"}
 
     def _latest(self) -> str | None:
         if self.options.latest_checkpoint or not self.options.use_cluster_checkpoint:

@@ -211,12 +211,7 @@ class PyTorchTrialContext:
     def get_tensorboard_path(self) -> Path:
         """Where TensorBoard events go: `<storage>/<cluster>/tensorboard/experiment/E/trial/T`
         on a cluster (Determined's layout), a local directory off it."""
-        info = self._core.info
-        if info is None:
-            return Path("tensorboard").resolve()
-        return (Path(self._core.checkpoint.base) / info.cluster_id / "tensorboard" /
-                "experiment" / str(info.trial.experiment_id) / "trial" /
-                str(info.trial.trial_id))
+        return Path(self._core.train.get_tensorboard_path())
 
     def get_tensorboard_writer(self) -> Any:
         """A `torch.utils.tensorboard.SummaryWriter` on `get_tensorboard_path()` (needs the

@@ -25,6 +25,7 @@ def det(served: Served, home: Path, *args: str, stdin: str = "",
 
 
 @pytest.mark.skipif(not DET_VENV, reason="run through `make test` (needs the determined venv)")
+@pytest.mark.expect_404(r"GET /api/v1/experiments/1")  # `det e delete` waits for it; describe
 def test_real_det_cli_runs_an_experiment(served: Served, tmp_path: Path) -> None:
     home = tmp_path / "home"
     home.mkdir()

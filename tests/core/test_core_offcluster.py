@@ -83,3 +83,36 @@ def test_resources_and_storage_layout(tmp_path: Path) -> None:
                                                 "storage_path": "s"}}) == Path("/h/s")
     assert storage_base({"checkpoint_storage": {"type": "directory",
                                                 "container_path": "/c"}}) == Path("/c")
+
+
+def test_determineds_other_core_names_off_cluster(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """TensorboardMode is accepted; run metadata is kept locally; the profiler and
+    `experimental` are there and do nothing off a cluster; single-node local operations."""
+    monkeypatch.chdir(tmp_path)
+    assert [m.value for m in core.TensorboardMode] == ["AUTO", "MANUAL"]
+    with core.init(checkpoint_storage=tmp_path,
+                   tensorboard_mode=core.TensorboardMode.MANUAL) as ctx:
+        assert ctx.train.get_metadata() is None
+        assert ctx.train.set_metadata({"a": 1}) == {"a": 1}
+        assert ctx.train.get_metadata() == {"a": 1}
+        ctx.train.report_early_exit(core.EarlyExitReason.INVALID_HP)
+        assert ctx.train.get_tensorboard_path() == tmp_path / "tensorboard"
+        ctx.profiler.on(sampling_interval=2)
+        ctx.profiler.off()
+        ctx.experimental.report_task_using_checkpoint(type("C", (), {"uuid": "u"})())
+        dist = ctx.distributed
+        assert dist.get_num_agents() == 1 and dist.allgather_local(7) == [7]
+        assert dist.gather_local(7) == [7] and dist.broadcast_local(7) == 7
+
+
+def test_tensorboard_path_is_determineds_layout_under_the_storage() -> None:
+    from dettui.core._train import tensorboard_path
+
+    info = core.ClusterInfo(
+        master_url="http://m", cluster_id="c-1", agent_id="a", slot_ids=[0], task_id="t",
+        allocation_id="t.1", session_token="s", task_type="TRIAL", latest_checkpoint=None,
+        trial=core.TrialInfo(trial_id=7, experiment_id=3, trial_seed=0, hparams={}, config={},
+                             steps_completed=0, trial_run_id=1))
+    assert tensorboard_path(Path("/store"), info) == Path(
+        "/store/c-1/tensorboard/experiment/3/trial/7")

@@ -4,6 +4,8 @@ however it double-forked (its PID namespace, or the process-group fallback)."""
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 
 from dettui.agent import sandbox
@@ -29,6 +31,38 @@ def test_the_startup_hook_is_sourced_before_the_entrypoint(served: Served, tmp_p
     assert "hook runs in " in out and "for trial 1" in out, out
     assert "entrypoint sees set-by-the-hook" in out, out
     assert out.index("hook runs in") < out.index("entrypoint sees"), out
+
+
+def test_the_startup_hook_is_sourced_by_bash_as_in_determined(served: Served,
+                                                              tmp_path) -> None:
+    """Determined's entrypoint.sh is a bash script: hooks may use `[[ ]]`, arrays, `source`
+    and pipefail (sh, dash here, fails on the first of them)."""
+    cfg, ctx = write_ctx(tmp_path, """
+        name: bash-hook
+        entrypoint: python3 -c 'import os; print("entrypoint sees", os.environ["FROM_HOOK"])'
+        searcher: {name: single, metric: x, max_length: 1}
+        max_restarts: 0
+        """, {"startup-hook.sh": """
+        set -o pipefail
+        parts=(alpha beta gamma)
+        if [[ ${#parts[@]} -eq 3 && $DET_TRIAL_ID == 1 ]]; then
+          source ./more-env.sh
+          export FROM_HOOK="${parts[1]}-$MORE"
+        fi
+        """, "more-env.sh": "MORE=sourced\n"})
+    out = served.cli("e", "create", str(cfg), str(ctx), "--follow", timeout=120,
+                     check=False).stdout
+    assert "ended: COMPLETED" in out, out
+    assert "entrypoint sees beta-sourced" in out, out
+
+
+def test_without_bash_the_hook_is_sourced_by_sh(tmp_path, monkeypatch) -> None:
+    from dettui.agent.allocation import hook_shell
+
+    assert hook_shell() == shutil.which("bash")
+    (tmp_path / "sh").symlink_to(shutil.which("sh") or "/bin/sh")
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert hook_shell() == "sh"
 
 
 def test_a_failing_startup_hook_fails_the_trial(served: Served, tmp_path) -> None:

@@ -62,3 +62,22 @@ def test_the_real_package_wins_when_it_is_importable() -> None:
                  extra_path=str(site))
     assert res.returncode == 0, res.stderr
     assert str(site) in res.stdout and "determined.core" in res.stdout
+
+
+def test_determineds_other_core_and_pytorch_names_resolve_to_dettuis() -> None:
+    res = python("""
+from determined import core, pytorch
+assert [m.value for m in core.TensorboardMode] == ["AUTO", "MANUAL"]
+assert core.EarlyExitReason.INVALID_HP.value == "EXITED_REASON_INVALID_HP"
+assert pytorch.load_trial_from_checkpoint_path and pytorch.CheckpointLoadContext
+dist = core.DistributedContext()
+assert dist.get_num_agents() == 1 and dist.broadcast_local(5) == 5
+with core.init(tensorboard_mode=core.TensorboardMode.MANUAL) as ctx:
+    ctx.profiler.on()
+    assert ctx.train.set_metadata({"a": 1}) == ctx.train.get_metadata() == {"a": 1}
+    assert callable(ctx.train.report_early_exit) and ctx.train.get_tensorboard_path()
+    assert callable(ctx.experimental.report_task_using_checkpoint)
+print("ok")
+""", env={"XDG_DATA_HOME": "/nonexistent-dettui-test"})
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "ok"

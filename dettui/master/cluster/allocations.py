@@ -35,14 +35,30 @@ class Allocations:
         parts have, with the first failure's code (`exits.part_exit`, one commit)."""
         done = await self.db.run(exits.part_exit, alloc_id, agent_id, exit_code, reason,
                                  self.hub.links.ids())
+        if done.daemons:
+            self._end_parts(done, "every worker part has exited: ending its daemons")
+        else:
+            self._end_parts(done, f"node {agent_id} failed")
+        await self._after_exit(done)
+
+    async def mark_daemon(self, alloc_id: str, agent_id: str) -> bool:
+        """`agent_id`'s part of the allocation is a daemon (`exits.mark_daemon`); False if the
+        allocation has one part (the request is ignored, as Determined does)."""
+        done = await self.db.run(exits.mark_daemon, alloc_id, agent_id)
+        if done is None:
+            return False
+        self._end_parts(done, "every worker part has exited: ending its daemons")
+        return True
+
+    def _end_parts(self, done: exits.Exit, why: str) -> None:
+        """Tell the agents of `done.end_parts` to end their parts of the allocation."""
         if done.end_parts:
-            log.info("allocation %s: node %s failed (%s); ending it on %s", alloc_id, agent_id,
-                     exit_code, ", ".join(done.end_parts))
+            log.info("allocation %s: %s; ending it on %s", done.alloc.id, why,
+                     ", ".join(done.end_parts))
         for other in done.end_parts:
             link = self.hub.links.get(other)
             if link is not None:
-                link.send(kill_message(alloc_id, f"node {agent_id} failed"))
-        await self._after_exit(done)
+                link.send(kill_message(done.alloc.id, why))
 
     async def finish(self, alloc_id: str, exit_code: int | None, reason: str,
                      message: str = "") -> None:

@@ -11,6 +11,7 @@ from dettui.master.routes import (
     jobs,
     logs,
     metrics,
+    runs,
     session,
     stream,
     trials,
@@ -18,6 +19,7 @@ from dettui.master.routes import (
 
 
 def setup(app: web.Application) -> None:
-    for module in (session, experiments, metrics, logs, trials, checkpoints, jobs, agents):
+    for module in (session, experiments, metrics, logs, trials, runs, checkpoints, jobs,
+                   agents):
         app.router.add_routes(module.routes)
     stream.setup(app)

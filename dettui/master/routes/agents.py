@@ -9,7 +9,7 @@ from aiohttp import web
 
 from dettui.errors import InvalidArgument, NotFound, PermissionDenied
 from dettui.master import keys
-from dettui.master.bodies import AgentCredentialBody, DisableAgentBody, parse
+from dettui.master.bodies import AgentCredentialBody, DisableAgentBody, MarkDaemonBody, parse
 from dettui.master.cluster import AgentLink
 from dettui.master.middleware import (
     agent_route,
@@ -19,6 +19,7 @@ from dettui.master.middleware import (
     read_json,
     require_admin,
     require_agent,
+    require_owner,
     task_route,
 )
 from dettui.master.openapi import op
@@ -360,6 +361,43 @@ async def pending_preemption(request: web.Request) -> web.Response:
 
 
 routes.post("/api/v1/allocations/{allocationId}/signals/pending_preemption")(pending_preemption)
+
+
+@task_route
+@op(body=MarkDaemonBody)
+async def mark_daemon(request: web.Request) -> web.Response:
+    """Determined's MarkAllocationResourcesDaemon, which the real `determined.launch.deepspeed`
+    and `horovod` call from every non-chief node before running its sshd: that node's part is
+    ended once every other part has exited, and how it ends does not count. The allocation's
+    own token, its trial's owner or an admin."""
+    alloc_id, resources_id = request.match_info["allocationId"], request.match_info["resourcesId"]
+    check_allocation(request, alloc_id)
+    body = await parse(request, MarkDaemonBody)
+    if body.allocation_id not in (None, "", alloc_id) or \
+            body.resources_id not in (None, "", resources_id):
+        raise InvalidArgument("allocationId and resourcesId must match the path")
+    db = request.app[keys.DB]
+    alloc = await db.run(trial_store.allocation, alloc_id)
+    trial = await db.run(trial_store.get, alloc.trial_id)
+    if principal(request).allocation is None:
+        exp = await db.run(exp_store.get, trial.experiment_id)
+        require_owner(request, exp.owner_id, f"allocation {alloc_id}")
+    agent_id = alloc.agent_of(resources_id)
+    if agent_id is None:
+        raise NotFound(f"resources {resources_id} not found in allocation {alloc_id}")
+    if not await request.app[keys.CLUSTER].allocations.mark_daemon(alloc_id, agent_id):
+        await db.run(log_store.insert, [{
+            "trial_id": trial.id, "task_id": trial.task_id, "allocation_id": alloc_id,
+            "agent_id": agent_id, "container_id": resources_id, "source": "master",
+            "level": "INFO", "timestamp": time.time(), "log": IGNORED_DAEMON}])
+        request.app[keys.NOTIFIER].notify(f"logs:{trial.id}")
+    return web.json_response({})
+
+
+IGNORED_DAEMON = ("Ignoring request to daemonize resources within an allocation for an "
+                  "allocation with only one manageable set of resources, because this would "
+                  "just kill it.\n")
+routes.post("/api/v1/allocations/{allocationId}/resources/{resourcesId}/daemon")(mark_daemon)
 
 
 @routes.get("/api/v1/allocations/{allocationId}/slurm/start")

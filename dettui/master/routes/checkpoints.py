@@ -8,18 +8,30 @@ from typing import Any
 
 from aiohttp import web
 
-from dettui.errors import FailedPrecondition, InvalidArgument, PermissionDenied
+from dettui.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
 from dettui.master import checkpoint_files, checkpoint_gc, checkpoint_views, keys, serialize
 from dettui.master.bodies import (
     CheckpointBody,
+    CheckpointMetadataBody,
     DeleteCheckpointsBody,
     PatchCheckpointsBody,
+    RemoveCheckpointFilesBody,
+    TrialSourceInfoBody,
     parse,
 )
-from dettui.master.middleware import principal, read_json, require_owner, task_route
+from dettui.master.middleware import (
+    check_trial,
+    principal,
+    read_json,
+    require_admin,
+    require_owner,
+    task_route,
+)
 from dettui.master.openapi import op
+from dettui.master.routes.metrics import report as metrics_report
 from dettui.master.store import checkpoints as ckpt_store
 from dettui.master.store import experiments as exp_store
+from dettui.master.store import metrics as metric_store
 from dettui.master.store import trials as trial_store
 from dettui.master.store.records import Checkpoint, Experiment
 from dettui.master.wire import big_json_response, page_of, parse_ts, path_int
@@ -146,6 +158,83 @@ async def delete(request: web.Request) -> web.Response:
 routes.delete("/api/v1/checkpoints")(delete)
 
 
+@routes.post("/api/v1/checkpoints/rm")
+@op(body=RemoveCheckpointFilesBody)
+async def remove_files(request: web.Request) -> web.Response:
+    """Determined's CheckpointsRemoveFiles (`det checkpoint rm`, the SDK's `remove_files`):
+    the files matching the globs go out of storage (owners and admins); no globs: the
+    resources are listed again. Records end DELETED when nothing is left, else
+    PARTIALLY_DELETED if files went."""
+    body = await parse(request, RemoveCheckpointFilesBody)
+    globs = checkpoint_files.check_globs(body.checkpoint_globs)
+    if len(body.checkpoint_uuids) > MAX_PATCH:
+        raise InvalidArgument(f"checkpointUuids: at most {MAX_PATCH} per request")
+    uuids = [checkpoint_uuid(u, f"checkpointUuids[{i}]")
+             for i, u in enumerate(body.checkpoint_uuids)]
+    db = request.app[keys.DB]
+    found, missing = [], []
+    for uuid in dict.fromkeys(uuids):
+        try:
+            found.append(await db.run(ckpt_store.get, uuid))
+        except NotFound:
+            missing.append(uuid)
+    if missing:
+        raise NotFound(f"checkpoints not found: {', '.join(missing)}")
+    by_exp = await _owned_by_experiment(request, found)
+    for exp, ckpts in by_exp:
+        await checkpoint_gc.remove_files(db, exp, ckpts, globs)
+        request.app[keys.NOTIFIER].notify(f"experiment:{exp.id}")
+    return web.json_response({})
+
+
+async def _owned_by_experiment(request: web.Request, ckpts: list[Checkpoint],
+                               ) -> list[tuple[Experiment, list[Checkpoint]]]:
+    """The checkpoints grouped by experiment, once the caller is known to own each (or be an
+    admin)."""
+    groups: dict[int, list[Checkpoint]] = {}
+    for ckpt in ckpts:
+        if ckpt.experiment_id is None:
+            raise FailedPrecondition(f"checkpoint {ckpt.uuid} belongs to no experiment")
+        groups.setdefault(ckpt.experiment_id, []).append(ckpt)
+    out = []
+    for exp_id, group in groups.items():
+        exp = await request.app[keys.DB].run(exp_store.get, exp_id)
+        require_owner(request, exp.owner_id, f"checkpoint {group[0].uuid}")
+        out.append((exp, group))
+    return out
+
+
+@task_route
+@op(body=CheckpointMetadataBody)
+async def post_metadata(request: web.Request) -> web.Response:
+    """Determined's PostCheckpointMetadata (the SDK's add_metadata/remove_metadata): replace
+    the checkpoint's metadata record; its trial's own allocation, its owner or an admin."""
+    uuid = checkpoint_uuid(request.match_info["uuid"])
+    body = await parse(request, CheckpointMetadataBody)
+    if body.checkpoint.uuid not in (None, "", uuid):
+        raise InvalidArgument(f"checkpoint.uuid: {body.checkpoint.uuid[:40]!r} does not match "
+                              f"the checkpoint {uuid} in the path")
+    db = request.app[keys.DB]
+    ckpt = await db.run(ckpt_store.get, uuid)
+    p = principal(request)
+    if p.allocation is not None:
+        if ckpt.trial_id != p.allocation.trial_id:
+            raise PermissionDenied("an allocation token may only change its own trial's "
+                                   "checkpoints")
+    elif ckpt.experiment_id is None:
+        require_admin(request)
+    else:
+        exp = await db.run(exp_store.get, ckpt.experiment_id)
+        require_owner(request, exp.owner_id, f"checkpoint {uuid}")
+    ckpt = await db.run(ckpt_store.set_metadata, uuid, body.checkpoint.metadata)
+    if ckpt.experiment_id is not None:
+        request.app[keys.NOTIFIER].notify(f"experiment:{ckpt.experiment_id}")
+    return web.json_response({"checkpoint": await db.call(checkpoint_views.view, db.conn, ckpt)})
+
+
+routes.post("/api/v1/checkpoints/{uuid}/metadata")(post_metadata)
+
+
 @task_route
 async def download(request: web.Request) -> web.StreamResponse:
     """The checkpoint's files as a tar.gz, for clients that cannot reach its storage."""
@@ -188,3 +277,60 @@ async def listed(request: web.Request, exp: Experiment,
         sort_metric=q.get("sortByMetric") or None, states=q.getall("states", []),
         order=q.get("orderBy"))
     return await big_json_response({"checkpoints": out, "pagination": window.pagination()})
+
+
+# --- which trials use a checkpoint (inference, fine-tuning) ---------------------------------
+
+MAX_SOURCE_METRICS = 1000  # reports per linked trial, as Determined's
+
+
+@task_route
+@op(body=TrialSourceInfoBody)
+async def report_source(request: web.Request) -> web.Response:
+    """Determined's ReportTrialSourceInfo: the trial (its own allocation, its owner or an admin)
+    says it uses the checkpoint."""
+    info = (await parse(request, TrialSourceInfoBody)).trial_source_info
+    if info.trial_source_info_type not in ckpt_store.SOURCE_KINDS:
+        raise InvalidArgument(f"trialSourceInfo.trialSourceInfoType: one of "
+                              f"{', '.join(ckpt_store.SOURCE_KINDS)}")
+    uuid = checkpoint_uuid(info.checkpoint_uuid, "trialSourceInfo.checkpointUuid")
+    check_trial(request, info.trial_id)
+    db = request.app[keys.DB]
+    trial = await db.run(trial_store.get, info.trial_id)
+    if principal(request).allocation is None:
+        exp = await db.run(exp_store.get, trial.experiment_id)
+        require_owner(request, exp.owner_id, f"trial {trial.id}")
+    await db.run(ckpt_store.link_trial, trial.id, uuid, info.trial_source_info_type,
+                 info.model_id, info.model_version)
+    return web.json_response({"trialId": trial.id, "checkpointUuid": uuid})
+
+
+routes.post("/api/v1/trial-source-info")(report_source)
+
+
+@task_route
+@op(query={"metricGroup": str, "trialSourceInfoType": str})
+async def source_metrics(request: web.Request) -> web.Response:
+    """Determined's GetTrialMetricsByCheckpoint (`Checkpoint.get_metrics()`): the reports of
+    the trials that use the checkpoint (of one group, and one kind of use, if asked), those the
+    caller may read."""
+    ckpt = await _readable(request, request.match_info["uuid"])
+    kind = request.query.get("trialSourceInfoType") or None
+    if kind is not None and kind not in ckpt_store.SOURCE_KINDS:
+        raise InvalidArgument(f"query parameter trialSourceInfoType: one of "
+                              f"{', '.join(ckpt_store.SOURCE_KINDS)}")
+    group = request.query.get("metricGroup") or None
+    db = request.app[keys.DB]
+    p = principal(request)
+    mine = (await db.run(trial_store.get, p.allocation.trial_id)).experiment_id \
+        if p.allocation is not None else None
+    out = []
+    for trial_id in await db.run(ckpt_store.linked_trials, ckpt.uuid, kind):
+        if mine is not None and (await db.run(trial_store.get, trial_id)).experiment_id != mine:
+            continue  # as Determined: trials the caller may not see are left out
+        rows = await db.run(metric_store.for_trial, trial_id, group, limit=MAX_SOURCE_METRICS)
+        out.extend(metrics_report(m, i) for i, m in enumerate(rows))
+    return await big_json_response({"metrics": out})
+
+
+routes.get("/api/v1/checkpoints/{uuid}/metrics")(source_metrics)

@@ -123,11 +123,57 @@ def set_resources(conn: sqlite3.Connection, uuid: str, resources: dict[str, str]
 def set_resources_many(conn: sqlite3.Connection,
                        changes: list[tuple[str, dict[str, str]]]) -> None:
     """Record the files left of each checkpoint, all or none (NotFound names the first unknown
-    uuid)."""
+    uuid). As Determined's: none left is DELETED; files left are PARTIALLY_DELETED only if
+    they changed (a refresh that finds them all keeps the state)."""
     with transaction(conn):
         for uuid, resources in changes:
-            state = CheckpointState.DELETED if not resources else CheckpointState.PARTIALLY_DELETED
-            cur = conn.execute("UPDATE checkpoints SET resources=?, state=? WHERE uuid=?",
-                               (json.dumps(resources), state.value, uuid))
-            if cur.rowcount == 0:
+            row = conn.execute("SELECT resources, state FROM checkpoints WHERE uuid=?",
+                               (uuid,)).fetchone()
+            if row is None:
                 raise NotFound(f"checkpoint {uuid} not found")
+            old = json.loads(row["resources"] or "{}")
+            if "metadata.json" in resources:  # older reports may not list it
+                old.setdefault("metadata.json", resources["metadata.json"])
+            state = (CheckpointState.DELETED.value if not resources else row["state"]
+                     if old == resources else CheckpointState.PARTIALLY_DELETED.value)
+            conn.execute("UPDATE checkpoints SET resources=?, state=? WHERE uuid=?",
+                         (json.dumps(resources), state, uuid))
+
+
+def set_metadata(conn: sqlite3.Connection, uuid: str, metadata: dict[str, Any]) -> Checkpoint:
+    """Replace the checkpoint's metadata record (Determined's PostCheckpointMetadata: the
+    metadata.json in storage is not changed); its step count stays the reported one."""
+    with transaction(conn):
+        if conn.execute("UPDATE checkpoints SET metadata=? WHERE uuid=?",
+                        (json.dumps(metadata), uuid)).rowcount == 0:
+            raise NotFound(f"checkpoint {uuid} not found")
+    return get(conn, uuid)
+
+
+SOURCE_KINDS = ("TRIAL_SOURCE_INFO_TYPE_UNSPECIFIED", "TRIAL_SOURCE_INFO_TYPE_INFERENCE",
+                "TRIAL_SOURCE_INFO_TYPE_FINE_TUNING")
+
+
+def link_trial(conn: sqlite3.Connection, trial_id: int, uuid: str, kind: str,
+               model_id: int | None = None, model_version: int | None = None) -> None:
+    """Record that the trial uses the checkpoint (a repeated report updates the link)."""
+    with transaction(conn):
+        if conn.execute("SELECT 1 FROM checkpoints WHERE uuid=?", (uuid,)).fetchone() is None:
+            raise NotFound(f"checkpoint {uuid} not found")
+        if conn.execute("SELECT 1 FROM trials WHERE id=?", (trial_id,)).fetchone() is None:
+            raise NotFound(f"trial {trial_id} not found")
+        conn.execute(
+            "INSERT INTO trial_source_infos (trial_id, checkpoint_uuid, kind, model_id, "
+            "model_version) VALUES (?,?,?,?,?) ON CONFLICT(trial_id, checkpoint_uuid) DO "
+            "UPDATE SET kind=excluded.kind, model_id=excluded.model_id, "
+            "model_version=excluded.model_version",
+            (trial_id, uuid, kind, model_id, model_version))
+
+
+def linked_trials(conn: sqlite3.Connection, uuid: str, kind: str | None = None) -> list[int]:
+    """The trials that reported using the checkpoint (of that kind), by id."""
+    sql, args = "SELECT trial_id FROM trial_source_infos WHERE checkpoint_uuid=?", [uuid]
+    if kind is not None:
+        sql += " AND kind=?"
+        args.append(kind)
+    return [r[0] for r in conn.execute(sql + " ORDER BY trial_id", args)]

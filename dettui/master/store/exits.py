@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from dettui.errors import FailedPrecondition
 from dettui.master import lifecycle
 from dettui.master.store import experiments as exp_store
 from dettui.master.store import search as search_store
@@ -28,6 +29,7 @@ class Exit:
 
     alloc: Allocation
     end_parts: tuple[str, ...] = ()  # agents whose part to end now: another node failed
+    daemons: bool = False  # ...or: they are daemons, and every worker part has exited
     trial: Trial | None = None  # the trial's new state, when the allocation ended
     searcher: search_store.Outcome = field(default_factory=search_store.Outcome)
     ended: Experiment | None = None  # the experiment, when it ended with this exit
@@ -38,22 +40,67 @@ class Exit:
 
 
 def first_failure(alloc: Allocation) -> tuple[int | None, str]:
-    """The exit of the part that failed first (reports keep their order), else the chief's."""
-    for code, reason in alloc.part_exits.values():
+    """The exit of the part that failed first (reports keep their order), else the chief's.
+    A daemon part's exit counts only while a worker part still ran: once every worker has
+    exited the daemons are ended, and how they end does not matter (nor whether they are
+    lost)."""
+    workers = alloc.workers or alloc.agents
+    exited = 0
+    for agent, (code, reason) in alloc.part_exits.items():
+        if agent in alloc.daemons and alloc.workers and exited == len(alloc.workers):
+            continue
+        exited += agent in alloc.workers
         if code != 0 or reason:
             return code, reason
-    missing = [a for a in alloc.agents if a not in alloc.part_exits]
-    if missing:
+    if any(a not in alloc.part_exits for a in workers):
         return None, lifecycle.LOST
-    code, reason = alloc.part_exits[alloc.agents[0]]
+    code, reason = alloc.part_exits[workers[0]]
     return code, reason
+
+
+def _daemon_ended(alloc: Allocation, agent_id: str) -> bool:
+    """Whether `agent_id`'s part is a daemon that exited after every worker part had."""
+    return (agent_id in alloc.daemons and bool(alloc.workers)
+            and all(w in alloc.part_exits for w in alloc.workers))
+
+
+def _daemons_to_end(conn: sqlite3.Connection, alloc: Allocation) -> tuple[str, ...]:
+    """Inside a transaction: once every worker part has exited, the daemon parts still running
+    are to be ended (once: the allocation becomes TERMINATING)."""
+    pending = [a for a in alloc.agents if a not in alloc.part_exits]
+    if (not pending or alloc.state is AllocationState.TERMINATING
+            or any(w in pending for w in alloc.workers)):
+        return ()
+    conn.execute("UPDATE allocations SET state=? WHERE id=?",
+                 (AllocationState.TERMINATING.value, alloc.id))
+    return tuple(pending)
+
+
+def mark_daemon(conn: sqlite3.Connection, alloc_id: str, agent_id: str) -> Exit | None:
+    """Determined's MarkAllocationResourcesDaemon: `agent_id`'s part is a daemon (the sshd of a
+    non-chief DeepSpeed or Horovod node). None for an allocation of one part (Determined
+    ignores the request: it would end it). If the workers have all exited already (or every
+    part is now a daemon), the daemons still running are to be ended (`end_parts`)."""
+    with transaction(conn):
+        alloc = trial_store.allocation(conn, alloc_id)
+        if alloc.state is AllocationState.EXITED:
+            raise FailedPrecondition(f"allocation {alloc_id} has exited")
+        if len(alloc.agents) <= 1:
+            return None
+        daemons = [a for a in alloc.agents if a in alloc.daemons or a == agent_id]
+        conn.execute("UPDATE allocations SET daemons=? WHERE id=?",
+                     (json.dumps(daemons), alloc_id))
+        alloc = trial_store.allocation(conn, alloc_id)
+        end_parts = _daemons_to_end(conn, alloc)
+        return Exit(trial_store.allocation(conn, alloc_id), end_parts, daemons=True)
 
 
 def part_exit(conn: sqlite3.Connection, alloc_id: str, agent_id: str, exit_code: int | None,
               reason: str, connected: frozenset[str]) -> Exit:
     """One agent's part of an allocation ended (the first report per agent counts). A failure
-    ends the parts on the other agents; the allocation ends when every part has, or when the
-    agents of the parts left are no longer `connected`."""
+    ends the parts on the other agents, and so does the exit of the last worker part when
+    the others are daemons; the allocation ends when every part has, or when the agents of
+    the parts left are no longer `connected`."""
     with transaction(conn):
         alloc = trial_store.allocation(conn, alloc_id)
         if alloc.state is AllocationState.EXITED:
@@ -64,14 +111,19 @@ def part_exit(conn: sqlite3.Connection, alloc_id: str, agent_id: str, exit_code:
                      (json.dumps(exits), alloc_id))
         alloc = trial_store.allocation(conn, alloc_id)
         pending = [a for a in alloc.agents if a not in alloc.part_exits]
-        failed = exit_code != 0 or reason not in ("", None)
+        failed = (exit_code != 0 or reason not in ("", None)) and \
+            not _daemon_ended(alloc, agent_id)
         end_parts: tuple[str, ...] = ()
+        daemons = False
         if failed and pending and not alloc.kill_requested:
             conn.execute("UPDATE allocations SET state=? WHERE id=?",
                          (AllocationState.TERMINATING.value, alloc_id))
             end_parts = tuple(pending)
+        elif alloc.daemons:
+            end_parts = _daemons_to_end(conn, alloc)
+            daemons = bool(end_parts)
         if any(a in connected for a in pending):
-            return Exit(trial_store.allocation(conn, alloc_id), end_parts)
+            return Exit(trial_store.allocation(conn, alloc_id), end_parts, daemons=daemons)
         return _end(conn, alloc, *first_failure(alloc))
 
 

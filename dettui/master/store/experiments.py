@@ -269,6 +269,9 @@ def delete(conn: sqlite3.Connection, exp_id: int) -> None:
         conn.execute(f"DELETE FROM logs WHERE trial_id IN ({trials}) OR task_id IN "
                      "(SELECT task_id FROM trials WHERE experiment_id=?)", (exp_id, exp_id))
         conn.execute(f"DELETE FROM metrics WHERE trial_id IN ({trials})", (exp_id,))
+        conn.execute(f"DELETE FROM trial_source_infos WHERE trial_id IN ({trials}) OR "
+                     "checkpoint_uuid IN (SELECT uuid FROM checkpoints WHERE experiment_id=? "
+                     f"OR trial_id IN ({trials}))", (exp_id, exp_id, exp_id))
         conn.execute(f"DELETE FROM allocations WHERE trial_id IN ({trials})", (exp_id,))
         conn.execute(f"DELETE FROM checkpoints WHERE experiment_id=? OR trial_id IN ({trials})",
                      (exp_id, exp_id))

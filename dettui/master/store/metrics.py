@@ -250,14 +250,17 @@ def _rollback_older_runs(
 
 
 def for_trial(
-    conn: sqlite3.Connection, trial_id: int, group: str | None = None, *, after_steps: int = -1
+    conn: sqlite3.Connection, trial_id: int, group: str | None = None, *, after_steps: int = -1,
+    limit: int = -1,
 ) -> list[Metric]:
+    """The trial's live reports (of `group`) by steps, the first `limit` of them (-1: all)."""
     sql = f"{FROM_METRICS} WHERE trial_id=? AND archived=0 AND steps_completed>?"
     args: list[Any] = [trial_id, after_steps]
     if group:
         sql += " AND grp=?"
         args.append(group)
-    return [Metric.from_row(r) for r in conn.execute(sql + " ORDER BY steps_completed, id", args)]
+    rows = conn.execute(sql + " ORDER BY steps_completed, id LIMIT ?", [*args, limit])
+    return [Metric.from_row(r) for r in rows]
 
 
 def latest(conn: sqlite3.Connection, trial_id: int, group: str) -> Metric | None:

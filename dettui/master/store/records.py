@@ -193,7 +193,7 @@ class Trial:
 class Allocation:
     COLUMNS: ClassVar[str] = ("id trial_id run_id state token agent_id slots start_time end_time "
                               "exit_code exit_reason preempt_requested preempt_acked "
-                              "kill_requested parts part_exits port")
+                              "kill_requested parts part_exits port daemons")
 
     id: str
     trial_id: int
@@ -210,8 +210,9 @@ class Allocation:
     preempt_acked: bool
     kill_requested: bool
     parts: list[tuple[str, list[int]]]  # (agent, slots) in node-rank order, chief first
-    part_exits: dict[str, list[Any]]  # agent -> [exit code, reason]
+    part_exits: dict[str, list[Any]]  # agent -> [exit code, reason], in the order they came
     port: int | None
+    daemons: list[str] = field(default_factory=list)  # agents whose part is a daemon
 
     @property
     def agents(self) -> list[str]:
@@ -223,6 +224,15 @@ class Allocation:
         the node rank."""
         rank = self.agents.index(agent_id) if agent_id in self.agents else 0
         return f"{self.id.split('.', 1)[-1]}.{rank}"
+
+    def agent_of(self, resources_id: str) -> str | None:
+        """The agent whose part has this resources (container) id."""
+        return next((a for a in self.agents if self.container_id(a) == resources_id), None)
+
+    @property
+    def workers(self) -> list[str]:
+        """The agents whose part is not a daemon."""
+        return [a for a in self.agents if a not in self.daemons]
 
     def slots_on(self, agent_id: str) -> list[int]:
         return next((slots for agent, slots in self.parts if agent == agent_id), [])
@@ -243,6 +253,7 @@ class Allocation:
             parts=[(p[0], list(p[1])) for p in json.loads(r["parts"])]
             or [(r["agent_id"], json.loads(r["slots"]))],
             part_exits=json.loads(r["part_exits"]), port=r["port"],
+            daemons=json.loads(r["daemons"]),
         )
 
 

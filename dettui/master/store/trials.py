@@ -138,6 +138,24 @@ def set_fields(conn: sqlite3.Connection, trial_id: int, **fields: Any) -> None:
                      (*cols.values(), trial_id))
 
 
+def run_metadata(conn: sqlite3.Connection, trial_id: int) -> dict[str, Any]:
+    """The trial's run metadata (`{}` until some is set)."""
+    row = conn.execute("SELECT metadata FROM trials WHERE id=?", (trial_id,)).fetchone()
+    if row is None:
+        raise NotFound(f"trial {trial_id} not found")
+    return dict(json.loads(row["metadata"])) if row["metadata"] else {}
+
+
+def set_run_metadata(conn: sqlite3.Connection, trial_id: int,
+                     metadata: dict[str, Any]) -> dict[str, Any]:
+    """Replace the trial's run metadata (Determined overwrites it whole); what is stored."""
+    with transaction(conn):
+        if conn.execute("UPDATE trials SET metadata=? WHERE id=?",
+                        (json.dumps(metadata), trial_id)).rowcount == 0:
+            raise NotFound(f"trial {trial_id} not found")
+        return run_metadata(conn, trial_id)
+
+
 # --- allocations ---------------------------------------------------------------------------
 
 

@@ -1,0 +1,50 @@
+"""Runs (Determined 0.38's name for trials in its newer routes): their metadata, which
+`core.train.set_metadata` and `get_metadata` write and read."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from dettui.errors import InvalidArgument
+from dettui.master import keys, run_metadata
+from dettui.master.bodies import RunMetadataBody, parse
+from dettui.master.middleware import check_trial, principal, require_owner, task_route
+from dettui.master.openapi import op
+from dettui.master.store import experiments as exp_store
+from dettui.master.store import trials as trial_store
+from dettui.master.wire import path_int
+
+routes = web.RouteTableDef()
+
+
+@task_route
+async def get_metadata(request: web.Request) -> web.Response:
+    """The run's metadata (`{}` until some is set)."""
+    run_id = path_int(request, "runId")
+    check_trial(request, run_id)
+    found = await request.app[keys.DB].run(trial_store.run_metadata, run_id)
+    return web.json_response({"metadata": found})
+
+
+@task_route
+@op(body=RunMetadataBody)
+async def post_metadata(request: web.Request) -> web.Response:
+    """Replace the run's metadata (its trial's own allocation, its owner or an admin)."""
+    run_id = path_int(request, "runId")
+    check_trial(request, run_id)
+    body = await parse(request, RunMetadataBody)
+    if body.run_id is not None and body.run_id != run_id:
+        raise InvalidArgument(f"runId: {body.run_id} does not match the run {run_id} in the "
+                              "path")
+    run_metadata.check(body.metadata)
+    db = request.app[keys.DB]
+    trial = await db.run(trial_store.get, run_id)
+    if principal(request).allocation is None:
+        exp = await db.run(exp_store.get, trial.experiment_id)
+        require_owner(request, exp.owner_id, f"run {run_id}")
+    stored = await db.run(trial_store.set_run_metadata, run_id, body.metadata)
+    return web.json_response({"metadata": stored})
+
+
+routes.get("/api/v1/runs/{runId}/metadata")(get_metadata)
+routes.post("/api/v1/runs/{runId}/metadata")(post_metadata)
