@@ -19,7 +19,7 @@ from dettui.errors import DettuiError
 from dettui.screens.base import ApiScreen, Row, progress_text, state_text
 from dettui.widgets.keybar import KeyBar
 from dettui.widgets.rowtable import Column, RowTable
-from dettui.widgets.safe import Plain, clean
+from dettui.widgets.safe import Plain
 
 TRIAL_COLUMNS = [  # priority: the narrower the screen, the sooner the higher numbers go
     Column("id", "Trial", width=6, align="right"),
@@ -78,7 +78,10 @@ class ExperimentScreen(ApiScreen):
                                                           text-style: bold; }
     ExperimentScreen #trials { height: 1fr; }
     ExperimentScreen #lower { height: 1fr; }
-    ExperimentScreen #chart { width: 2fr; }
+    ExperimentScreen #plot { width: 2fr; }
+    ExperimentScreen #chart-title { width: 100%; text-align: center; text-wrap: nowrap;
+                                    text-overflow: ellipsis; }
+    ExperimentScreen #chart { height: 1fr; }
     ExperimentScreen #ckpts { width: 1fr; }
     ExperimentScreen #checkpoints { height: 1fr; }
     """
@@ -106,7 +109,9 @@ class ExperimentScreen(ApiScreen):
         yield Plain(f"Experiment {self.exp_id}", id="title")
         yield RowTable(TRIAL_COLUMNS, id="trials")
         with Horizontal(id="lower"):
-            yield PlotextPlot(id="chart")
+            with Vertical(id="plot"):
+                yield Plain("", id="chart-title")  # not plotext's: that one drops a long title
+                yield PlotextPlot(id="chart")
             with Vertical(id="ckpts"):
                 yield Plain("Checkpoints", classes="section", id="gc")
                 yield RowTable(CKPT_COLUMNS, id="checkpoints")
@@ -223,8 +228,8 @@ class ExperimentScreen(ApiScreen):
         plt = chart.plt
         plt.clear_data()
         plt.clear_figure()
-        plt.title(clean(f"trial {key}: {metric} ({self.group})" if metric
-                        else f"trial {key}: no {self.group} metrics yet"))
+        self.show("#chart-title", f"trial {key}: {metric} ({self.group})" if metric
+                  else f"trial {key}: no {self.group} metrics yet")
         plt.xlabel("batches")
         if xs:
             plt.plot(xs, ys, marker="braille")

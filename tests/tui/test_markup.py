@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from textual.pilot import Pilot
 from textual.widgets import Input, Static
+from textual_plotext import PlotextPlot
 
 from dettui.errors import DettuiError
 from tests.tui.fixed import FixedClient, FixedDashboard
@@ -60,19 +61,26 @@ class Hostile(FixedClient):
     async def changes(self, topics: list[str]) -> AsyncIterator[dict[str, Any]]:
         data = {"jobs": ([_job(1), _job(2)], "jobId"), "experiments": ([EXPERIMENT], "id"),
                 "agents": ([AGENT], "id"), "experiment:1": ([TRIAL], "id")}
-        for topic in topics:
-            objs, key = data[topic]
+        for topic in topics:  # a windowed topic (`jobs?limit=500`) is the list's first rows
+            objs, key = data[topic.partition("?")[0]]
             yield {"topic": topic, "kind": "snapshot", "upsert": objs, "remove": [],
-                   "order": [str(o[key]) for o in objs]}
+                   "order": [str(o[key]) for o in objs], "total": len(objs)}
         yield {"error": H}
         await asyncio.Event().wait()
 
     async def experiment(self, exp_id: int) -> dict[str, Any]:
         return EXPERIMENT
 
-    async def metrics(self, trial_id: int, group: str | None = None) -> list[dict[str, Any]]:
+    async def metrics(self, trial_id: int, group: str | None = None,
+                      after_steps: int | None = None) -> list[dict[str, Any]]:
         return [{"stepsCompleted": s, "metrics": {"avgMetrics": {H: v, LONG: v}}}
-                for s, v in [(5, 0.7), (10, 0.5)]]
+                for s, v in [(5, 0.7), (10, 0.5), (15, 0.4)] if s > (after_steps or 0)]
+
+    async def metric_series(self, trial_id: int, group: str, max_points: int,
+                            after_steps: int | None = None) -> dict[str, Any]:
+        """The chart's first read: series named with markup, escapes and 3,000 `[/]`."""
+        return {"series": [{"name": name, "steps": [5, 10], "values": [0.7, 0.5]}
+                           for name in (H, LONG)], "lastSteps": 10}
 
     async def checkpoints(self, exp_id: int) -> list[dict[str, Any]]:
         return [{"uuid": H, "state": H, "metadata": {"steps_completed": H},
@@ -105,6 +113,12 @@ def shown(app: HostileDashboard) -> str:
     parts = [str(w.render()) for w in app.screen.query(Static)]
     parts += [str(n.message) for n in app._notifications]
     return "\n".join(parts)
+
+
+def plot(app: HostileDashboard) -> str:
+    """The experiment screen's chart: its title and plot as drawn."""
+    return (f"{app.screen.query_one('#chart-title').render()}\n"
+            f"{app.screen.query_one('#chart', PlotextPlot).render().plain}")
 
 
 async def answer(pilot: Pilot[None], text: str) -> None:
@@ -147,7 +161,11 @@ async def test_hostile_text_everywhere_is_shown_as_it_is() -> None:
         await pilot.press("enter")  # the experiment: title, trials, chart, checkpoints
         await pilot.pause(0.6)
         assert "[link=x]" in str(app.screen.query_one("#title").render())
-        await pilot.press("m", "g", "p", "c", "y")
+        assert f"trial 1: {MARKUP}" in plot(app), plot(app)  # the metric's name, as it is
+        await pilot.press("m")  # the other metric: 3,000 `[/]`
+        await pilot.pause(0.2)
+        assert "trial 1: [/][/][/]" in plot(app), plot(app)
+        await pilot.press("g", "p", "c", "y")
         await pilot.pause(0.3)
         await pilot.press("l")  # its logs
         await pilot.pause(0.6)
