@@ -63,13 +63,13 @@ GPU_AGENT = {
 
 class FixedClient:
     def __init__(self, agents: list[dict[str, Any]] | None = None) -> None:
-        self.agents = agents or [AGENT]
+        self.agent_list = agents or [AGENT]  # (`agents()` is the API call)
         self.actions: list[tuple[Any, ...]] = []
 
     async def changes(self, topics: list[str]) -> AsyncIterator[dict[str, Any]]:
         data = {"jobs": ([job(1, "STATE_RUNNING", "1/1"), job(2, "STATE_QUEUED", "0/2"),
                           job(3, "STATE_QUEUED", "0/1")], "jobId"),
-                "experiments": (EXPERIMENTS, "id"), "agents": (self.agents, "id"),
+                "experiments": (EXPERIMENTS, "id"), "agents": (self.agent_list, "id"),
                 "experiment:1": (TRIALS, "id")}
         for topic in topics:
             objs, key = data[topic.partition("?")[0]]
