@@ -199,12 +199,20 @@ class ExperimentScreen(ApiScreen):
                 new = await self.client.metrics(int(key), self.group, after_steps=self.cursor)
                 points, cursor = self._appended(new, width)
                 self.chart_reads["appended"] += len(new)
-        except Exception:  # noqa: BLE001 - the chart just stays as it was
-            return
+        except Exception as exc:  # noqa: BLE001 - shown in the chart, never raised
+            if want != self.chart_of and self.live:
+                self._unread(key, exc)  # not another trial's chart under this one's name
+            return  # new reports of the trial shown: the chart stays as it was
         if not self.live:
             return  # the screen was closed meanwhile
         self.chart_of, self.points, self.cursor = want, points, cursor
         self._draw(key)
+
+    def _unread(self, key: str, exc: Exception) -> None:
+        """The selected trial's metrics could not be read: an empty chart that says why (the
+        next refresh reads them again)."""
+        self.chart_of, self.points, self.cursor = None, {}, -1
+        self._draw(key, f"trial {key}: metrics not read ({getattr(exc, 'message', exc)})")
 
     def _appended(self, reports: list[dict[str, Any]],
                   width: int) -> tuple[dict[str, list[tuple[float, float]]], int]:
@@ -218,7 +226,7 @@ class ExperimentScreen(ApiScreen):
         return {n: series.downsample(p, width) if len(p) > 2 * width else p
                 for n, p in points.items()}, cursor
 
-    def _draw(self, key: str) -> None:
+    def _draw(self, key: str, failure: str = "") -> None:
         names = sorted(self.points)
         self.names = names
         metric = self.metric if self.metric in names else (names[0] if names else "")
@@ -228,8 +236,8 @@ class ExperimentScreen(ApiScreen):
         plt = chart.plt
         plt.clear_data()
         plt.clear_figure()
-        self.show("#chart-title", f"trial {key}: {metric} ({self.group})" if metric
-                  else f"trial {key}: no {self.group} metrics yet")
+        self.show("#chart-title", failure or (f"trial {key}: {metric} ({self.group})" if metric
+                                              else f"trial {key}: no {self.group} metrics yet"))
         plt.xlabel("batches")
         if xs:
             plt.plot(xs, ys, marker="braille")
