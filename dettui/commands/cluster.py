@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from dettui.client import Client
 from dettui.commands import output
 from dettui.errors import InvalidArgument, NotFound
@@ -22,17 +24,24 @@ async def job_list(c: Client, *, pool: str | None, as_json: bool) -> None:
     for j in jobs:
         ahead = j["summary"]["jobsAhead"]
         name = f"{j['name']} ({j['entityId']})" if j["type"] == "TYPE_EXPERIMENT" else j["name"]
-        state = j["summary"]["state"]
-        if j.get("experimentState") not in (None, "STATE_ACTIVE"):
-            state = j["experimentState"]  # PAUSED, STOPPING_CANCELED: more than QUEUED/SCHEDULED
-        elif j.get("unschedulableReason"):
-            state += f" ({j['unschedulableReason']})"
         rows.append((ahead if ahead >= 0 else "N/A", j["jobId"][:8], j["type"], name,
                      j["priority"] if priority else j["weight"], output.when(j["submissionTime"]),
-                     f"{j['allocatedSlots']}/{j['requestedSlots']}", state, j["username"]))
+                     f"{j['allocatedSlots']}/{j['requestedSlots']}", job_state(j),
+                     j["username"]))
     output.table(f"Job queue: {chosen['name']}", [
         "#", "ID", "Type", "Job Name", "Priority" if priority else "Weight", "Submitted",
         "Slots (acquired/needed)", "State", "User"], rows)
+
+
+def job_state(job: dict[str, Any]) -> str:
+    """The queue's state, unless the experiment's says more (STATE_PAUSED, not STATE_QUEUED;
+    STATE_STOPPING_CANCELED, not STATE_SCHEDULED); else with why it cannot be scheduled."""
+    state = str(job["summary"]["state"])
+    if job.get("experimentState") not in (None, "STATE_ACTIVE"):
+        return str(job["experimentState"])
+    if job.get("unschedulableReason"):
+        state += f" ({job['unschedulableReason']})"
+    return state
 
 
 async def agent_list(c: Client, *, as_json: bool) -> None:

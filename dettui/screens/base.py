@@ -16,7 +16,7 @@ from dettui.errors import DettuiError
 from dettui.screens.dialogs import ConfirmScreen, PathPrompt, PromptScreen
 from dettui.screens.guard import Guarded
 from dettui.widgets.rowtable import RowTable
-from dettui.widgets.safe import plain
+from dettui.widgets.safe import PlainInput, plain
 
 Row = tuple[str, dict[str, Any]]
 
@@ -132,7 +132,7 @@ class ApiScreen(Guarded, Screen[None]):
         self.view_changed()
 
     def filter_box(self) -> Input:
-        return Input(placeholder=FILTER_HINT, id="filter")
+        return PlainInput(placeholder=FILTER_HINT, id="filter")
 
     def action_filter(self) -> None:
         box = self.query_one("#filter", Input)

@@ -16,7 +16,7 @@ from textual.screen import ModalScreen
 from textual.widgets import DirectoryTree, Input
 
 from dettui.screens.guard import Guarded
-from dettui.widgets.safe import Plain, plain
+from dettui.widgets.safe import Plain, PlainInput, clean, plain
 
 
 class PromptScreen(Guarded, ModalScreen[str | None]):
@@ -39,11 +39,15 @@ class PromptScreen(Guarded, ModalScreen[str | None]):
     def compose(self) -> ComposeResult:
         with Vertical():
             yield Plain(self.question)
-            yield Input(value=self.value, placeholder=self.placeholder, id="answer")
+            yield PlainInput(value=self.value, placeholder=self.placeholder, id="answer")
 
     @on(Input.Submitted)
     def _submitted(self, event: Input.Submitted) -> None:
-        self.dismiss(event.value.strip())
+        self.dismiss(self.answer_of(event.value.strip()))
+
+    def answer_of(self, text: str) -> str:
+        """The answer to the text in the box."""
+        return text
 
     def action_cancel(self) -> None:
         self.dismiss(None)
@@ -116,6 +120,8 @@ class PathPrompt(PromptScreen):
                  want: Callable[[Path], bool] = lambda _: True) -> None:
         super().__init__(question, value)
         self.files = files
+        # A path given or picked, as its box shows it (printable) -> the path itself.
+        self.picked: dict[str, str] = {clean(value): value}
         self.want = want if files else (lambda _: False)
 
     def compose(self) -> ComposeResult:
@@ -123,16 +129,25 @@ class PathPrompt(PromptScreen):
         root = start if _is_dir(start) else start.parent
         with Vertical():
             yield Plain(self.question)
-            yield Input(value=self.value, id="answer")
+            yield PlainInput(value=self.value, id="answer")
             yield _Tree(root if _is_dir(root) else Path("."), self.want, id="tree")
 
     @on(DirectoryTree.FileSelected)
     def _file(self, event: DirectoryTree.FileSelected) -> None:
         if self.files:
-            self.query_one("#answer", Input).value = str(event.path)
+            self._pick(event.path)
             self.query_one("#answer", Input).focus()
 
     @on(DirectoryTree.DirectorySelected)
     def _directory(self, event: DirectoryTree.DirectorySelected) -> None:
         if not self.files:
-            self.query_one("#answer", Input).value = str(event.path)
+            self._pick(event.path)
+
+    def _pick(self, path: Path) -> None:
+        """Into the box as shown (printable); answered as it is, unless edited."""
+        box = self.query_one("#answer", Input)
+        box.value = str(path)
+        self.picked[box.value] = str(path)
+
+    def answer_of(self, text: str) -> str:
+        return self.picked.get(text, text)

@@ -19,7 +19,7 @@ from dettui.errors import DettuiError
 from dettui.screens.base import ApiScreen, Row, progress_text, state_text
 from dettui.widgets.keybar import KeyBar
 from dettui.widgets.rowtable import Column, RowTable
-from dettui.widgets.safe import Plain, clean
+from dettui.widgets.safe import Plain
 
 TRIAL_COLUMNS = [  # priority: the narrower the screen, the sooner the higher numbers go
     Column("id", "Trial", width=6, align="right"),
@@ -78,7 +78,10 @@ class ExperimentScreen(ApiScreen):
                                                           text-style: bold; }
     ExperimentScreen #trials { height: 1fr; }
     ExperimentScreen #lower { height: 1fr; }
-    ExperimentScreen #chart { width: 2fr; }
+    ExperimentScreen #plot { width: 2fr; }
+    ExperimentScreen #chart-title { width: 100%; text-align: center; text-wrap: nowrap;
+                                    text-overflow: ellipsis; }
+    ExperimentScreen #chart { height: 1fr; }
     ExperimentScreen #ckpts { width: 1fr; }
     ExperimentScreen #checkpoints { height: 1fr; }
     """
@@ -106,7 +109,9 @@ class ExperimentScreen(ApiScreen):
         yield Plain(f"Experiment {self.exp_id}", id="title")
         yield RowTable(TRIAL_COLUMNS, id="trials")
         with Horizontal(id="lower"):
-            yield PlotextPlot(id="chart")
+            with Vertical(id="plot"):
+                yield Plain("", id="chart-title")  # not plotext's: that one drops a long title
+                yield PlotextPlot(id="chart")
             with Vertical(id="ckpts"):
                 yield Plain("Checkpoints", classes="section", id="gc")
                 yield RowTable(CKPT_COLUMNS, id="checkpoints")
@@ -194,12 +199,20 @@ class ExperimentScreen(ApiScreen):
                 new = await self.client.metrics(int(key), self.group, after_steps=self.cursor)
                 points, cursor = self._appended(new, width)
                 self.chart_reads["appended"] += len(new)
-        except Exception:  # noqa: BLE001 - the chart just stays as it was
-            return
+        except Exception as exc:  # noqa: BLE001 - shown in the chart, never raised
+            if want != self.chart_of and self.live:
+                self._unread(key, exc)  # not another trial's chart under this one's name
+            return  # new reports of the trial shown: the chart stays as it was
         if not self.live:
             return  # the screen was closed meanwhile
         self.chart_of, self.points, self.cursor = want, points, cursor
         self._draw(key)
+
+    def _unread(self, key: str, exc: Exception) -> None:
+        """The selected trial's metrics could not be read: an empty chart that says why (the
+        next refresh reads them again)."""
+        self.chart_of, self.points, self.cursor = None, {}, -1
+        self._draw(key, f"trial {key}: metrics not read ({getattr(exc, 'message', exc)})")
 
     def _appended(self, reports: list[dict[str, Any]],
                   width: int) -> tuple[dict[str, list[tuple[float, float]]], int]:
@@ -213,7 +226,7 @@ class ExperimentScreen(ApiScreen):
         return {n: series.downsample(p, width) if len(p) > 2 * width else p
                 for n, p in points.items()}, cursor
 
-    def _draw(self, key: str) -> None:
+    def _draw(self, key: str, failure: str = "") -> None:
         names = sorted(self.points)
         self.names = names
         metric = self.metric if self.metric in names else (names[0] if names else "")
@@ -223,8 +236,8 @@ class ExperimentScreen(ApiScreen):
         plt = chart.plt
         plt.clear_data()
         plt.clear_figure()
-        plt.title(clean(f"trial {key}: {metric} ({self.group})" if metric
-                        else f"trial {key}: no {self.group} metrics yet"))
+        self.show("#chart-title", failure or (f"trial {key}: {metric} ({self.group})" if metric
+                                              else f"trial {key}: no {self.group} metrics yet"))
         plt.xlabel("batches")
         if xs:
             plt.plot(xs, ys, marker="braille")

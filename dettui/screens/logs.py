@@ -13,7 +13,7 @@ from textual.widgets import Header, Input, Log
 
 from dettui.screens.base import ApiScreen
 from dettui.widgets.keybar import KeyBar
-from dettui.widgets.safe import Plain, clean
+from dettui.widgets.safe import Plain, PlainInput, clean
 
 ERROR = re.compile(r"error|traceback|exception|failed|killed", re.IGNORECASE)
 MAX_LINES = 200_000
@@ -51,8 +51,8 @@ class LogsScreen(ApiScreen):
     def compose(self) -> ComposeResult:
         yield Header()
         yield Plain(f"Trial {self.trial_id} logs", id="title")
-        yield Input(placeholder="search (regular expression; Enter to find, Escape to close)",
-                    id="search")
+        yield PlainInput(placeholder="search (regular expression; Enter to find, Escape to "
+                         "close)", id="search")
         yield Log(id="log", max_lines=MAX_LINES, auto_scroll=True)
         yield KeyBar()
 

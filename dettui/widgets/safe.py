@@ -3,7 +3,8 @@
 Experiment names, labels, log lines, config values, error messages, file names and search terms
 all reach the screen through `plain()` (a `rich.text.Text`, which no widget parses as markup)
 or `clean()` (a str with escape sequences removed and other control characters replaced, and
-lone surrogates from undecodable bytes replaced, so the terminal gets only printable text).
+lone surrogates from undecodable bytes replaced, so the terminal gets only printable text);
+text boxes are `PlainInput`s, whose value is always `clean`.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import re
 from typing import Any
 
 from rich.text import Text
-from textual.widgets import Static
+from textual.widgets import Input, Static
 
 # CSI (colours, cursor moves), OSC (titles, hyperlinks) and other two-byte escapes.
 _ESCAPE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-Z\\-_])"
@@ -50,3 +51,12 @@ class Plain(Static):
 
     def update(self, content: Any = "", *, layout: bool = True) -> None:
         super().update(self._text(content), layout=layout)
+
+
+class PlainInput(Input):
+    """An Input whose text is printable: an escape sequence or control character typed, pasted
+    or put in as a value (a pool's name, a picked file's) never reaches the terminal (Textual
+    writes an Input's text to it as it is)."""
+
+    def validate_value(self, value: str) -> str:
+        return clean(value)

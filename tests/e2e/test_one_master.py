@@ -126,3 +126,18 @@ def test_the_local_agent_offers_one_cpu_slot_per_core(tmp_path: Path) -> None:
         assert [len(a["slots"]) for a in agents] == [cpu_cores()]
     finally:
         s.stop()
+
+
+def test_a_bad_config_says_invalid_experiment_configuration_once(headless: Served,
+                                                                 tmp_path: Path) -> None:
+    """Issue 12 saw "Invalid experiment configuration: invalid experiment configuration":
+    the title is said once, then where, then each problem."""
+    bad = tmp_path / "bad.yaml"
+    bad.write_text((SAMPLE / "single.yaml").read_text().replace("slots_per_trial: 1",
+                                                                "slots_per_trial: -1"))
+    res = headless.cli("e", "create", str(bad), str(SAMPLE), check=False)
+    assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr
+    assert res.stderr.startswith(f"Invalid experiment configuration ({bad}):\n"), res.stderr
+    assert res.stderr.casefold().count("invalid experiment configuration") == 1, res.stderr
+    assert "  - resources.slots_per_trial: must be >= 0" in res.stderr, res.stderr
+    assert headless.api("GET", "/api/v1/experiments")["experiments"] == []

@@ -63,13 +63,13 @@ GPU_AGENT = {
 
 class FixedClient:
     def __init__(self, agents: list[dict[str, Any]] | None = None) -> None:
-        self.agents = agents or [AGENT]
+        self.agent_list = agents or [AGENT]  # (`agents()` is the API call)
         self.actions: list[tuple[Any, ...]] = []
 
     async def changes(self, topics: list[str]) -> AsyncIterator[dict[str, Any]]:
         data = {"jobs": ([job(1, "STATE_RUNNING", "1/1"), job(2, "STATE_QUEUED", "0/2"),
                           job(3, "STATE_QUEUED", "0/1")], "jobId"),
-                "experiments": (EXPERIMENTS, "id"), "agents": (self.agents, "id"),
+                "experiments": (EXPERIMENTS, "id"), "agents": (self.agent_list, "id"),
                 "experiment:1": (TRIALS, "id")}
         for topic in topics:
             objs, key = data[topic.partition("?")[0]]
@@ -130,11 +130,25 @@ class FixedClient:
         pass
 
 
+class NoMetrics(FixedClient):
+    """A trial that has reported no metrics yet."""
+
+    async def metrics(self, trial_id: int, group: str | None = None,
+                      after_steps: int | None = None) -> list[dict[str, Any]]:
+        return []
+
+    async def metric_series(self, trial_id: int, group: str, max_points: int,
+                            after_steps: int | None = None) -> dict[str, Any]:
+        return {"series": [], "lastSteps": None}
+
+
 class FixedDashboard(Dashboard):
-    def __init__(self, agents: list[dict[str, Any]] | None = None) -> None:
+    def __init__(self, agents: list[dict[str, Any]] | None = None,
+                 client: type[FixedClient] = FixedClient) -> None:
         super().__init__("http://fixed", Path("/nonexistent"))
         self.agents = agents
+        self.client_type = client
 
     async def connect(self) -> Any:
         self.sub_title = "fixed data"
-        return FixedClient(self.agents)
+        return self.client_type(self.agents)

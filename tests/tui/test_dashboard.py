@@ -230,6 +230,8 @@ async def test_every_other_binding_acts_through_the_api(served: Served, dashboar
         app.screen.query_one("#answer").value = "nowhere"  # type: ignore[attr-defined]
         await pilot.press("enter")
         await until(notified(app, "nowhere"), "unknown pool refused")
+        refusal = next(n for n in app._notifications if "nowhere" in str(n.message))
+        assert refusal.title.startswith("cannot move job "), refusal.title  # not "pool gpu"
         await pilot.press("r")
         assert table(app, "#jobs").sort_reverse
         await pilot.press("c", "y")  # cancel the selected job's experiment
