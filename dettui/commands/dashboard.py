@@ -31,7 +31,15 @@ from dettui.screens.guard import describe
 from dettui.screens.help import HelpScreen, describe_keys
 from dettui.screens.palette import Actions
 from dettui.screens.queue import QueueScreen
-from dettui.screens.quit import BACKGROUND, STOP, QuitScreen, StoppingScreen, Work, work_of
+from dettui.screens.quit import (
+    BACKGROUND,
+    STOP,
+    QuitScreen,
+    StoppingScreen,
+    Work,
+    stopping_text,
+    work_of,
+)
 from dettui.widgets.safe import clean, plain
 
 log = logging.getLogger("dettui.dashboard")
@@ -235,9 +243,7 @@ class Dashboard(App[None]):
                 self.farewell = f"The master (pid {self.local.pid}) did not stop in time."
                 return
             try:
-                running = (await self.work()).running
-                screen.progress(f"Stopping: {running} trial{'s' if running != 1 else ''} "
-                                "still checkpointing and stopping, then the master exits…")
+                screen.progress(stopping_text((await self.work()).running))
             except DettuiError:
                 screen.progress("Stopping: the master is exiting…")
             await asyncio.sleep(0.5)

@@ -92,6 +92,12 @@ class QuitScreen(Guarded, ModalScreen[str | None]):
         self.dismiss(choice or None)
 
 
+def stopping_text(running: int) -> str:
+    """What the stopping dialog says while trials are still running."""
+    return (f"Stopping: {running} trial{'s' if running != 1 else ''} still checkpointing and "
+            "stopping, then the master exits…")
+
+
 class StoppingScreen(Guarded, ModalScreen[None]):
     """Shown while the master stops; the app updates the line."""
 

@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 from textual.pilot import Pilot
 from textual.widgets import Input
 
-from dettui.screens.quit import QuitScreen, Work
-from tests.tui.fixed import GPU_AGENT, FixedClient, FixedDashboard
+from dettui.screens.quit import QuitScreen, StoppingScreen, Work, stopping_text
+from tests.tui.fixed import GPU_AGENT, FixedClient, FixedDashboard, NoMetrics
 
 SIZES = {"80x24": (80, 24), "200x50": (200, 50)}
 Steps = Callable[[Pilot[None]], Awaitable[None]]
@@ -40,6 +41,15 @@ async def quit_dialog(pilot: Pilot[None]) -> None:
     await pilot.pause(0.3)
 
 
+async def stopping(pilot: Pilot[None]) -> None:
+    await pilot.pause(0.3)
+    screen = StoppingScreen()
+    await pilot.app.push_screen(screen)
+    await pilot.pause(0.2)
+    screen.progress(stopping_text(2))
+    await pilot.pause(0.3)
+
+
 SCREENS: dict[str, Steps] = {
     "queue": keys(),
     "experiments": keys("2"),
@@ -50,8 +60,10 @@ SCREENS: dict[str, Steps] = {
     "palette": keys("ctrl+p", "k", "i", "l", "l", "down", "up", settle=1.0),
     "confirm_kill": keys("2", "x"),
     "confirm_delete": keys("2", "D"),
+    "confirm_cancel": keys("2", "c"),
     "prompt": keys("P"),
     "quit": quit_dialog,
+    "stopping": stopping,
 }
 
 
@@ -67,6 +79,29 @@ def test_cluster_with_gpus(snap_compare: Any, size: str) -> None:
     power and processes, with utilisation history."""
     assert snap_compare(FixedDashboard([GPU_AGENT]), terminal_size=SIZES[size],
                         run_before=keys("3"))
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_experiment_without_metrics(snap_compare: Any, size: str) -> None:
+    """The chart says its trial has reported none yet."""
+    assert snap_compare(FixedDashboard(client=NoMetrics), terminal_size=SIZES[size],
+                        run_before=keys("2", "enter", wait=0.4))
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_path_dialog(snap_compare: Any, size: str, tmp_path: Path,
+                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """`n` on the experiments list, in a directory with a context: its directories and YAML
+    files in the tree (not other files, hidden ones or caches), the config's path typed in."""
+    ctx = tmp_path / "sample_ctx"
+    for name in ("single.yaml", "search.yml", "train.py", ".hidden.yaml", "notes.txt"):
+        (ctx / name).parent.mkdir(exist_ok=True)
+        (ctx / name).write_text("")
+    for name in ("data", "__pycache__", ".git"):
+        (ctx / name).mkdir()
+    monkeypatch.chdir(tmp_path)
+    assert snap_compare(FixedDashboard(), terminal_size=SIZES[size],
+                        run_before=keys("2", "n", settle=0.8))
 
 
 class ManyLogs(FixedClient):
