@@ -74,8 +74,7 @@ async def fetch_start(client: Client, alloc_id: str) -> StartWork:
     waits = retry.delays(give_up_after=PATIENCE)
     while True:
         try:
-            body = await client.request("GET", f"/api/v1/allocations/{alloc_id}/slurm/start")
-            return StartWork.model_validate(body)
+            return await client.slurm_start(alloc_id)
         except DettuiError as exc:
             wait = next(waits, None)
             if wait is None or exc.http_status in (401, 403, 404):

@@ -213,11 +213,11 @@ class Dashboard(App[None]):
 
     async def work(self) -> Work:
         assert self.client is not None
-        tasks = await self.client.request("GET", "/api/v1/tasks")
+        tasks = await self.client.tasks()
         jobs = await self.client.jobs()
         local_agent = next((a["id"] for a in await self.client.agents()
                             if str(a["id"]).endswith("-local")), "")
-        return work_of(list(tasks["allocationIdToSummary"].values()), jobs, local_agent)
+        return work_of(tasks, jobs, local_agent)
 
     async def _stop(self, sig: int, timeout: float | None) -> None:
         """Signal the local master and wait until it has let go of the state dir, showing how
