@@ -20,7 +20,8 @@ from pathlib import Path
 from dettui import retry
 from dettui.agent import process
 from dettui.agent.allocation import AllocationRun
-from dettui.client import Client, token_path
+from dettui.auth import token_path
+from dettui.client import Client
 from dettui.errors import DettuiError
 from dettui.launch.spec import Topology
 from dettui.protocol import StartWork

@@ -22,8 +22,8 @@ from textual.binding import Binding, BindingType
 from textual.message import Message
 from textual.worker import WorkerFailed
 
+from dettui import auth, statedir
 from dettui import client as api
-from dettui import statedir
 from dettui.errors import DettuiError, MasterUnreachable
 from dettui.screens.cluster import ClusterScreen
 from dettui.screens.experiments import ExperimentsScreen
@@ -90,7 +90,7 @@ class Dashboard(App[None]):
                 return client
             except DettuiError:
                 await client.close()
-        client = await api.authenticated(self.master)
+        client = await auth.authenticated(self.master)
         self.sub_title = self.master
         return client
 
@@ -303,7 +303,7 @@ def _last_line(path: Path) -> str:
 
 
 async def _probe(url: str) -> None:
-    client = await api.authenticated(url)
+    client = await auth.authenticated(url)
     await client.close()
 
 

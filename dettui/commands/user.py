@@ -6,6 +6,7 @@ import argparse
 import getpass
 from collections.abc import Awaitable, Callable
 
+from dettui import auth
 from dettui import client as api
 from dettui.commands import output
 from dettui.commands.output import console
@@ -23,7 +24,7 @@ async def login(url: str, username: str | None, password: str | None) -> None:
                                   "it in") from None
     async with api.Client(url) as c:
         token = await c.login(name, password)
-    api.store_token(url, name, token)
+    auth.store_token(url, name, token)
     console.print(f"Logged in as {name} at {url}")
 
 
