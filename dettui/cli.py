@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from dettui import __version__
+from dettui import __version__, auth
 from dettui import client as api
 from dettui.errors import DettuiError, InvalidArgument
 
@@ -247,7 +247,7 @@ def _trial_args(sub: Any) -> None:
 
 async def _with_client(args: argparse.Namespace,
                        fn: Callable[[api.Client], Awaitable[Any]]) -> Any:
-    c = await api.authenticated(api.master_url(args.master), args.user)
+    c = await auth.authenticated(api.master_url(args.master), args.user)
     try:
         return await fn(c)
     finally:

@@ -10,11 +10,10 @@ import base64
 import json
 import os
 from collections.abc import AsyncIterator, Callable
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
-import platformdirs
 
 from dettui import errors, protocol, retry
 
@@ -42,6 +41,29 @@ async def _chunks(
     for start in range(0, len(data), size):
         yield data[start:start + size]
         progress(min(start + size, len(data)), len(data))
+
+
+@dataclass(frozen=True)
+class GcPolicy:
+    """How many checkpoints an experiment keeps: its best, each trial's best and latest."""
+
+    experiment_best: int
+    trial_best: int
+    trial_latest: int
+
+
+Params = dict[str, str] | list[tuple[str, str]]  # query parameters (a list may repeat a key)
+
+
+def _pairs(params: Params | None) -> list[tuple[str, str]]:
+    return list(params.items()) if isinstance(params, dict) else list(params or [])
+
+
+def _checkpoint_params(newest_first: bool, sort_by: str | None,
+                       states: tuple[str, ...]) -> list[tuple[str, str]]:
+    params = [("sortByAttr", sort_by)] if sort_by else [
+        ("orderBy", "ORDER_BY_DESC" if newest_first else "ORDER_BY_ASC")]
+    return params + [("states", s) for s in states]
 
 
 class Client:
@@ -139,7 +161,7 @@ class Client:
                         continue
                     item = json.loads(line)
                     if "error" in item:
-                        raise errors.DettuiError(str(item["error"].get("message", item["error"])))
+                        raise errors.DettuiError(errors.message_of(resp.status, line))
                     yield item["result"]
         except aiohttp.ClientConnectionError as exc:
             raise errors.MasterUnreachable(f"cannot reach the master at {self.url}: {exc}") from exc
@@ -208,15 +230,15 @@ class Client:
         return await self.request("POST", "/api/v1/experiments", body=body, timeout=600,
                                   progress=progress)
 
-    async def paged(self, path: str, key: str, params: dict[str, str] | None = None, *,
+    async def paged(self, path: str, key: str, params: Params | None = None, *,
                     page_size: int = PAGE_SIZE) -> list[Any]:
         """Every item of a paginated list, a page at a time (offset = the last endIndex, as
         Determined's read_paginated does)."""
         items: list[Any] = []
         offset = 0
         while True:
-            body = await self.request("GET", path, params={
-                **(params or {}), "limit": str(page_size), "offset": str(offset)})
+            body = await self.request("GET", path, params=[
+                *_pairs(params), ("limit", str(page_size)), ("offset", str(offset))])
             items += body[key]
             page = body.get("pagination") or {}
             end, total = page.get("endIndex"), page.get("total")
@@ -225,11 +247,11 @@ class Client:
                 return items
             offset = end
 
-    async def page(self, path: str, key: str, params: dict[str, str] | None = None, *,
+    async def page(self, path: str, key: str, params: Params | None = None, *,
                    offset: int = 0, limit: int = PAGE_SIZE) -> tuple[list[Any], int]:
         """One page of a paginated list, and how many items the whole list has."""
-        body = await self.request("GET", path, params={
-            **(params or {}), "limit": str(limit), "offset": str(offset)})
+        body = await self.request("GET", path, params=[
+            *_pairs(params), ("limit", str(limit)), ("offset", str(offset))])
         return list(body[key]), int((body.get("pagination") or {}).get("total") or 0)
 
     async def experiments(self, *, archived: bool | None = False) -> list[dict[str, Any]]:
@@ -242,6 +264,28 @@ class Client:
     async def experiment_action(self, exp_id: int, action: str) -> None:
         await self.request("POST", f"/api/v1/experiments/{exp_id}/{action}")
 
+    async def delete_experiment(self, exp_id: int) -> None:
+        """Delete an ended experiment with its checkpoints, logs and metrics."""
+        await self.request("DELETE", f"/api/v1/experiments/{exp_id}")
+
+    async def set_experiment_priority(self, exp_id: int, priority: int) -> None:
+        await self.request("PATCH", f"/api/v1/experiments/{exp_id}",
+                           body={"id": exp_id, "resources": {"priority": priority}})
+
+    async def preview_gc(self, exp_id: int, policy: GcPolicy) -> list[dict[str, Any]]:
+        """The checkpoints `policy` would delete (Determined's preview_gc rows)."""
+        body = await self.request("GET", f"/experiments/{exp_id}/preview_gc", params={
+            "save_experiment_best": str(policy.experiment_best),
+            "save_trial_best": str(policy.trial_best),
+            "save_trial_latest": str(policy.trial_latest)})
+        return list(body["checkpoints"])
+
+    async def set_gc_policy(self, exp_id: int, policy: GcPolicy) -> None:
+        await self.request("PATCH", f"/api/v1/experiments/{exp_id}", body={
+            "id": exp_id, "checkpointStorage": {"saveExperimentBest": policy.experiment_best,
+                                                "saveTrialBest": policy.trial_best,
+                                                "saveTrialLatest": policy.trial_latest}})
+
     async def trials(self, exp_id: int) -> list[dict[str, Any]]:
         return await self.paged(f"/api/v1/experiments/{exp_id}/trials", "trials")
 
@@ -249,13 +293,29 @@ class Client:
         return dict((await self.request("GET", f"/api/v1/trials/{trial_id}"))["trial"])
 
     async def checkpoints(self, exp_id: int, *, limit: int | None = None,
-                          newest_first: bool = False) -> list[dict[str, Any]]:
-        """The experiment's checkpoints (by report time), every one, or the first `limit`."""
+                          newest_first: bool = False, sort_by: str | None = None,
+                          states: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+        """The experiment's checkpoints (in `states`, if given), every one or the first
+        `limit`: by report time, or by `sort_by` (a sortByAttr, in the master's order:
+        SORT_BY_SEARCHER_METRIC is best first)."""
         path = f"/api/v1/experiments/{exp_id}/checkpoints"
-        params = {"orderBy": "ORDER_BY_DESC" if newest_first else "ORDER_BY_ASC"}
+        params = _checkpoint_params(newest_first, sort_by, states)
         if limit is not None:
             return (await self.page(path, "checkpoints", params, limit=limit))[0]
         return await self.paged(path, "checkpoints", params)
+
+    async def newest_checkpoints(self, exp_id: int, limit: int) -> tuple[list[dict[str, Any]],
+                                                                        int]:
+        """The experiment's newest `limit` checkpoints, and how many it has."""
+        return await self.page(f"/api/v1/experiments/{exp_id}/checkpoints", "checkpoints",
+                               _checkpoint_params(True, None, ()), limit=limit)
+
+    async def checkpoint(self, uuid: str) -> dict[str, Any]:
+        return dict((await self.request("GET", f"/api/v1/checkpoints/{uuid}"))["checkpoint"])
+
+    async def download_checkpoint(self, uuid: str, sink: Callable[[bytes], object]) -> int:
+        """The checkpoint's files as the master's tar.gz stream (`download`)."""
+        return await self.download(f"/checkpoints/{uuid}", sink)
 
     async def metrics(self, trial_id: int, group: str | None = None, *,
                       after_steps: int | None = None) -> list[dict[str, Any]]:
@@ -288,11 +348,65 @@ class Client:
         params = {"includeIdle": "true"} | ({"resourcePool": pool} if pool else {})
         return [j["full"] for j in await self.paged("/api/v1/job-queues-v2", "jobs", params)]
 
+    async def update_job(self, job_id: str, *, priority: int | None = None,
+                         weight: float | None = None, resource_pool: str | None = None,
+                         ahead_of: str | None = None, behind_of: str | None = None) -> None:
+        """Change one job in the queue: its priority, weight or pool, or move it ahead of or
+        behind another job."""
+        update: dict[str, Any] = {"jobId": job_id, "priority": priority, "weight": weight,
+                                  "resourcePool": resource_pool}
+        update |= {k: v for k, v in (("aheadOf", ahead_of), ("behindOf", behind_of)) if v}
+        await self.request("POST", "/api/v1/job-queues", body={"updates": [update]})
+
+    async def tasks(self) -> list[dict[str, Any]]:
+        """The running allocations (Determined's allocationIdToSummary)."""
+        body = await self.request("GET", "/api/v1/tasks")
+        return list(body["allocationIdToSummary"].values())
+
     async def agents(self) -> list[dict[str, Any]]:
         return list((await self.request("GET", "/api/v1/agents"))["agents"])
 
+    async def set_agent_enabled(self, agent_id: str, enabled: bool, *,
+                                drain: bool = True) -> None:
+        """Enable an agent, or disable it (with `drain`, its running work finishes)."""
+        await self.request("POST", f"/api/v1/agents/{agent_id}/"
+                           f"{'enable' if enabled else 'disable'}",
+                           body={"agentId": agent_id, "drain": drain})
+
+    async def create_agent_credential(self, description: str) -> dict[str, Any]:
+        """A new agent credential: {"credential": ..., "token": the secret, shown once}."""
+        return dict(await self.request("POST", "/api/v1/agent-credentials",
+                                       body={"description": description}))
+
+    async def agent_credentials(self) -> list[dict[str, Any]]:
+        return list((await self.request("GET", "/api/v1/agent-credentials"))["credentials"])
+
+    async def revoke_agent_credential(self, cred_id: int) -> None:
+        await self.request("DELETE", f"/api/v1/agent-credentials/{cred_id}")
+
     async def pools(self) -> list[dict[str, Any]]:
         return list((await self.request("GET", "/api/v1/resource-pools"))["resourcePools"])
+
+    # --- users --------------------------------------------------------------------------
+
+    async def users(self) -> list[dict[str, Any]]:
+        return list((await self.request("GET", "/api/v1/users"))["users"])
+
+    async def user_by_name(self, username: str) -> dict[str, Any]:
+        return dict((await self.request("GET", f"/api/v1/users/{username}/by-username"))["user"])
+
+    async def create_user(self, username: str, password: str, *,
+                          admin: bool = False) -> dict[str, Any]:
+        body = {"user": {"username": username, "admin": admin, "active": True},
+                "password": password, "isHashed": False}
+        return dict((await self.request("POST", "/api/v1/users", body=body))["user"])
+
+    async def set_user_active(self, user_id: int, active: bool) -> None:
+        await self.request("PATCH", f"/api/v1/users/{user_id}", body={"active": active})
+
+    async def set_password(self, user_id: int, password: str) -> None:
+        await self.request("PATCH", f"/api/v1/users/{user_id}",
+                           body={"password": password, "isHashed": False})
 
     # --- the agent protocol (dettui.protocol): what an agent calls --------------------------
 
@@ -327,84 +441,13 @@ class Client:
     async def agent_leave(self, agent_id: str) -> None:
         await self.request("POST", f"/api/v1/agents/{agent_id}/leave", timeout=5)
 
+    async def slurm_start(self, alloc_id: str) -> protocol.StartWork:
+        """A Slurm allocation's start message, for its node parts (asked with its token)."""
+        return protocol.StartWork.model_validate(await self.request(
+            "GET", f"/api/v1/allocations/{alloc_id}/slurm/start"))
+
     async def context_directory(self, task_id: str) -> bytes:
         """A task's model context, as the .tar.gz it was packed into."""
         body = await self.request("GET", f"/api/v1/tasks/{task_id}/context_directory",
                                   timeout=300)
         return base64.b64decode(body.get("b64Tgz") or "")
-
-
-# --- the CLI's token store -------------------------------------------------------------------
-
-
-def token_path() -> Path:
-    base = os.environ.get("DETTUI_CONFIG_DIR") or platformdirs.user_config_dir("dettui")
-    return Path(base) / "auth.json"
-
-
-def _tokens() -> dict[str, Any]:
-    try:
-        data = json.loads(token_path().read_text())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-def load_token(url: str, user: str | None = None) -> tuple[str, str] | None:
-    """(username, token) stored for this master: the logged-in user's, or `user`'s."""
-    try:
-        entry = _tokens().get(url)
-        if not entry:
-            return None
-        if user is None or entry.get("username") == user:
-            return (entry["username"], entry["token"]) if "username" in entry else None
-        token = (entry.get("others") or {}).get(user)
-        return (user, token) if isinstance(token, str) else None
-    except (KeyError, TypeError, AttributeError):
-        return None
-
-
-def store_token(url: str, username: str, token: str, *, default: bool = True) -> None:
-    """Remember a token. `default`: this user is now the logged-in one (`dettui user login`);
-    else it is kept for a one-off `-u USER` only, and the logged-in user stays who it was."""
-    path = token_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    data = _tokens()
-    entry = data.get(url) if isinstance(data.get(url), dict) else None
-    entry = entry if entry is not None else {}
-    if default or entry.get("username") == username:
-        others = dict(entry.get("others") or {})
-        others.pop(username, None)
-        data[url] = {"username": username, "token": token, "others": others}
-    else:
-        entry.setdefault("others", {})[username] = token
-        data[url] = entry
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=2))
-    os.chmod(tmp, 0o600)
-    tmp.replace(path)
-
-
-async def authenticated(url: str, user: str | None = None) -> Client:
-    """A client with a working token: the stored one if still valid, else log in (empty pw)."""
-    client = Client(url)
-    stored = load_token(url, user)
-    if stored:
-        client.token = stored[1]
-        try:
-            await client.me()
-            return client
-        except errors.Unauthenticated:
-            client.token = None
-        except errors.DettuiError:
-            await client.close()
-            raise
-    username = user or os.environ.get("DET_USER") or "determined"
-    password = os.environ.get("DET_PASS", "")
-    try:
-        token = await client.login(username, password)
-    except errors.DettuiError:
-        await client.close()
-        raise
-    store_token(url, username, token, default=user is None)
-    return client

@@ -16,7 +16,8 @@ from pydantic import ValidationError
 from dettui import paths, retry, telemetry
 from dettui.agent import process, sandbox, spool
 from dettui.agent.allocation import AllocationRun, ship
-from dettui.client import Client, token_path
+from dettui.auth import token_path
+from dettui.client import Client
 from dettui.errors import DettuiError, Gone, NotFound
 from dettui.protocol import (
     AgentSlot,

@@ -20,7 +20,8 @@ from pathlib import Path
 from dettui import retry
 from dettui.agent import process
 from dettui.agent.allocation import AllocationRun
-from dettui.client import Client, token_path
+from dettui.auth import token_path
+from dettui.client import Client
 from dettui.errors import DettuiError
 from dettui.launch.spec import Topology
 from dettui.protocol import StartWork
@@ -74,8 +75,7 @@ async def fetch_start(client: Client, alloc_id: str) -> StartWork:
     waits = retry.delays(give_up_after=PATIENCE)
     while True:
         try:
-            body = await client.request("GET", f"/api/v1/allocations/{alloc_id}/slurm/start")
-            return StartWork.model_validate(body)
+            return await client.slurm_start(alloc_id)
         except DettuiError as exc:
             wait = next(waits, None)
             if wait is None or exc.http_status in (401, 403, 404):

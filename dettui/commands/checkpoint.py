@@ -29,12 +29,8 @@ def _progress() -> rich_progress.Progress:
 
 
 async def list_(c: Client, exp_id: int, *, best: int | None, as_json: bool) -> None:
-    params: dict[str, Any] = {"sortByAttr": "SORT_BY_SEARCHER_METRIC" if best else
-                              "SORT_BY_END_TIME"}
-    if best:
-        params["limit"] = best
-    body = await c.request("GET", f"/api/v1/experiments/{exp_id}/checkpoints", params=params)
-    ckpts = body["checkpoints"]
+    ckpts = await c.checkpoints(
+        exp_id, sort_by="SORT_BY_SEARCHER_METRIC" if best else "SORT_BY_END_TIME", limit=best)
     if as_json:
         output.print_json(ckpts)
         return
@@ -64,7 +60,7 @@ async def fetch(c: Client, uuid: str, dest: Path, *, mode: str = "auto",
     reaches it (mode auto or direct), else streamed by the master as a tar.gz and extracted
     (auto or master). File work runs in a thread; `progress` may be called from it."""
     uuid = checkpoint_uuid(uuid)
-    ckpt = (await c.request("GET", f"/api/v1/checkpoints/{uuid}"))["checkpoint"]
+    ckpt = await c.checkpoint(uuid)
     if ckpt["state"] not in ("STATE_COMPLETED", "STATE_PARTIALLY_DELETED"):
         raise FailedPrecondition(f"checkpoint {uuid} is {output.state(ckpt['state'])}: only "
                                  "COMPLETED or PARTIALLY_DELETED checkpoints can be downloaded")
@@ -128,7 +124,7 @@ async def _via_master(c: Client, uuid: str, dest: Path, report: Progress) -> Non
             got += len(chunk)
             report(got, None)
 
-        await c.download(f"/checkpoints/{uuid}", sink)
+        await c.download_checkpoint(uuid, sink)
         tmp.seek(0)
         await asyncio.to_thread(_extract, tmp, dest, uuid)
 
@@ -147,10 +143,10 @@ async def download_experiment(c: Client, exp_id: int, output_dir: Path, *, top: 
     `output_dir/<uuid>`."""
     if top < 1:
         raise InvalidArgument("--top must be at least 1")
-    body = await c.request("GET", f"/api/v1/experiments/{exp_id}/checkpoints", params={
-        "sortByAttr": "SORT_BY_SEARCHER_METRIC", "states": "STATE_COMPLETED", "limit": top})
+    best = await c.checkpoints(exp_id, sort_by="SORT_BY_SEARCHER_METRIC",
+                               states=("STATE_COMPLETED",), limit=top)
     paths = []
-    for ck in body["checkpoints"]:
+    for ck in best:
         paths.append(await download(c, ck["uuid"], Path(output_dir) / ck["uuid"], mode=mode))
         output.console.print(f"{ck['uuid']} -> {paths[-1]}")
     if not paths:

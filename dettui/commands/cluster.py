@@ -74,24 +74,21 @@ async def resolve_job(c: Client, ref: str) -> str:
     raise InvalidArgument(f"job id prefix {ref} is ambiguous: {', '.join(m[:12] for m in matches)}")
 
 
-UPDATE_KEYS = {"priority": "priority", "weight": "weight", "resource-pool": "resourcePool",
-               "ahead-of": "aheadOf", "behind-of": "behindOf"}
+UPDATE_KEYS = {"priority": "priority", "weight": "weight", "resource-pool": "resource_pool",
+               "ahead-of": "ahead_of", "behind-of": "behind_of"}  # -> Client.update_job
 
 
 async def job_update(c: Client, ref: str, key: str, value: str) -> None:
     job_id = await resolve_job(c, ref)
     field = UPDATE_KEYS[key]
-    body: dict[str, object] = {"jobId": job_id, "priority": None, "weight": None,
-                               "resourcePool": None}
+    change: dict[str, Any] = {field: value}
     if field == "priority":
-        body[field] = _number(value, int, "priority")
+        change[field] = _number(value, int, "priority")
     elif field == "weight":
-        body[field] = _number(value, float, "weight")
-    elif field in ("aheadOf", "behindOf"):
-        body[field] = await resolve_job(c, value)
-    else:
-        body[field] = value
-    await c.request("POST", "/api/v1/job-queues", body={"updates": [body]})
+        change[field] = _number(value, float, "weight")
+    elif field in ("ahead_of", "behind_of"):
+        change[field] = await resolve_job(c, value)
+    await c.update_job(job_id, **change)
     output.console.print(f"Updated job {job_id[:8]}: {key} {value}")
 
 
@@ -117,8 +114,7 @@ async def job_update_batch(c: Client, items: list[str]) -> None:
 
 
 async def task_list(c: Client, *, as_json: bool) -> None:
-    body = await c.request("GET", "/api/v1/tasks")
-    tasks = list(body["allocationIdToSummary"].values())
+    tasks = await c.tasks()
     if as_json:
         output.print_json(tasks)
         return
@@ -131,8 +127,7 @@ async def task_list(c: Client, *, as_json: bool) -> None:
 
 
 async def agent_enable(c: Client, agent_id: str, enabled: bool) -> None:
-    await c.request("POST", f"/api/v1/agents/{agent_id}/{'enable' if enabled else 'disable'}",
-                    body={"agentId": agent_id, "drain": True})
+    await c.set_agent_enabled(agent_id, enabled)
     what = "enabled" if enabled else "disabled (running work finishes, nothing new starts)"
     output.console.print(f"Agent {agent_id} {what}")
 
@@ -141,8 +136,7 @@ async def agent_token(c: Client, verb: str | None, cred_id: str | None, *, descr
                       as_json: bool) -> None:
     """`dettui agent token create|list|revoke ID`: the credentials agents join with."""
     if verb == "create":
-        body = await c.request("POST", "/api/v1/agent-credentials",
-                               body={"description": description})
+        body = await c.create_agent_credential(description)
         if as_json:
             output.print_json(body)
             return
@@ -150,7 +144,7 @@ async def agent_token(c: Client, verb: str | None, cred_id: str | None, *, descr
                              "start an agent with it):")
         output.console.print(body["token"], markup=False, highlight=False, soft_wrap=True)
     elif verb in ("list", "ls"):
-        creds = (await c.request("GET", "/api/v1/agent-credentials"))["credentials"]
+        creds = await c.agent_credentials()
         if as_json:
             output.print_json(creds)
             return
@@ -161,7 +155,7 @@ async def agent_token(c: Client, verb: str | None, cred_id: str | None, *, descr
     elif verb == "revoke":
         if not cred_id or not cred_id.isdigit():
             raise InvalidArgument("dettui agent token revoke needs a credential id")
-        await c.request("DELETE", f"/api/v1/agent-credentials/{cred_id}")
+        await c.revoke_agent_credential(int(cred_id))
         output.console.print(f"Agent credential {cred_id} revoked")
     else:
         raise InvalidArgument("dettui agent token: expected create, list or revoke ID")

@@ -22,8 +22,8 @@ from textual.binding import Binding, BindingType
 from textual.message import Message
 from textual.worker import WorkerFailed
 
+from dettui import auth, statedir
 from dettui import client as api
-from dettui import statedir
 from dettui.errors import DettuiError, MasterUnreachable
 from dettui.screens.cluster import ClusterScreen
 from dettui.screens.experiments import ExperimentsScreen
@@ -98,7 +98,7 @@ class Dashboard(App[None]):
                 return client
             except DettuiError:
                 await client.close()
-        client = await api.authenticated(self.master)
+        client = await auth.authenticated(self.master)
         self.sub_title = self.master
         return client
 
@@ -221,11 +221,11 @@ class Dashboard(App[None]):
 
     async def work(self) -> Work:
         assert self.client is not None
-        tasks = await self.client.request("GET", "/api/v1/tasks")
+        tasks = await self.client.tasks()
         jobs = await self.client.jobs()
         local_agent = next((a["id"] for a in await self.client.agents()
                             if str(a["id"]).endswith("-local")), "")
-        return work_of(list(tasks["allocationIdToSummary"].values()), jobs, local_agent)
+        return work_of(tasks, jobs, local_agent)
 
     async def _stop(self, sig: int, timeout: float | None) -> None:
         """Signal the local master and wait until it has let go of the state dir, showing how
@@ -309,7 +309,7 @@ def _last_line(path: Path) -> str:
 
 
 async def _probe(url: str) -> None:
-    client = await api.authenticated(url)
+    client = await auth.authenticated(url)
     await client.close()
 
 

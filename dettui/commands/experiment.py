@@ -12,7 +12,7 @@ import yaml
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 
 from dettui import context, metric
-from dettui.client import Client
+from dettui.client import Client, GcPolicy
 from dettui.commands import output
 from dettui.commands.trial import follow_logs
 from dettui.config import apply_overrides, load_config, yamlsafe
@@ -240,33 +240,27 @@ async def delete(c: Client, exp_id: int, *, yes: bool) -> None:
             output.console.print("Nothing deleted.")
             return
     try:
-        await c.request("DELETE", f"/api/v1/experiments/{exp_id}")
+        await c.delete_experiment(exp_id)
     except DettuiError as exc:
         raise type(exc)(f"cannot delete experiment {exp_id}: {exc.message}") from exc
     output.console.print(f"Deleted experiment {exp_id}")
 
 
 async def set_priority(c: Client, exp_id: int, priority: int) -> None:
-    await c.request("PATCH", f"/api/v1/experiments/{exp_id}",
-                    body={"id": exp_id, "resources": {"priority": priority}})
+    await c.set_experiment_priority(exp_id, priority)
     output.console.print(f"Set priority of experiment {exp_id} to {priority}")
 
 
 async def set_gc_policy(c: Client, exp_id: int, *, experiment_best: int, trial_best: int,
                         trial_latest: int, yes: bool) -> None:
+    policy = GcPolicy(experiment_best, trial_best, trial_latest)
     if not yes:
-        preview = await c.request("GET", f"/experiments/{exp_id}/preview_gc", params={
-            "save_experiment_best": str(experiment_best), "save_trial_best": str(trial_best),
-            "save_trial_latest": str(trial_latest)})
-        doomed = preview["checkpoints"]
+        doomed = await c.preview_gc(exp_id, policy)
         output.table(f"This policy deletes {len(doomed)} checkpoint(s) of experiment {exp_id}",
                      ["Trial ID", "UUID", "Steps", "Report Time"],
                      [(ck["TrialID"], ck["UUID"], ck["StepsCompleted"],
                        output.when(ck["ReportTime"])) for ck in doomed])
         output.console.print("Nothing changed. Run again with --yes to apply the policy.")
         return
-    await c.request("PATCH", f"/api/v1/experiments/{exp_id}", body={
-        "id": exp_id, "checkpointStorage": {"saveExperimentBest": experiment_best,
-                                            "saveTrialBest": trial_best,
-                                            "saveTrialLatest": trial_latest}})
+    await c.set_gc_policy(exp_id, policy)
     output.console.print(f"Applied the GC policy to experiment {exp_id}")

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import getpass
 from collections.abc import Awaitable, Callable
-from typing import Any
 
+from dettui import auth
 from dettui import client as api
 from dettui.commands import output
 from dettui.commands.output import console
@@ -24,7 +24,7 @@ async def login(url: str, username: str | None, password: str | None) -> None:
                                   "it in") from None
     async with api.Client(url) as c:
         token = await c.login(name, password)
-    api.store_token(url, name, token)
+    auth.store_token(url, name, token)
     console.print(f"Logged in as {name} at {url}")
 
 
@@ -41,16 +41,12 @@ def _password(prompt: str, given: str | None) -> str:
                               "--password") from None
 
 
-async def _user(c: api.Client, name: str) -> dict[str, Any]:
-    return dict((await c.request("GET", f"/api/v1/users/{name}/by-username"))["user"])
-
-
 def action(args: argparse.Namespace) -> Callable[[api.Client], Awaitable[None]]:
     """The user command `args.verb` as a call on a logged-in client."""
     verb = args.verb
 
     async def list_(c: api.Client) -> None:
-        users = (await c.request("GET", "/api/v1/users"))["users"]
+        users = await c.users()
         if args.json:
             output.print_json(users)
             return
@@ -60,23 +56,19 @@ def action(args: argparse.Namespace) -> Callable[[api.Client], Awaitable[None]]:
 
     async def create(c: api.Client) -> None:
         password = _password(f"Password for the new user '{args.username}': ", args.password)
-        body = {"user": {"username": args.username, "admin": args.admin, "active": True},
-                "password": password, "isHashed": False}
-        made = (await c.request("POST", "/api/v1/users", body=body))["user"]
+        made = await c.create_user(args.username, password, admin=args.admin)
         console.print(f"Created user {made['username']} (id {made['id']})", markup=False)
 
     async def set_active(c: api.Client) -> None:
-        target = await _user(c, args.username)
-        await c.request("PATCH", f"/api/v1/users/{target['id']}",
-                        body={"active": verb == "activate"})
+        target = await c.user_by_name(args.username)
+        await c.set_user_active(target["id"], verb == "activate")
         console.print(f"User {args.username} {verb}d", markup=False)
 
     async def change_password(c: api.Client) -> None:
         name = args.username or (await c.me())["username"]
-        target = await _user(c, name)
+        target = await c.user_by_name(name)
         password = _password(f"New password for '{name}': ", args.password)
-        await c.request("PATCH", f"/api/v1/users/{target['id']}",
-                        body={"password": password, "isHashed": False})
+        await c.set_password(target["id"], password)
         console.print(f"Password of {name} changed", markup=False)
 
     actions = {"list": list_, "ls": list_, "create": create, "activate": set_active,

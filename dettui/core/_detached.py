@@ -115,7 +115,7 @@ def _storage_config(value: str | Path | dict[str, Any] | None) -> dict[str, Any]
 
 def _login(master: str, cfg: DetachedConfig) -> tuple[str, str]:
     """(username, user token): the stored CLI token if it still works, else log in."""
-    from dettui.client import load_token, store_token
+    from dettui.auth import load_token, store_token
 
     user = cfg.user or os.environ.get("DET_USER") or None
     stored = load_token(master)

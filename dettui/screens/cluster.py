@@ -188,6 +188,6 @@ class ClusterScreen(ApiScreen):
             self.notify("no agent selected", severity="warning")
             return
         verb = "enable" if enabled else "disable"
-        await self.call(f"{verb} agent {key}", lambda: self.client.request(
-            "POST", f"/api/v1/agents/{key}/{verb}", body={"agentId": key, "drain": True}))
+        await self.call(f"{verb} agent {key}",
+                        lambda: self.client.set_agent_enabled(key, enabled))
 

@@ -249,9 +249,7 @@ class ExperimentScreen(ApiScreen):
         checkpoints changed (not on every metric)."""
         marks = sorted(self.ckpt_marks.items())
         try:
-            ckpts, total = await self.client.page(
-                f"/api/v1/experiments/{self.exp_id}/checkpoints", "checkpoints",
-                {"orderBy": "ORDER_BY_DESC"}, limit=CKPT_ROWS)
+            ckpts, total = await self.client.newest_checkpoints(self.exp_id, CKPT_ROWS)
         except Exception:  # noqa: BLE001
             return
         if not self.live:

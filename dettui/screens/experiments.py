@@ -139,8 +139,8 @@ class ExperimentsScreen(ApiScreen):
                 "that has ended can be deleted; `z` archives one instead.)", "delete it"):
             self.notify(f"{label} kept", timeout=2)
             return
-        await self.call(f"delete {label}", lambda: self.client.request(
-            "DELETE", f"/api/v1/experiments/{exp_id}"), done=f"{label} deleted")
+        await self.call(f"delete {label}", lambda: self.client.delete_experiment(exp_id),
+                        done=f"{label} deleted")
 
     def action_open(self) -> None:
         exp_id = self._selected()

@@ -126,10 +126,9 @@ class QueueScreen(ApiScreen):
             return None
         return key, row
 
-    async def _update(self, what: str, body: dict[str, Any], done: str) -> None:
-        update = {"priority": None, "weight": None, "resourcePool": None, **body}
-        await self.call(what, lambda: self.client.request(
-            "POST", "/api/v1/job-queues", body={"updates": [update]}), done=done)
+    async def _update(self, what: str, job_id: str, done: str, **change: Any) -> None:
+        """`Client.update_job(job_id, **change)`, reported as `what`, then `done`."""
+        await self.call(what, lambda: self.client.update_job(job_id, **change), done=done)
 
     # -- actions ----------------------------------------------------------------------------
 
@@ -144,10 +143,10 @@ class QueueScreen(ApiScreen):
         if not 0 <= j < len(order):
             self.notify("already at the " + ("top" if up else "bottom"), severity="warning")
             return
-        anchor = "aheadOf" if up else "behindOf"
+        anchor = "ahead_of" if up else "behind_of"
         way = "up" if up else "down"
-        await self._update(f"move job {key[:8]} {way}", {"jobId": key, anchor: order[j]},
-                           f"job {key[:8]} moved {way}")
+        await self._update(f"move job {key[:8]} {way}", key, f"job {key[:8]} moved {way}",
+                           **{anchor: order[j]})
 
     async def action_move_up(self) -> None:
         await self._move(True)
@@ -170,9 +169,8 @@ class QueueScreen(ApiScreen):
                 self.notify(f"priority: expected a whole number, got {answer!r}",
                             severity="error")
                 return
-            await self._update(f"set the priority of job {key[:8]} to {value}",
-                               {"jobId": key, "priority": value},
-                               f"job {key[:8]}: priority {value}")
+            await self._update(f"set the priority of job {key[:8]} to {value}", key,
+                               f"job {key[:8]}: priority {value}", priority=value)
 
     @work(group="dialog")
     async def action_set_weight(self) -> None:
@@ -188,9 +186,8 @@ class QueueScreen(ApiScreen):
             except ValueError:
                 self.notify(f"weight: expected a number, got {answer!r}", severity="error")
                 return
-            await self._update(f"set the weight of job {key[:8]} to {value:g}",
-                               {"jobId": key, "weight": value},
-                               f"job {key[:8]}: weight {value:g}")
+            await self._update(f"set the weight of job {key[:8]} to {value:g}", key,
+                               f"job {key[:8]}: weight {value:g}", weight=value)
 
     @work(group="dialog")
     async def action_set_pool(self) -> None:
@@ -200,9 +197,8 @@ class QueueScreen(ApiScreen):
         key, row = selected
         answer = await self.ask(f"Resource pool for job {key[:8]}", str(row.get("pool") or ""))
         if answer:
-            await self._update(f"move job {key[:8]} to pool {answer}",
-                               {"jobId": key, "resourcePool": answer},
-                               f"job {key[:8]} moved to pool {answer}")
+            await self._update(f"move job {key[:8]} to pool {answer}", key,
+                               f"job {key[:8]} moved to pool {answer}", resource_pool=answer)
 
     @work(group="dialog")
     async def action_control(self, verb: str) -> None:

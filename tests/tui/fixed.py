@@ -97,11 +97,10 @@ class FixedClient:
                                        for r in rows]}],
                 "lastSteps": rows[-1]["stepsCompleted"]}
 
-    async def page(self, path: str, key: str, params: Any = None, *, offset: int = 0,
-                   limit: int = 0) -> tuple[list[dict[str, Any]], int]:
-        assert key == "checkpoints", key
-        found = await self.checkpoints(0)
-        return found, len(found)
+    async def newest_checkpoints(self, exp_id: int,
+                                 limit: int) -> tuple[list[dict[str, Any]], int]:
+        found = await self.checkpoints(exp_id)
+        return found[:limit], len(found)
 
     async def checkpoints(self, exp_id: int) -> list[dict[str, Any]]:
         return [{"uuid": "6b8f2ab8-fc66-485e-83b5-f15023eb2e82", "state": "STATE_COMPLETED",
@@ -122,9 +121,14 @@ class FixedClient:
     async def experiment_action(self, exp_id: int, action: str) -> None:
         self.actions.append((exp_id, action))
 
-    async def request(self, method: str, path: str, **_: Any) -> Any:
-        self.actions.append((method, path))
-        return {}
+    async def update_job(self, job_id: str, **change: Any) -> None:
+        self.actions.append(("update_job", job_id, change))
+
+    async def set_agent_enabled(self, agent_id: str, enabled: bool) -> None:
+        self.actions.append(("set_agent_enabled", agent_id, enabled))
+
+    async def delete_experiment(self, exp_id: int) -> None:
+        self.actions.append(("delete_experiment", exp_id))
 
     async def close(self) -> None:
         pass

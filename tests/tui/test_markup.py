@@ -99,6 +99,15 @@ class Hostile(FixedClient):
     async def experiment_action(self, exp_id: int, action: str) -> None:
         raise DettuiError(H)
 
+    async def update_job(self, job_id: str, **change: Any) -> None:
+        raise DettuiError(H)
+
+    async def set_agent_enabled(self, agent_id: str, enabled: bool, **_: Any) -> None:
+        raise DettuiError(H)
+
+    async def delete_experiment(self, exp_id: int) -> None:
+        raise DettuiError(H)
+
     async def request(self, method: str, path: str, **_: Any) -> Any:
         if (method, path) == ("GET", "/api/v1/tasks"):  # what runs, for the quit dialog
             return {"allocationIdToSummary": {H: {"resources": [{"agentId": H}]}}}

@@ -1,0 +1,87 @@
+"""The CLI's sign-in: tokens kept per master (and per user) in the config dir, and a client
+with a working token (the stored one while valid, else a fresh login)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import platformdirs
+
+from dettui import errors
+from dettui.client import Client
+
+
+def token_path() -> Path:
+    base = os.environ.get("DETTUI_CONFIG_DIR") or platformdirs.user_config_dir("dettui")
+    return Path(base) / "auth.json"
+
+
+def _tokens() -> dict[str, Any]:
+    try:
+        data = json.loads(token_path().read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def load_token(url: str, user: str | None = None) -> tuple[str, str] | None:
+    """(username, token) stored for this master: the logged-in user's, or `user`'s."""
+    try:
+        entry = _tokens().get(url)
+        if not entry:
+            return None
+        if user is None or entry.get("username") == user:
+            return (entry["username"], entry["token"]) if "username" in entry else None
+        token = (entry.get("others") or {}).get(user)
+        return (user, token) if isinstance(token, str) else None
+    except (KeyError, TypeError, AttributeError):
+        return None
+
+
+def store_token(url: str, username: str, token: str, *, default: bool = True) -> None:
+    """Remember a token. `default`: this user is now the logged-in one (`dettui user login`);
+    else it is kept for a one-off `-u USER` only, and the logged-in user stays who it was."""
+    path = token_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = _tokens()
+    entry = data.get(url) if isinstance(data.get(url), dict) else None
+    entry = entry if entry is not None else {}
+    if default or entry.get("username") == username:
+        others = dict(entry.get("others") or {})
+        others.pop(username, None)
+        data[url] = {"username": username, "token": token, "others": others}
+    else:
+        entry.setdefault("others", {})[username] = token
+        data[url] = entry
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=2))
+    os.chmod(tmp, 0o600)
+    tmp.replace(path)
+
+
+async def authenticated(url: str, user: str | None = None) -> Client:
+    """A client with a working token: the stored one if still valid, else log in (empty pw)."""
+    client = Client(url)
+    stored = load_token(url, user)
+    if stored:
+        client.token = stored[1]
+        try:
+            await client.me()
+            return client
+        except errors.Unauthenticated:
+            client.token = None
+        except errors.DettuiError:
+            await client.close()
+            raise
+    username = user or os.environ.get("DET_USER") or "determined"
+    password = os.environ.get("DET_PASS", "")
+    try:
+        token = await client.login(username, password)
+    except errors.DettuiError:
+        await client.close()
+        raise
+    store_token(url, username, token, default=user is None)
+    return client
