@@ -1,6 +1,7 @@
 """Code written for Determined runs unchanged on dettui: a Core API script with the real
 determined==0.38.1 package in the trial's Python (with and without namespaces) and without it
-(dettui's modules under Determined's names), read back with the real `det` CLI."""
+(dettui's modules under Determined's names), read back with the real `det` CLI; its run
+metadata and the checkpoint it says it uses reach the master either way."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ pytestmark = [pytest.mark.slow,
 NAMESPACES = sandbox.probe().on
 
 CORE_SCRIPT = """
-import os, sys, time
+import json, os, sys, time, types
 import determined as det
 from determined import core
 
@@ -56,6 +57,9 @@ with core.init() as ctx:
                 print("preempted at", step, flush=True)
                 sys.exit(0)
         op.report_completed(1 / op.length)
+    ctx.train.set_metadata({"script": "core", "run": info.trial._trial_run_id})
+    print("run metadata", json.dumps(ctx.train.get_metadata(), sort_keys=True), flush=True)
+    ctx.experimental.report_task_using_checkpoint(types.SimpleNamespace(uuid=uuid))
 """
 
 
@@ -127,6 +131,12 @@ def test_a_core_api_script_reports_pauses_and_resumes(variant: tuple[str, Served
     row = next((r for r in rows if len(r) > 9 and r[1] == "6"), [])
     assert row[5] == "COMPLETED" and row[-1] == "0.166667", described.stdout
     assert last[0] in served.cli("e", "describe", "1").stdout
+    # run metadata and the checkpoint the trial says it uses, through the package's own calls
+    assert 'run metadata {"run": 2, "script": "core"}' in logs, logs
+    assert served.api("GET", "/api/v1/runs/1/metadata")["metadata"] == {"script": "core",
+                                                                       "run": 2}
+    used = served.api("GET", f"/api/v1/checkpoints/{last[0]}/metrics?metricGroup=validation")
+    assert [m["totalBatches"] for m in used["metrics"]] == [2, 4, 6], used
     ckpt = served.state_dir / "checkpoints" / last[0]
     assert (ckpt / "step").read_text() == "6" and (ckpt / "metadata.json").is_file()
     if kind == "real" and os.path.isdir("/determined_shared_fs"):

@@ -2,10 +2,12 @@
 non-chief node of `determined.launch.deepspeed` and `horovod` marks itself a daemon
 (`POST /api/v1/allocations/{id}/resources/{rid}/daemon`) and runs its sshd until the master
 ends it, once the chief's launcher has exited. DeepSpeed, Horovod and sshd are not installed
-here, so the trial makes that same call with the real package and then waits as sshd would."""
+here, so the trial makes that same call with the real package and then waits as sshd would.
+The context's startup-hook.sh runs on both nodes first."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -25,7 +27,8 @@ import determined as det
 from determined.common.api import authentication, certs
 
 info = det.get_cluster_info()
-print("node", info.container_rank, "of", len(info.container_addrs), flush=True)
+print("node", info.container_rank, "of", len(info.container_addrs), os.environ["HOOKED"],
+      flush=True)
 if info.container_rank > 0:
     # determined/launch/deepspeed.py and horovod.py on a non-chief node, word for word
     cert = certs.default_load(info.master_url)
@@ -49,13 +52,18 @@ def test_a_non_chief_node_marked_daemon_is_ended_when_the_chief_is_done(
         resources: {{slots_per_trial: 2}}
         searcher: {{name: single, metric: x}}
         max_restarts: 0
-        """, {"node.py": NODE_SCRIPT})
+        """, {"node.py": NODE_SCRIPT,
+              "startup-hook.sh": 'export HOOKED="hooked on $DET_AGENT_ID"\n'})
     out = served.cli("e", "create", str(cfg), str(ctx)).stdout
     exp_id = int(out.split("Created experiment ")[1].split()[0])
     exp = served.wait_experiment(exp_id, timeout=150)
     logs = served.cli("t", "logs", "1").stdout
     assert exp["state"] == "STATE_COMPLETED", logs
     assert "node 1 of 2" in logs and "marked as a daemon" in logs, logs
+    # startup-hook.sh ran on every node before the entrypoint
+    hooked = re.findall(r"node (\d) of 2 hooked on (node-[ab])", logs)
+    assert sorted(rank for rank, _ in hooked) == ["0", "1"], logs
+    assert {agent for _, agent in hooked} == {"node-a", "node-b"}, logs
     assert "the chief's launcher is done" in logs, logs
     trial = served.api("GET", "/api/v1/trials/1")["trial"]
     assert trial["restarts"] == 0 and len(trial["allocationIds"]) == 1, trial

@@ -1,7 +1,8 @@
 """Results come back out through the real determined==0.38.1 client: `det checkpoint
-describe|download|delete`, `det e download`, `det e list-checkpoints`, and the SDK's
+describe|download|rm|delete`, `det e download`, `det e list-checkpoints`, and the SDK's
 `top_checkpoint()`, `list_checkpoints()`, `get_checkpoint(uuid).download()`,
-`trial.iter_metrics()`, `trial.list_checkpoints()`; downloads straight from storage and
+`trial.iter_metrics()`, `trial.list_checkpoints()`, a checkpoint's `add_metadata`,
+`remove_metadata`, `remove_files` and `get_metrics`; downloads straight from storage and
 streamed by the master (a tar.gz) give back the same bytes."""
 
 from __future__ import annotations
@@ -57,6 +58,26 @@ out = {
                                                        mode=client.DownloadMode.MASTER),
 }
 print(json.dumps(out))
+"""
+
+# The SDK's changes to a checkpoint: its metadata record, its files by glob, and the metrics
+# of the trials that use it.
+SDK_CHANGES = """
+import json, sys
+from determined.experimental import client
+client.login(master=sys.argv[1], user="determined", password="")
+uuid = sys.argv[2]
+ckpt = client.get_checkpoint(uuid)
+ckpt.add_metadata({"tag": "best", "nested": {"a": 1}})
+added = client.get_checkpoint(uuid).metadata
+ckpt.remove_metadata(["nested"])
+removed = client.get_checkpoint(uuid).metadata
+ckpt.remove_files(["sub/*"])
+after = client.get_checkpoint(uuid)
+print(json.dumps({"added": added, "removed": removed, "state": after.state.value,
+                  "resources": sorted(after.resources),
+                  "metrics": [[m.trial_id, m.steps_completed, m.metrics]
+                              for m in ckpt.get_metrics("validation")]}))
 """
 
 
@@ -133,6 +154,30 @@ def test_checkpoints_and_metrics_come_back_out(served: Served, tmp_path: Path) -
     assert same_tree(tmp_path / "top" / latest, storage / latest)
     mine = json.loads(served.cli("checkpoint", "list", "1", "--best", "1", "--json").stdout)
     assert [c["uuid"] for c in mine] == [best]
+
+    # the trial that trained it stands here for one that used it (inference)
+    served.api("POST", "/api/v1/trial-source-info", {"trialSourceInfo": {
+        "checkpointUuid": best, "trialId": 1,
+        "trialSourceInfoType": "TRIAL_SOURCE_INFO_TYPE_INFERENCE"}})
+    res = subprocess.run([f"{DET_VENV}/bin/python", "-c", SDK_CHANGES, served.url, best],
+                         capture_output=True, text=True, timeout=120,
+                         env={"HOME": str(home), "PATH": "/usr/bin:/bin"})
+    assert res.returncode == 0, res.stdout + res.stderr
+    changes = json.loads(res.stdout.strip().splitlines()[-1])
+    assert changes["added"] == {"steps_completed": 2, "tag": "best", "nested": {"a": 1}}
+    assert changes["removed"] == {"steps_completed": 2, "tag": "best"}
+    assert changes["state"] == "STATE_PARTIALLY_DELETED"
+    assert changes["resources"] == ["metadata.json", "sub/", "weights.bin"]
+    assert not (storage / best / "sub" / "note.txt").exists()
+    assert changes["metrics"] == [[1, 1, {"val_loss": 1.5}], [1, 2, {"val_loss": 0.5}],
+                                  [1, 3, {"val_loss": 1.5}]]
+    refreshed = det(served, home, "checkpoint", "rm", latest, "--yes")  # no glob: a refresh
+    assert refreshed.returncode == 0, refreshed.stdout + refreshed.stderr
+    assert served.api("GET", f"/api/v1/checkpoints/{latest}")["checkpoint"]["state"] == \
+        "STATE_COMPLETED"
+    removed = det(served, home, "checkpoint", "rm", latest, "--glob", "sub/**", "--yes")
+    assert removed.returncode == 0, removed.stdout + removed.stderr
+    assert not (storage / latest / "sub").exists() and (storage / latest / "weights.bin").exists()
 
     deleted = det(served, home, "checkpoint", "delete", latest, "--yes")
     assert deleted.returncode == 0, deleted.stdout + deleted.stderr

@@ -4,8 +4,10 @@ Rows run in order; some set up what later rows read (a running trial, a drained 
 
 from __future__ import annotations
 
+import json
 import re
 import time
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
@@ -73,6 +75,21 @@ class Run:
         return self.served.api("GET", f"/api/v1/trials/{tid}")["trial"]
 
 
+def container_of(served: Served, trial_id: int, text: str) -> str:
+    """The containerId of the trial's log line holding `text` (read through the API)."""
+    req = urllib.request.Request(f"{served.url}/api/v1/trials/{trial_id}/logs",
+                                 headers={"Authorization": f"Bearer {served.token()}"})
+    lines = [json.loads(line)["result"] for line in served.urlopen(req, 30).splitlines()]
+    return str(next(line["containerId"] for line in lines if text in line["message"]))
+
+
+def job_state(out: str, name: str) -> str | None:
+    """The State column of `det job list`'s row for the job named `name`."""
+    row = next((r for r in out.splitlines() if name in r), "")
+    found = re.search(r"\bSTATE_[A-Z_]+\b", row)
+    return found.group(0) if found else None
+
+
 def step(run: Run, args: list[str], want: str | Callable[[str], bool], ok: bool = True,
          admin: bool = False) -> str:
     code, out = run.det(*args, admin=admin)
@@ -112,6 +129,10 @@ def test_every_det_command_of_the_issue(served: Served, tmp_path: Path) -> None:
     step(run, ["trial", "logs", "2", "--agent-id", "no-such-agent"],
          lambda out: "trained to" not in out)
     step(run, ["trial", "logs", "2", "--agent-id", agent], "trained to step 2")
+    cid = container_of(served, 2, "trained to step 2")
+    step(run, ["trial", "logs", "2", "--container-id", cid], "trained to step 2")
+    step(run, ["trial", "logs", "2", "--container-id", "no-such-container"],
+         lambda out: "trained to" not in out)
     step(run, ["e", "continue", "2", "--config", "searcher.max_length=3"],
          "Continued experiment 2")
     assert served.wait_experiment(2)["state"] == "STATE_COMPLETED"
@@ -135,6 +156,20 @@ def test_every_det_command_of_the_issue(served: Served, tmp_path: Path) -> None:
     step(run, ["slot", "list"], lambda out: alloc in out and "Trial 3" in out)
     step(run, ["job", "list"], lambda out: "STATE_SCHEDULED " in out or "STATE_SCHEDULED\n"
          in out or "STATE_SCHEDULED |" in out)
+    # a more urgent job that does not fit queues behind the running one, which stays
+    # SCHEDULED: Determined says SCHEDULED_BACKFILLED only of what backfilling started
+    (tmp_path / "c").mkdir()
+    cfg, ctx = write_ctx(tmp_path / "c", """
+        name: urgent
+        entrypoint: python3 sleep.py
+        searcher: {name: single, metric: loss}
+        resources: {slots_per_trial: 2, priority: 10}
+        """, {"sleep.py": SLEEP})
+    step(run, ["e", "create", str(cfg), str(ctx)], "Created experiment 4")
+    step(run, ["job", "list"], lambda out: job_state(out, "sleeper (3)") == "STATE_SCHEDULED"
+         and job_state(out, "urgent (4)") == "STATE_QUEUED")
+    step(run, ["e", "kill", "4"], "")
+    assert served.wait_experiment(4)["state"] == "STATE_CANCELED"
     step(run, ["slot", "disable", agent, "1"], f"Disabled slot 1 of agent {agent}", admin=True)
     step(run, ["slot", "list"], lambda out: bool(re.search(
         rf"{agent}\s+\|\s+default\s+\|\s+1\s+\|\s+False", out)))

@@ -4,7 +4,9 @@ process of a trial is."""
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -81,3 +83,57 @@ print("ok")
 """, env={"XDG_DATA_HOME": "/nonexistent-dettui-test"})
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == "ok"
+
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+RESOLVE = """
+import importlib, json, sys
+from determined import core, pytorch
+instances = {"determined.core.Context": core.init()}
+with pytorch.init(hparams={}) as context:
+    instances["determined.pytorch.PyTorchTrialContext"] = context
+
+def resolve(name):
+    head, _, attr = name.rpartition(".")
+    if head in instances:  # attributes set on the instance, as some of Determined's are
+        return getattr(instances[head], attr)
+    parts = name.split(".")
+    for i in range(len(parts), 0, -1):
+        try:
+            found = importlib.import_module(".".join(parts[:i]))
+        except ImportError:
+            continue
+        for part in parts[i:]:
+            found = getattr(found, part)
+        return found
+    raise ImportError(name)
+
+out = {}
+for name in json.loads(sys.argv[1]):
+    try:
+        resolve(name)
+        out[name] = True
+    except (ImportError, AttributeError):
+        out[name] = False
+print(json.dumps(out))
+"""
+
+
+def readme_names(opening: str) -> list[str]:
+    """The `determined.*` names of the README bullet that starts with `opening`."""
+    text = README.read_text()
+    bullet = text[text.index(f"\n- {opening}"):]
+    bullet = bullet[:bullet.index("\n- ", 3)]
+    return re.findall(r"`(determined\.[\w.]+)`", bullet)
+
+
+def test_the_readme_lists_what_dettuis_determined_offers_and_lacks(tmp_path: Path) -> None:
+    offered = readme_names("Offered by dettui's `determined`")
+    lacking = readme_names("Not in dettui's `determined`")
+    assert len(offered) >= 15 and len(lacking) >= 15, (offered, lacking)
+    res = python(RESOLVE, json.dumps(offered + lacking), cwd=tmp_path,
+                 env={"XDG_DATA_HOME": str(tmp_path)})
+    assert res.returncode == 0, res.stderr
+    found = json.loads(res.stdout.strip().splitlines()[-1])
+    assert [n for n in offered if not found[n]] == [], "offered, yet missing"
+    assert [n for n in lacking if found[n]] == [], "listed as missing, yet there"
