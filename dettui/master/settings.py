@@ -45,6 +45,7 @@ class MasterSettings:
     preemption_timeout: float = 3600.0  # seconds a preempted trial has to checkpoint and exit
     session_lifetime: float = 7 * 24 * 3600.0  # seconds a login lasts (Determined: 7 days)
     slurm: dict[str, SlurmPool] = field(default_factory=dict)  # pools backed by Slurm
+    db_url: str | None = None  # postgresql://USER@HOST:PORT/DB; None: SQLite in the state dir
 
     @property
     def pools(self) -> tuple[str, ...]:
@@ -56,6 +57,11 @@ class MasterSettings:
     @property
     def db_path(self) -> Path:
         return self.state_dir / "master.db"
+
+    @property
+    def db_target(self) -> Path | str:
+        """Where the store is: the PostgreSQL URL, else the SQLite file in the state dir."""
+        return self.db_url or self.db_path
 
     @property
     def checkpoint_root(self) -> Path:
