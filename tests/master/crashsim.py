@@ -74,12 +74,13 @@ class Scenario:
     done: dict[str, bool] = field(default_factory=dict)  # milestones of the script
     restarts: int = 0
     agent_token: str = ""
+    db_url: str | None = None  # PostgreSQL; None: SQLite in the state dir
 
     # --- the master -----------------------------------------------------------------------
 
     @property
     def settings(self) -> MasterSettings:
-        return MasterSettings(state_dir=self.tmp / "state", port=0)
+        return MasterSettings(state_dir=self.tmp / "state", port=0, db_url=self.db_url)
 
     async def start(self, plan: tx.CrashPlan | None) -> None:
         app = create_app(self.settings)

@@ -13,6 +13,8 @@ import pytest
 from dettui.errors import InvalidArgument, MasterRunning
 from dettui.master.store import db as dbmod
 from dettui.master.store import logs, pg, tx, users
+from tests.master.conftest import Api
+from tests.master.test_api import create
 
 SQLITE_TYPES = {"INTEGER": "bigint", "REAL": "double precision", "TEXT": "text", "BLOB": "bytea"}
 
@@ -130,10 +132,10 @@ def test_a_crash_plan_fires_on_postgresql_too(pg_url: str) -> None:
         conn.close()
 
 
-def test_changes_are_counted_as_sqlite_counts_them(pg_url: str) -> None:
+def test_changes_are_counted_as_sqlite_counts_them(store_target: Path | str) -> None:
     """Row counts of UPDATE and of many INSERTs (lines an agent sent again are not counted),
-    ids handed out by RETURNING, rows read by name and by position, as on SQLite."""
-    conn = dbmod.connect(pg_url)
+    ids handed out by RETURNING, rows read by name and by position: alike on both."""
+    conn = dbmod.connect(store_target)
     users.ensure_default_users(conn, None)
     ids = [users.create(conn, f"u{n}", "", admin=False).id for n in range(3)]
     assert ids == sorted(ids) and len(set(ids)) == 3
@@ -145,12 +147,38 @@ def test_changes_are_counted_as_sqlite_counts_them(pg_url: str) -> None:
     assert logs.insert(conn, [line | {"seq": 2}, line | {"seq": 3}]) == 1
     row = conn.execute("SELECT log, timestamp FROM logs ORDER BY id").fetchone()
     assert (row["log"], row[1]) == ("hello\ufffdthere\n", 1.5)
-    with pytest.raises(InvalidArgument, match="PostgreSQL cannot store"):
-        users.create(conn, "a\x00b", "", admin=False)  # a NUL: a 400, not a 500
-    assert users.by_name(conn, "u0") is not None  # the connection goes on
     conn.close()
+
+
+def test_text_postgresql_cannot_hold_is_refused_not_a_crash(pg_url: str) -> None:
+    conn = dbmod.connect(pg_url)
+    with pytest.raises(InvalidArgument, match="PostgreSQL cannot store"):
+        users.create(conn, "a\x00b", "", admin=False)
+    assert users.create(conn, "ab", "", admin=False).username == "ab"  # the connection goes on
+    conn.close()
+
+
+async def test_a_nul_character_is_a_400_on_postgresql(api: Api, backend: str) -> None:
+    """Through the API: SQLite keeps a NUL, PostgreSQL refuses it with a 400 that says why
+    (never a 500), and the master goes on."""
+    await create(api)
+    status = 200 if backend == "sqlite" else 400
+    body = await api.call("PATCH", "/api/v1/experiments/1", {"description": "a\x00b"},
+                          status=status)
+    if backend == "postgres":
+        assert "PostgreSQL cannot store" in body["message"]
+    await api.call("PATCH", "/api/v1/experiments/1", {"description": "ab"})
 
 
 def test_a_sqlite_url_is_not_mistaken_for_postgresql(tmp_path: Path) -> None:
     assert not pg.is_url(tmp_path / "postgresql:" / "m.db")
     assert isinstance(dbmod.connect(tmp_path / "m.db"), sqlite3.Connection)
+
+
+def test_without_postgresql_its_leg_skips_naming_the_package(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests import pg_cluster
+
+    monkeypatch.setattr(pg_cluster, "bindir", lambda: None)
+    why = pg_cluster.missing()
+    assert why is not None and "package `postgresql`" in why
