@@ -68,6 +68,19 @@ class MasterSettings:
         return self.checkpoint_dir or self.state_dir / "checkpoints"
 
 
+def db_url(value: str | None) -> str | None:
+    """`--db` (or $DETTUI_DB) checked: a PostgreSQL URL, or None (empty: SQLite)."""
+    if not value:
+        return None
+    from dettui.master.store import pg
+
+    try:
+        pg.check_url(value)
+    except InvalidArgument as exc:
+        raise InvalidArgument(f"--db: {exc}") from exc
+    return value
+
+
 def is_loopback(host: str) -> bool:
     if host in ("localhost", ""):
         return host == "localhost"

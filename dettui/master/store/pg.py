@@ -45,13 +45,31 @@ def is_url(target: object) -> bool:
 
 
 def redact(url: str) -> str:
-    """`url` without its password, fit for logs and messages."""
-    parts = urlsplit(url)
-    if parts.password is None:
+    """`url` without its password (without its user too, if it cannot be parsed), fit for logs
+    and messages."""
+    try:
+        parts = urlsplit(url)
+        password = parts.password
+    except ValueError:
+        scheme, _, rest = url.partition("://")
+        return f"{scheme}://***@{rest.rpartition('@')[2]}" if "@" in rest else url
+    if password is None:
         return url
     host = parts.netloc.rpartition("@")[2]
-    user = parts.username or ""
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+    return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}"))
+
+
+def check_url(url: str) -> None:
+    """Refuse what is not a PostgreSQL URL, naming it without its password."""
+    if not is_url(url):
+        shown = redact(url) if "://" in url else "something else (not shown: it may hold a " \
+            "password)"
+        raise InvalidArgument(f"expected postgresql://USER@HOST:PORT/DB (a password is best "
+                              f"in $DETTUI_DB), got {shown}")
+    try:
+        urlsplit(url).port  # noqa: B018 - a port that is not a number raises here
+    except ValueError as exc:
+        raise InvalidArgument(f"not a valid database URL ({exc}): {redact(url)}") from exc
 
 
 @functools.lru_cache(maxsize=4096)
@@ -185,6 +203,8 @@ async def _open(url: str) -> asyncpg.Connection:
     except (TimeoutError, OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
         raise Unavailable(f"cannot connect to the database {redact(url)}: "
                           f"{str(exc) or type(exc).__name__}") from exc
+    except ValueError as exc:  # what asyncpg cannot make of the URL
+        raise InvalidArgument(f"not a valid database URL ({exc}): {redact(url)}") from exc
 
 
 def connect(url: str) -> Connection:
