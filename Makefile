@@ -9,7 +9,7 @@ DET_STAMP := $(DET_VENV)/.installed-stamp
 # pyproject keeps a range (torch>=2.3) for real users.
 TORCH_PIN := torch==2.13.0
 
-.PHONY: slurm-packages run serve test test-fast lint bench bench-search bench-scale clean
+.PHONY: slurm-packages postgres-packages run serve test test-fast lint bench bench-search bench-scale clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -42,7 +42,19 @@ slurm-packages:
 	    DEBIAN_FRONTEND=noninteractive apt-get install -y -q $(SLURM_PACKAGES) >/dev/null; } || \
 	  echo "could not install $(SLURM_PACKAGES): the Slurm tests will skip"; fi
 
-test: $(STAMP) $(DET_STAMP) slurm-packages
+# The master's tests run on PostgreSQL too, against a throwaway server they start from Debian's
+# package: installed here when missing and we are root (elsewhere that leg skips, naming it).
+PG_PACKAGES := postgresql
+
+postgres-packages:
+	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+	    ! dpkg -s $(PG_PACKAGES) >/dev/null 2>&1; then \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q $(PG_PACKAGES) >/dev/null || \
+	  { apt-get update -q >/dev/null && \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -q $(PG_PACKAGES) >/dev/null; } || \
+	  echo "could not install $(PG_PACKAGES): the PostgreSQL tests will skip"; fi
+
+test: $(STAMP) $(DET_STAMP) slurm-packages postgres-packages
 	DETTUI_DET_VENV=$(CURDIR)/$(DET_VENV) $(PY) -m pytest -q -p no:cacheprovider --durations=25
 
 lint: $(STAMP)

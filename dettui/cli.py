@@ -148,6 +148,10 @@ def _serve_args(s: argparse.ArgumentParser) -> None:
                    "requeued (default 20; the master's own stalls do not count)")
     s.add_argument("--admin-password", default=os.environ.get("DETTUI_ADMIN_PASSWORD"),
                    help="password for admin and determined (required beyond loopback)")
+    s.add_argument("--db", metavar="URL", default=os.environ.get("DETTUI_DB"),
+                   help="keep the store in PostgreSQL: postgresql://USER@HOST:PORT/DB (default "
+                   "$DETTUI_DB, where a password stays out of the process list; none: SQLite "
+                   "in the state dir). One master per database")
 
 
 def _agent_args(a: argparse.ArgumentParser) -> None:
@@ -338,7 +342,7 @@ def _run(args: argparse.Namespace) -> int:
             ms.MasterConfig())
         kw = ms.settings_from(cfg, preemption=args.preemption, host=args.host, port=args.port,
                               admin_password=args.admin_password, state_dir=args.state_dir,
-                              agent_timeout=args.agent_timeout)
+                              agent_timeout=args.agent_timeout, db_url=ms.db_url(args.db))
         kw.setdefault("state_dir", _default_state_dir())
         settings = ms.MasterSettings(**kw)
         asyncio.run(runtime.serve(

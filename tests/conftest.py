@@ -18,6 +18,9 @@ from pathlib import Path
 import psutil
 import pytest
 
+from tests.pg_cluster import PgCluster
+from tests.pg_cluster import missing as pg_missing
+
 REPO = Path(__file__).resolve().parent.parent
 SAMPLE = REPO / "sample_ctx"
 # Every process this test run starts carries this mark (agents pass it down to trials), so that
@@ -181,3 +184,27 @@ def headless(tmp_path: Path) -> Iterator[Served]:
         yield s
     finally:
         s.stop()
+
+
+@pytest.fixture(scope="session")
+def pg_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PgCluster]:
+    """A throwaway PostgreSQL for the whole session (tests/pg_cluster.py)."""
+    why = pg_missing()
+    if why is not None:
+        pytest.skip(why)
+    cluster = PgCluster(tmp_path_factory.mktemp("postgres"))
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def pg_url(pg_cluster: PgCluster) -> Iterator[str]:
+    """The URL of a database of this test's own, with the store's schema."""
+    name = pg_cluster.take_database()
+    try:
+        yield pg_cluster.url(name)
+    finally:
+        pg_cluster.give_back(name)

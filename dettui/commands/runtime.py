@@ -23,6 +23,7 @@ from dettui.master import keys
 from dettui.master.app import start_master
 from dettui.master.settings import MasterSettings
 from dettui.master.store import credentials
+from dettui.master.store.pg import redact
 
 log = logging.getLogger("dettui")
 
@@ -65,7 +66,9 @@ async def _serve_locked(settings: MasterSettings, lock: statedir.StateLock, *, a
     runner, url = await listen(settings, any_port=mode == statedir.BACKGROUND)
     lock.publish(url, mode)
     runner.app[keys.CLUSTER].advertise(url)
-    print(f"dettui master listening on {url} (state in {settings.state_dir})", flush=True)
+    print(f"dettui master listening on {url} (state in {settings.state_dir}"
+          f"{'' if settings.db_url is None else ', store in ' + redact(settings.db_url)})",
+          flush=True)
     stop, drain = asyncio.Event(), asyncio.Event()
     _on_signals(stop, drain)
     local: Agent | None = None

@@ -42,26 +42,28 @@ async def _lifetime(app: web.Application) -> AsyncIterator[None]:
     settings.checkpoint_root.mkdir(parents=True, exist_ok=True)
     offload.warm_up("dettui.master.intake")
     mint = Mint.load(settings.state_dir)
-    db = Database(settings.db_path)
-    for suffix in ("", "-wal", "-shm"):  # other local users read neither state nor tokens
-        with contextlib.suppress(FileNotFoundError):
-            os.chmod(f"{settings.db_path}{suffix}", 0o600)
-    await db.run(users.ensure_default_users, settings.admin_password)
-    check_exposure(settings.host, await db.run(users.has_password, "admin"))
-    cluster_id = await db.run(agent_store.cluster_value, "cluster_id", str(uuid.uuid4()))
-    notifier = Notifier()
-    cluster = Cluster(db, settings, notifier, cluster_id, mint)
-    app[keys.DB] = db
-    app[keys.MINT] = mint
-    app[keys.NOTIFIER] = notifier
-    app[keys.CLUSTER_ID] = cluster_id
-    app[keys.CLUSTER] = cluster
-    app[keys.INGEST] = GroupCommit(db)
-    await cluster.start()
-    try:
-        yield
+    db = Database(settings.db_target)
+    try:  # whatever happens, the store closes (on PostgreSQL: the master lock is let go)
+        for suffix in ("", "-wal", "-shm") if settings.db_url is None else ():
+            with contextlib.suppress(FileNotFoundError):  # other local users read neither
+                os.chmod(f"{settings.db_path}{suffix}", 0o600)  # state nor tokens
+        await db.run(users.ensure_default_users, settings.admin_password)
+        check_exposure(settings.host, await db.run(users.has_password, "admin"))
+        cluster_id = await db.run(agent_store.cluster_value, "cluster_id", str(uuid.uuid4()))
+        notifier = Notifier()
+        cluster = Cluster(db, settings, notifier, cluster_id, mint)
+        app[keys.DB] = db
+        app[keys.MINT] = mint
+        app[keys.NOTIFIER] = notifier
+        app[keys.CLUSTER_ID] = cluster_id
+        app[keys.CLUSTER] = cluster
+        app[keys.INGEST] = GroupCommit(db)
+        await cluster.start()
+        try:
+            yield
+        finally:
+            await cluster.stop()
     finally:
-        await cluster.stop()
         await asyncio.get_running_loop().run_in_executor(None, db.close)
 
 

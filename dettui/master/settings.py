@@ -45,6 +45,7 @@ class MasterSettings:
     preemption_timeout: float = 3600.0  # seconds a preempted trial has to checkpoint and exit
     session_lifetime: float = 7 * 24 * 3600.0  # seconds a login lasts (Determined: 7 days)
     slurm: dict[str, SlurmPool] = field(default_factory=dict)  # pools backed by Slurm
+    db_url: str | None = None  # postgresql://USER@HOST:PORT/DB; None: SQLite in the state dir
 
     @property
     def pools(self) -> tuple[str, ...]:
@@ -58,8 +59,26 @@ class MasterSettings:
         return self.state_dir / "master.db"
 
     @property
+    def db_target(self) -> Path | str:
+        """Where the store is: the PostgreSQL URL, else the SQLite file in the state dir."""
+        return self.db_url or self.db_path
+
+    @property
     def checkpoint_root(self) -> Path:
         return self.checkpoint_dir or self.state_dir / "checkpoints"
+
+
+def db_url(value: str | None) -> str | None:
+    """`--db` (or $DETTUI_DB) checked: a PostgreSQL URL, or None (empty: SQLite)."""
+    if not value:
+        return None
+    from dettui.master.store import pg
+
+    try:
+        pg.check_url(value)
+    except InvalidArgument as exc:
+        raise InvalidArgument(f"--db: {exc}") from exc
+    return value
 
 
 def is_loopback(host: str) -> bool:

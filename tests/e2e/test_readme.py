@@ -32,6 +32,8 @@ NOT_RUN = {  # command as printed -> why this test does not run it
     "dettui serve": "the master this test runs the others against",
     "dettui serve --no-agent &": "the master this test runs the others against",
     "dettui serve --agent-timeout": "an option named in a sentence",
+    "dettui serve --db postgresql://USER@HOST:PORT/DB": "needs a PostgreSQL server: "
+    "tests/e2e/test_postgres.py starts one and runs the sample with it",
     "dettui serve --stop": "tests/e2e/test_one_master.py and tests/tui/test_tmux.py",
     "dettui agent token create": "run here as `dettui -u admin agent token create`",
     "dettui user login": "named in a sentence; tests/e2e/test_agent.py logs in",

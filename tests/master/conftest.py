@@ -1,4 +1,6 @@
-"""The real master app in-process (pytest-aiohttp), SQLite under tmp_path."""
+"""The real master app in-process (pytest-aiohttp), on SQLite under tmp_path and on a
+PostgreSQL database of the test's own: every test that takes `api` or `master_settings` runs on
+both stores."""
 
 from __future__ import annotations
 
@@ -38,10 +40,32 @@ class Api:
         return json.loads(text) if text and text.lstrip().startswith(("{", "[")) else text
 
 
+@pytest.fixture(params=["sqlite", "postgres"])
+def backend(request: pytest.FixtureRequest) -> str:
+    """The store a test runs on: every test of tests/master that takes one of the fixtures
+    below runs twice."""
+    return str(request.param)
+
+
 @pytest.fixture
-async def api(aiohttp_client: Any, tmp_path: Path) -> Api:
-    settings = MasterSettings(state_dir=tmp_path / "state", port=0)
-    client = await aiohttp_client(create_app(settings))
+def master_settings(backend: str, request: pytest.FixtureRequest,
+                    tmp_path: Path) -> MasterSettings:
+    """A master's settings, its store SQLite (in the state dir) or PostgreSQL. Take it before
+    `aiohttp_client`: fixtures end in reverse order, so the master then closes before its
+    database is given back."""
+    url = request.getfixturevalue("pg_url") if backend == "postgres" else None
+    return MasterSettings(state_dir=tmp_path / "state", port=0, db_url=url)
+
+
+@pytest.fixture
+def store_target(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> Path | str:
+    """Where a bare store (no master) is: a SQLite file, or a PostgreSQL database."""
+    return str(request.getfixturevalue("pg_url")) if backend == "postgres" else tmp_path / "m.db"
+
+
+@pytest.fixture
+async def api(master_settings: MasterSettings, aiohttp_client: Any) -> Api:
+    client = await aiohttp_client(create_app(master_settings))
     resp = await client.post("/api/v1/auth/login",
                              data='{"username":"determined","password":""}')
     token = (await resp.json())["token"]
@@ -68,6 +92,25 @@ async def allocate(api: Api, trial_id: int, agent_id: str = "agent-x",
                                    [0] if slots is None else slots, mint=mint)
     assert alloc is not None, f"trial {trial_id} is not waiting for slots"
     return alloc, mint.allocation(alloc.id)
+
+
+def store_text(target: Path | str) -> str:
+    """Every row of every table of the store at `target` (a SQLite file or a PostgreSQL URL),
+    as text: what someone who copies the database can read."""
+    from dettui.master.store.db import connect
+
+    conn = connect(target)
+    try:
+        tables = conn.execute(
+            "SELECT name FROM sqlite_master WHERE type='table'"
+            if getattr(conn, "dialect", "") == "sqlite" else
+            "SELECT table_name FROM information_schema.tables "
+            "WHERE table_schema = current_schema()").fetchall()
+        assert len(tables) > 10, tables
+        return "\n".join(repr(tuple(row)) for (table,) in tables
+                         for row in conn.execute(f"SELECT * FROM {table}"))
+    finally:
+        conn.close()
 
 
 def ckpt_uuid(n: int) -> str:

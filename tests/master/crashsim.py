@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +27,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from dettui.master.app import create_app
 from dettui.master.settings import MasterSettings
 from dettui.master.store import tx
+from dettui.master.store.db import connect
 
 AGENT = "sim-agent"
 CONFIGS = {
@@ -73,9 +73,10 @@ INVARIANTS = {  # what must hold at every commit: a query for the rows that brea
 }
 
 
-def inconsistencies(db_path: Path) -> list[str]:
-    """The invariants the committed state breaks (read in one snapshot), with the rows."""
-    conn = sqlite3.connect(db_path, isolation_level=None)
+def inconsistencies(target: Path | str) -> list[str]:
+    """The invariants the committed state breaks (read in one snapshot), with the rows, in the
+    store at `target` (a SQLite file or a PostgreSQL URL)."""
+    conn = connect(target)
     try:
         conn.execute("BEGIN")
         found = [f"{rule}: {[r[0] for r in rows]}" for rule, sql in INVARIANTS.items()
@@ -117,12 +118,13 @@ class Scenario:
     done: dict[str, bool] = field(default_factory=dict)  # milestones of the script
     restarts: int = 0
     agent_token: str = ""
+    db_url: str | None = None  # PostgreSQL; None: SQLite in the state dir
 
     # --- the master -----------------------------------------------------------------------
 
     @property
     def settings(self) -> MasterSettings:
-        return MasterSettings(state_dir=self.tmp / "state", port=0)
+        return MasterSettings(state_dir=self.tmp / "state", port=0, db_url=self.db_url)
 
     async def start(self, plan: tx.CrashPlan | None,
                     recovered: Callable[[], None] = lambda: None) -> None:
@@ -155,7 +157,7 @@ class Scenario:
         await self.start(None, recovered=lambda: self.consistent("after recovery"))
 
     def consistent(self, when: str) -> None:
-        if self.settings.db_path.exists() and (found := inconsistencies(self.settings.db_path)):
+        if found := inconsistencies(self.settings.db_target):
             raise AssertionError(f"{when}: {'; '.join(found)} ({self.describe()})")
 
     async def stop(self) -> None:

@@ -5,11 +5,13 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from dettui.master.settings import MasterSettings
 from tests.master.conftest import SIMPLE_CONFIG, TEST_MINT, Api, agent_headers, allocate, ckpt_uuid
 
 
@@ -298,23 +300,22 @@ async def test_users_list_for_det_user_list(api: Api) -> None:
 
 
 async def test_an_exit_recorded_just_before_a_crash_ends_the_trial(
-        aiohttp_client: Any, tmp_path: Path) -> None:
+        master_settings: MasterSettings, aiohttp_client: Any) -> None:
     """A part's exit and the allocation's end are two commits. Killed between them, a master
     must end the allocation when it comes back: the agent will not report it again."""
     from dettui.master import keys
     from dettui.master.app import create_app
-    from dettui.master.settings import MasterSettings
     from dettui.master.store import trials as trial_store
     from dettui.master.store.db import connect
     from dettui.models import AllocationState, TrialState
 
-    settings = MasterSettings(state_dir=tmp_path / "state", port=0)
+    settings = master_settings
     first = await aiohttp_client(create_app(settings))
     resp = await first.post("/api/v1/auth/login", data='{"username":"admin","password":""}')
     api = Api(first, (await resp.json())["token"])
     await create(api)
     await api.client.close()
-    conn = connect(settings.db_path)  # what the killed master had committed
+    conn = connect(settings.db_target)  # what the killed master had committed
     alloc = trial_store.allocate(conn, 1, "agent-x", [0], mint=TEST_MINT)
     assert alloc is not None
     # what an older master committed apart: the part's exit, not yet the allocation's end
@@ -405,16 +406,14 @@ async def _until_states(api: Api, want: dict[str, str]) -> None:
 
 @pytest.mark.parametrize("preemption", [False, True])
 async def test_only_jobs_started_by_backfilling_are_scheduled_backfilled(
-        aiohttp_client: Any, tmp_path: Path, preemption: bool) -> None:
+        master_settings: MasterSettings, aiohttp_client: Any, preemption: bool) -> None:
     """Determined's rule: SCHEDULED_BACKFILLED marks a task the scheduler started around a
     more urgent job that could not start (it does that only with preemption on); a job that
     started first stays SCHEDULED when a more urgent one queues ahead of it."""
     from dettui.master.app import create_app
     from dettui.master.scheduler import PoolPolicy
-    from dettui.master.settings import MasterSettings
 
-    settings = MasterSettings(state_dir=tmp_path / "state", port=0,
-                              policies={"default": PoolPolicy(preemption=preemption)})
+    settings = replace(master_settings, policies={"default": PoolPolicy(preemption=preemption)})
     client = await aiohttp_client(create_app(settings))
     resp = await client.post("/api/v1/auth/login", json={"username": "determined"})
     api = Api(client, (await resp.json())["token"])

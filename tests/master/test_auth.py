@@ -4,8 +4,7 @@ their own; allocation tokens revoked at exit; sessions that expire and are store
 from __future__ import annotations
 
 import asyncio
-import sqlite3
-from pathlib import Path
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -13,7 +12,7 @@ import pytest
 from dettui.master import keys
 from dettui.master.app import create_app
 from dettui.master.settings import MasterSettings
-from tests.master.conftest import Api, agent_headers, allocate
+from tests.master.conftest import Api, agent_headers, allocate, store_text
 from tests.master.test_api import create
 
 
@@ -146,17 +145,15 @@ async def test_users_are_created_deactivated_and_change_passwords(api: Api) -> N
     await login(api, "alice", "Other-456")
 
 
-async def test_sessions_expire_and_secrets_are_stored_hashed(aiohttp_client: Any,
-                                                             tmp_path: Path) -> None:
-    settings = MasterSettings(state_dir=tmp_path / "state", port=0, session_lifetime=1.0)
+async def test_sessions_expire_and_secrets_are_stored_hashed(
+        master_settings: MasterSettings, aiohttp_client: Any) -> None:
+    settings = replace(master_settings, session_lifetime=1.0)
     client = await aiohttp_client(create_app(settings))
     api = Api(client, "")
     api.token = await login(api, "determined")
     agent = await agent_headers(api)
     await api.call("GET", "/api/v1/me")
-    conn = sqlite3.connect(settings.db_path)
-    dump = "\n".join(conn.iterdump())
-    conn.close()
+    dump = store_text(settings.db_target)
     assert api.token not in dump
     assert agent["Authorization"].split()[1] not in dump
     await asyncio.sleep(1.2)
@@ -196,10 +193,9 @@ async def test_a_trials_tokens_are_not_in_the_database_and_end_with_its_allocati
     user_token = mint.task_user(alloc.id)
     me = await api.call("GET", "/api/v1/me", headers=api.headers(user_token))
     assert me["user"]["username"] == "determined"
-    state_dir = api.client.server.app[keys.SETTINGS].state_dir
-    conn = sqlite3.connect(state_dir / "master.db")
-    dump = "\n".join(conn.iterdump())
-    conn.close()
+    settings = api.client.server.app[keys.SETTINGS]
+    state_dir = settings.state_dir
+    dump = store_text(settings.db_target)
     assert token not in dump and user_token not in dump
     assert (state_dir / "secret.key").stat().st_mode & 0o077 == 0
     await api.client.server.app[keys.CLUSTER].allocations.finish(alloc.id, 0, "", "")

@@ -3,6 +3,7 @@ LIMIT/OFFSET through an index), and downsampled metric series for charts."""
 
 from __future__ import annotations
 
+import json
 import random
 import sqlite3
 from pathlib import Path
@@ -16,8 +17,8 @@ from dettui.master.store import db as store_db
 from dettui.master.store import experiments as exp_store
 from dettui.master.store import logs as log_store
 from dettui.master.store import metrics as metric_store
+from dettui.master.store import pg, tx
 from dettui.master.store import trials as trial_store
-from dettui.master.store import tx
 from dettui.master.store.page import Page
 from tests.master.conftest import SIMPLE_CONFIG, Api, allocate, ckpt_uuid
 from tests.master.test_api import create
@@ -143,25 +144,66 @@ def test_downsample_keeps_ends_and_extremes() -> None:
                 assert min(p[1] for p in points) in [p[1] for p in out]
 
 
-class Recording(tx.Connection):
-    """The store's connection, remembering each statement it runs with its parameters."""
+SEEN: list[tuple[str, tuple[Any, ...]]] = []  # each statement the store runs, with its args
 
-    seen: list[tuple[str, tuple[Any, ...]]] = []
+
+class Recording(tx.Connection):
+    """The store's SQLite connection, remembering each statement it runs."""
 
     def execute(self, sql: str, args: Any = (), /) -> sqlite3.Cursor:  # type: ignore[override]
-        Recording.seen.append((sql, tuple(args)))
+        SEEN.append((sql, tuple(args)))
         return super().execute(sql, args)
 
 
-def test_a_page_is_read_through_an_index(tmp_path: Path) -> None:
-    """EXPLAIN QUERY PLAN of what each paged read runs: trials, metrics, checkpoints and logs
-    are searched by index (never scanned), and no page is sorted in a temporary b-tree (the
-    rows come in index order, so LIMIT stops the walk)."""
-    conn = sqlite3.connect(tmp_path / "s.db", isolation_level=None, factory=Recording)
-    conn.row_factory = sqlite3.Row
-    store_db.migrate(conn)
-    raw = sqlite3.Connection.execute
-    raw(conn, "INSERT OR IGNORE INTO users (id, username) VALUES (1, 'determined')")
+class PgRecording(pg.Connection):
+    """The store's PostgreSQL connection, remembering each statement it runs."""
+
+    def execute(self, sql: str, args: Any = ()) -> pg.Cursor:
+        SEEN.append((sql, tuple(args)))
+        return super().execute(sql, args)
+
+
+def _sqlite_problems(conn: Any, sql: str, args: tuple[Any, ...]) -> list[str]:
+    """Scans of the big tables and sorts in a temporary b-tree, by EXPLAIN QUERY PLAN."""
+    plan = [r[3] for r in sqlite3.Connection.execute(conn, f"EXPLAIN QUERY PLAN {sql}", args)]
+    tables = ("trials", "metrics", "checkpoints", "logs", "t")
+    if "LIMIT" not in sql and "COUNT(*)" not in sql:
+        tables += ("e",)
+    return [p for p in plan if "TEMP B-TREE" in p or p.startswith(tuple(f"SCAN {t}"
+                                                                          for t in tables))]
+
+
+def _pg_problems(conn: Any, sql: str, args: tuple[Any, ...]) -> list[str]:
+    """The same on PostgreSQL: with sequential scans and sorts priced out (enable_seqscan and
+    enable_sort off), the plan still has one only where no index serves the read."""
+    text = pg.Connection.execute(conn, f"EXPLAIN (FORMAT JSON) {sql}", args).fetchone()[0]
+    tables = {"trials", "metrics", "checkpoints", "logs"}
+    if "LIMIT" not in sql and "COUNT(*)" not in sql:
+        tables.add("experiments")
+    out, todo = [], [json.loads(text)[0]["Plan"]]
+    while todo:
+        node = todo.pop()
+        todo += node.get("Plans", [])
+        kind = node["Node Type"]
+        if "Sort" in kind or (kind == "Seq Scan" and node.get("Relation Name") in tables):
+            out.append(f"{kind} {node.get('Relation Name', '')}".strip())
+    return out
+
+
+def _recording_store(target: Path | str) -> Any:
+    """A migrated store whose connection records its statements, with a few rows in each
+    paged table."""
+    if isinstance(target, str):
+        conn: Any = PgRecording(target)
+        raw = pg.Connection.execute
+        raw(conn, "SET enable_seqscan = off")
+        raw(conn, "SET enable_sort = off")
+    else:
+        conn = sqlite3.connect(target, isolation_level=None, factory=Recording)
+        conn.row_factory = sqlite3.Row
+        store_db.migrate(conn)
+        raw = sqlite3.Connection.execute
+    raw(conn, "INSERT INTO users (id, username) VALUES (1, 'determined') ON CONFLICT DO NOTHING")
     for i in range(1, 4):
         raw(conn, "INSERT INTO experiments (id, name, state, owner_id, config, original_config, "
             "searcher_type, job_id, resource_pool, priority, queue_position, start_time) "
@@ -175,7 +217,15 @@ def test_a_page_is_read_through_an_index(tmp_path: Path) -> None:
             "report_time, state, resources, metadata, steps_completed) "
             "VALUES (?, 1, 1, 't1', ?, 'STATE_COMPLETED', '{}', '{}', ?)", (f"u{i}", i, i))
         raw(conn, "INSERT INTO logs (trial_id, task_id, timestamp, log) VALUES (1, 't1', 0, 'x')")
-    Recording.seen.clear()
+    return conn
+
+
+def test_a_page_is_read_through_an_index(store_target: Path | str) -> None:
+    """The plan of what each paged read runs: trials, metrics, checkpoints and logs are
+    searched by index (never scanned), and no page is sorted (the rows come in index order, so
+    LIMIT stops the walk). SQLite: EXPLAIN QUERY PLAN; PostgreSQL: EXPLAIN."""
+    conn = _recording_store(store_target)
+    SEEN.clear()
     for want in (Page(0, 2), Page(1, 2, desc=True)):
         exp_store.page(conn, want)
         exp_store.page(conn, want, archived=False, users=["determined"])
@@ -190,15 +240,12 @@ def test_a_page_is_read_through_an_index(tmp_path: Path) -> None:
     metric_store.raw_series(conn, 1, "validation")
     metric_store.at_steps_many(conn, [(1, 1), (1, 2)], ("training", "validation"))
     log_store.fetch(conn, 1, log_store.LogFilter(), limit=2)
-    selects = [(s, a) for s, a in Recording.seen if s.lstrip().upper().startswith("SELECT")]
+    selects = [(s, a) for s, a in SEEN if s.lstrip().upper().startswith("SELECT")]
     assert len(selects) >= 30
+    problems = _pg_problems if isinstance(store_target, str) else _sqlite_problems
     for sql, args in selects:
-        plan = [r[3] for r in raw(conn, f"EXPLAIN QUERY PLAN {sql}", args)]
-        assert not any("TEMP B-TREE" in p for p in plan), (sql, plan)
-        for table in ("trials", "metrics", "checkpoints", "logs", "t"):
-            assert not any(p.startswith(f"SCAN {table}") for p in plan), (sql, plan)
-        if "LIMIT" not in sql and "COUNT(*)" not in sql:
-            assert not any(p.startswith("SCAN e") for p in plan), (sql, plan)
+        found = problems(conn, sql, args)
+        assert not found, (sql, found)
     conn.close()
 
 

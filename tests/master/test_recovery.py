@@ -13,10 +13,10 @@ What a crash lost is re-derived in two places, each owning what it can know:
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -117,9 +117,10 @@ def _gc_pending_with_checkpoints(conn: sqlite3.Connection) -> None:
             "VALUES (?, (SELECT task_id FROM trials WHERE id=1), ?, ?, 'STATE_COMPLETED', "
             "'{}', ?, 1, 1, ?)", (ckpt_uuid(n), alloc_id, n, f'{{"steps_completed": {n}}}', n))
     conn.execute("UPDATE trials SET state='STATE_COMPLETED', end_time=3 WHERE id=1")
+    config = json.loads(conn.execute("SELECT config FROM experiments WHERE id=1").fetchone()[0])
+    config["checkpoint_storage"].update(save_trial_best=0, save_trial_latest=1)
     conn.execute("UPDATE experiments SET state='STATE_COMPLETED', end_time=3, gc_pending=1, "
-                 "config=json_set(config, '$.checkpoint_storage.save_trial_best', 0, "
-                 "'$.checkpoint_storage.save_trial_latest', 1) WHERE id=1")
+                 "config=? WHERE id=1", (json.dumps(config),))
     conn.commit()
 
 
@@ -199,14 +200,14 @@ async def _agent_returns(api: Api, runs: bool | None,
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
-async def test_recovery(aiohttp_client: Any, tmp_path: Path, case: Case) -> None:
-    settings = MasterSettings(state_dir=tmp_path / "state", port=0)
+async def test_recovery(master_settings: MasterSettings, aiohttp_client: Any, case: Case) -> None:
+    settings = master_settings
     first = await aiohttp_client(create_app(settings))
     resp = await first.post("/api/v1/auth/login", data='{"username":"admin","password":""}')
     api = Api(first, (await resp.json())["token"])
     await create(api)
     await first.close()
-    conn = connect(settings.db_path)
+    conn = connect(settings.db_target)
     case.crash(conn)
     conn.close()
 
@@ -218,7 +219,7 @@ async def test_recovery(aiohttp_client: Any, tmp_path: Path, case: Case) -> None
     allocs = await db.run(trial_store.allocations_for_trial, 1)
     trial = await db.run(trial_store.get, 1)
     exp = (await api.call("GET", "/api/v1/experiments/1"))["experiment"]
-    conn = connect(settings.db_path)
+    conn = connect(settings.db_target)
     try:
         checkpoints = {r[0]: r[1] for r in conn.execute("SELECT uuid, state FROM checkpoints")}
         gc_pending = conn.execute("SELECT gc_pending FROM experiments WHERE id=1").fetchone()[0]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from pathlib import Path
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -24,9 +24,9 @@ AGENT: dict[str, str] = {}  # the agent credential's headers
 
 
 @pytest.fixture
-async def running(aiohttp_client: Any, tmp_path: Path) -> tuple[Api, str]:
+async def running(master_settings: MasterSettings, aiohttp_client: Any) -> tuple[Api, str]:
     """A master with a 1 s agent timeout, one agent, and a trial running on it."""
-    settings = MasterSettings(state_dir=tmp_path / "state", port=0, agent_timeout=TIMEOUT)
+    settings = replace(master_settings, agent_timeout=TIMEOUT)
     client = await aiohttp_client(create_app(settings))
     resp = await client.post("/api/v1/auth/login", data='{"username":"admin","password":""}')
     api = Api(client, (await resp.json())["token"])

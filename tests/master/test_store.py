@@ -1,18 +1,24 @@
-"""The SQLite store: migrations, WAL, durability of committed changes across a reopen."""
+"""The store: migrations, durability of committed changes across a reopen, what the reports
+keep up to date; on SQLite and on PostgreSQL (`store_target`), but for SQLite's own migrations
+of older versions (a PostgreSQL store starts at its baseline: tests/master/test_pg_store.py)."""
 
 from __future__ import annotations
 
+import re
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from dettui.config import load_config
+from dettui.master.settings import MasterSettings
 from dettui.master.store import db as dbmod
 from dettui.master.store import experiments, trials, users
 from dettui.models import TrialState
 from tests.master.conftest import SIMPLE_CONFIG, TEST_MINT
 
 
-def test_migrations_are_numbered_and_applied_once(tmp_path: Path) -> None:
+def test_sqlite_migrations_are_numbered_and_applied_once(tmp_path: Path) -> None:
     conn = dbmod.connect(tmp_path / "m.db")
     latest = max(n for n, _, _ in dbmod._migrations())
     assert conn.execute("PRAGMA user_version").fetchone()[0] == latest
@@ -21,9 +27,9 @@ def test_migrations_are_numbered_and_applied_once(tmp_path: Path) -> None:
     conn.close()
 
 
-def _trial(tmp_path: Path) -> tuple[sqlite3.Connection, int]:
+def _trial(target: Path | str) -> tuple[sqlite3.Connection, int]:
     """A store with one experiment (context b"tgz") and its one trial's id."""
-    conn = dbmod.connect(tmp_path / "m.db")
+    conn = dbmod.connect(target)
     users.ensure_default_users(conn, None)
     owner = users.by_name(conn, "determined")
     assert owner is not None
@@ -36,21 +42,21 @@ def _trial(tmp_path: Path) -> tuple[sqlite3.Connection, int]:
     return conn, made[0].id
 
 
-def test_committed_changes_survive_a_reopen(tmp_path: Path) -> None:
-    conn, trial_id = _trial(tmp_path)
+def test_committed_changes_survive_a_reopen(store_target: Path | str) -> None:
+    conn, trial_id = _trial(store_target)
     exp_id = trials.get(conn, trial_id).experiment_id
     alloc = trials.allocate(conn, trial_id, "agent-1", [0], mint=TEST_MINT)
     assert alloc is not None
     # No close, no checkpoint: a second connection (like a restarted master) sees it all.
-    other = dbmod.connect(tmp_path / "m.db")
+    other = dbmod.connect(store_target)
     assert experiments.get(other, exp_id).name == "x"
     assert experiments.context(other, exp_id) == b"tgz"
     assert trials.get(other, trial_id).state is TrialState.RUNNING
     assert trials.allocation(other, alloc.id).run_id == 1
 
 
-def test_passwords_are_salted_and_checked(tmp_path: Path) -> None:
-    conn = dbmod.connect(tmp_path / "m.db")
+def test_passwords_are_salted_and_checked(store_target: Path | str) -> None:
+    conn = dbmod.connect(store_target)
     users.ensure_default_users(conn, "s3cret")
     admin = users.by_name(conn, "admin")
     assert admin is not None and admin.password_hash.startswith("pbkdf2$")
@@ -63,7 +69,8 @@ def test_passwords_are_salted_and_checked(tmp_path: Path) -> None:
 
 
 def test_the_id_high_water_mark_starts_from_existing_rows(tmp_path: Path) -> None:
-    """A store made before ids were tracked (version 8) keeps its biggest ids as the floor."""
+    """A SQLite store made before ids were tracked (version 8) keeps its biggest ids as the
+    floor."""
 
     conn = sqlite3.connect(tmp_path / "old.db", isolation_level=None)
     for number, _name, sql in dbmod._migrations():
@@ -88,12 +95,13 @@ def test_the_id_high_water_mark_starts_from_existing_rows(tmp_path: Path) -> Non
 
 
 
-def test_a_newer_run_archives_what_older_runs_reported_past_its_step(tmp_path: Path) -> None:
+def test_a_newer_run_archives_what_older_runs_reported_past_its_step(
+        store_target: Path | str) -> None:
     """SEMANTICS §3.2: a report of a newer run archives older runs' rows of the trial past its
     step (its own group at its step too), however the reports of each run are ordered."""
     from dettui.master.store import metrics
 
-    conn, trial = _trial(tmp_path)
+    conn, trial = _trial(store_target)
 
     def report(run: int, group: str, steps: int) -> None:
         metrics.report(conn, trial_id=trial, run_id=run, group=group, steps=steps,
@@ -118,7 +126,33 @@ def test_a_newer_run_archives_what_older_runs_reported_past_its_step(tmp_path: P
     assert live() == [(1, "training", 10), (3, "validation", 10)]
 
 
-async def test_no_list_or_pass_reads_a_context(aiohttp_client: object, tmp_path: Path) -> None:
+def _watch_contexts(conn: Any, reads: list[str]) -> Callable[[], None]:
+    """Record in `reads` each column of the contexts table the connection reads: SQLite's
+    authorizer sees every read; on PostgreSQL (no views or triggers in the schema, so a
+    statement reads the table only if it names it), the columns each such statement names.
+    Returns how to stop."""
+    if getattr(conn, "dialect", "") == "postgresql":
+        plain = conn.execute
+
+        def execute(sql: str, args: Any = ()) -> Any:
+            if re.search(r"\bcontexts\b", sql):
+                reads.extend(c for c in ("experiment_id", "targz") if c in sql)
+            return plain(sql, args)
+
+        conn.execute = execute
+        return lambda: delattr(conn, "execute")
+
+    def watch(action: int, table: str | None, column: str | None, *_: object) -> int:
+        if action == sqlite3.SQLITE_READ and table == "contexts":
+            reads.append(str(column))
+        return sqlite3.SQLITE_OK
+
+    conn.set_authorizer(watch)
+    return lambda: conn.set_authorizer(None)
+
+
+async def test_no_list_or_pass_reads_a_context(master_settings: MasterSettings,
+                                               aiohttp_client: object) -> None:
     """Contexts live in their own table, read only by the agent's download and model_def: the
     lists, the job queue, an experiment, its trials and scheduling passes never touch it."""
     import asyncio
@@ -126,11 +160,9 @@ async def test_no_list_or_pass_reads_a_context(aiohttp_client: object, tmp_path:
 
     from dettui.master import keys
     from dettui.master.app import create_app
-    from dettui.master.settings import MasterSettings
     from tests.master.conftest import SIMPLE_CONFIG, Api
 
-    client = await aiohttp_client(create_app(  # type: ignore[operator]
-        MasterSettings(state_dir=tmp_path / "state", port=0)))
+    client = await aiohttp_client(create_app(master_settings))  # type: ignore[operator]
     resp = await client.post("/api/v1/auth/login", json={"username": "determined"})
     api = Api(client, (await resp.json())["token"])
     files = [{"path": "train.py", "type": 48, "mtime": "1700000000", "mode": 33188, "uid": 0,
@@ -140,13 +172,7 @@ async def test_no_list_or_pass_reads_a_context(aiohttp_client: object, tmp_path:
             "config": SIMPLE_CONFIG, "modelDefinition": files, "activate": True})
     db = client.server.app[keys.DB]
     reads: list[str] = []
-
-    def watch(action: int, table: str | None, column: str | None, *_: object) -> int:
-        if action == sqlite3.SQLITE_READ and table == "contexts":
-            reads.append(str(column))
-        return sqlite3.SQLITE_OK
-
-    await db.call(db.conn.set_authorizer, watch)
+    stop = await db.call(_watch_contexts, db.conn, reads)
     try:
         for path in ("/api/v1/experiments", "/api/v1/experiments/2", "/api/v1/job-queues-v2",
                      "/api/v1/experiments/2/trials", "/api/v1/trials/2", "/api/v1/agents"):
@@ -157,10 +183,11 @@ async def test_no_list_or_pass_reads_a_context(aiohttp_client: object, tmp_path:
         await api.call("GET", "/api/v1/experiments/2/model_def")
         assert "targz" in reads  # the watch sees a context read when there is one
     finally:
-        await db.call(db.conn.set_authorizer, None)
+        await db.call(stop)
 
 
 def test_contexts_move_to_their_own_table_with_migration_12(tmp_path: Path) -> None:
+    """SQLite's migration 12 (a PostgreSQL store starts at the baseline, after it)."""
 
     path = tmp_path / "old.db"
     old = sqlite3.connect(path, isolation_level=None)
@@ -183,13 +210,14 @@ def test_contexts_move_to_their_own_table_with_migration_12(tmp_path: Path) -> N
     assert "context" not in cols
 
 
-def test_an_experiments_best_validation_is_kept_as_reports_arrive(tmp_path: Path) -> None:
+def test_an_experiments_best_validation_is_kept_as_reports_arrive(
+        store_target: Path | str) -> None:
     """By dettui.metric's rules (numbers only, NaN never best, the first of equals), updated by
     each validation, recomputed when a restart archives the best, and computed once for rows of
     older versions."""
     from dettui.master.store import metrics
 
-    conn, first = _trial(tmp_path)
+    conn, first = _trial(store_target)
     exp_id = trials.get(conn, first).experiment_id
     second = experiments.add_trial(conn, exp_id, {"lr": 0.2}, 8).id
 
@@ -213,13 +241,14 @@ def test_an_experiments_best_validation_is_kept_as_reports_arrive(tmp_path: Path
     assert (exp.best, exp.best_trial_id) == (0.5, first)
 
 
-def test_a_trials_summary_and_best_are_kept_as_reports_arrive(tmp_path: Path) -> None:
+def test_a_trials_summary_and_best_are_kept_as_reports_arrive(
+        store_target: Path | str) -> None:
     """Folded report by report, they equal what folding every live report gives, through a
     merge into a stored report, a restart that archives reports, and older versions' rows."""
     from dettui.master import summary
     from dettui.master.store import metrics
 
-    conn, trial_id = _trial(tmp_path)
+    conn, trial_id = _trial(store_target)
 
     def report(run: int, group: str, steps: int, values: dict[str, object]) -> None:
         metrics.report(conn, trial_id=trial_id, run_id=run, group=group, steps=steps,

@@ -145,7 +145,7 @@ async def test_experiment_state_is_the_most_advanced_trials(api: Api, tmp_path: 
 
 
 async def test_external_ids_find_the_same_experiment_and_trial(api: Api, tmp_path: Path) -> None:
-    body = {"config": CORE_V2_CONFIG % tmp_path, "unmanaged": True}
+    body = {"config": CORE_V2_CONFIG % (tmp_path / "ckpts"), "unmanaged": True}
     first = await api.call("PUT", "/api/v1/experiments/by-external-id/run-a", body)
     again = await api.call("PUT", "/api/v1/experiments/by-external-id/run-a", body)
     other = await api.call("PUT", "/api/v1/experiments/by-external-id/run-b", body)

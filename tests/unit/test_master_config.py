@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from dettui.errors import ConfigError
+from dettui.errors import ConfigError, InvalidArgument
 from dettui.master.scheduler import FAIR_SHARE, PRIORITY, PoolPolicy
-from dettui.master.settings import MasterSettings, load_master_config, settings_from
+from dettui.master.settings import MasterSettings, db_url, load_master_config, settings_from
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -48,3 +48,23 @@ def test_bad_master_configs_name_the_field(tmp_path: Path, text: str, problem: s
     with pytest.raises(ConfigError) as exc:
         load_master_config(write(tmp_path, text))
     assert problem in str(exc.value) and "master.yaml" in str(exc.value)
+
+
+@pytest.mark.parametrize(("value", "says"), [
+    ("mysql://u:s3cret@h/d", "got mysql://u:***@h/d"),
+    ("u:s3cret@h", "not shown: it may hold a password"),
+    ("postgresql://u:s3cret@h:port/d", "not a valid database URL"),
+    ("postgresql://u:s3cret@[::1/d", "not a valid database URL"),
+])
+def test_a_db_url_that_is_not_postgresql_is_refused_without_its_password(value: str,
+                                                                          says: str) -> None:
+    with pytest.raises(InvalidArgument) as refused:
+        db_url(value)
+    assert says in str(refused.value) and str(refused.value).startswith("--db: ")
+    assert "s3cret" not in str(refused.value)
+
+
+def test_a_db_url_is_taken_as_given_and_none_is_sqlite() -> None:
+    assert db_url("postgresql://u:pw@db.example:5432/dettui") == (
+        "postgresql://u:pw@db.example:5432/dettui")
+    assert db_url(None) is None and db_url("") is None

@@ -41,7 +41,8 @@ def list_(conn: sqlite3.Connection) -> list[Agent]:
 def cluster_value(conn: sqlite3.Connection, key: str, default: str) -> str:
     """A persistent cluster-wide value (cluster id), created with `default` the first time."""
     with transaction(conn):
-        conn.execute("INSERT OR IGNORE INTO cluster (key, value) VALUES (?, ?)", (key, default))
+        conn.execute("INSERT INTO cluster (key, value) VALUES (?, ?) ON CONFLICT DO NOTHING",
+                     (key, default))
     return str(conn.execute("SELECT value FROM cluster WHERE key=?", (key,)).fetchone()[0])
 
 

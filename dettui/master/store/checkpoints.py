@@ -110,7 +110,7 @@ def latest_for_trial(conn: sqlite3.Connection, trial_id: int) -> Checkpoint | No
     """The COMPLETED checkpoint with the most steps (SEMANTICS §3.4)."""
     row = conn.execute(
         f"{FROM_CHECKPOINTS} WHERE trial_id=? AND state=? "
-        "ORDER BY steps_completed DESC, report_time DESC LIMIT 1",
+        "ORDER BY steps_completed DESC NULLS LAST, report_time DESC LIMIT 1",
         (trial_id, CheckpointState.COMPLETED.value),
     ).fetchone()
     return Checkpoint.from_row(row) if row else None

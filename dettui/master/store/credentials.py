@@ -36,11 +36,11 @@ def issue(conn: sqlite3.Connection, created_by: int | None, description: str = "
     """A new credential and its secret (shown once, never stored)."""
     secret = PREFIX + secrets.token_urlsafe(32)
     with transaction(conn):
-        cur = conn.execute(
+        row = conn.execute(
             "INSERT INTO agent_credentials (token_hash, description, agent_id, created_by, "
-            "created_at) VALUES (?, ?, ?, ?, ?)",
-            (token_hash(secret), description, agent_id, created_by, time.time()))
-        return get(conn, int(cur.lastrowid or 0)), secret
+            "created_at) VALUES (?, ?, ?, ?, ?) RETURNING id",
+            (token_hash(secret), description, agent_id, created_by, time.time())).fetchone()
+        return get(conn, int(row[0])), secret
 
 
 def get(conn: sqlite3.Connection, cred_id: int) -> AgentCredential:

@@ -1,8 +1,9 @@
-"""SQLite connection in WAL mode, numbered migrations, and the single store thread.
+"""The store's connection (SQLite in WAL mode, or PostgreSQL: store/pg.py), numbered
+migrations, and the single store thread.
 
 Every store call runs on one dedicated thread (`Database.call`), so the event loop never blocks
-on SQLite and writes are serialised. A change is committed before the call returns, so anything
-the master acknowledges survives a SIGKILL.
+on the database and writes are serialised. A change is committed before the call returns, so
+anything the master acknowledges survives a SIGKILL.
 """
 
 from __future__ import annotations
@@ -15,9 +16,9 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
 from pathlib import Path
-from typing import ParamSpec, TypeVar
+from typing import ParamSpec, TypeVar, cast
 
-from dettui.master.store import tx
+from dettui.master.store import pg, tx
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -33,9 +34,13 @@ def _migrations() -> list[tuple[int, str, str]]:
     return sorted(found)
 
 
-def connect(path: Path) -> sqlite3.Connection:
-    """Open (creating if needed) the store at `path` and bring its schema up to date."""
-    conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None,
+def connect(target: Path | str) -> sqlite3.Connection:
+    """Open (creating if needed) the store at `target`, a SQLite file or a PostgreSQL URL, and
+    bring its schema up to date. A PostgreSQL connection has the part of sqlite3's surface the
+    store's functions use (store/pg.py), hence the type they are written against."""
+    if pg.is_url(target):
+        return cast(sqlite3.Connection, pg.connect(str(target)))
+    conn = sqlite3.connect(target, check_same_thread=False, isolation_level=None,
                            factory=tx.Connection)
     conn.row_factory = sqlite3.Row
     conn.execute("PRAGMA journal_mode=WAL")
@@ -75,13 +80,32 @@ def _split(sql: str) -> list[str]:
     return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]
 
 
+def open_master(target: Path | str) -> sqlite3.Connection:
+    """`connect` for the master: on PostgreSQL, first the database's master lock (the state
+    dir's lock keeps one master per SQLite file)."""
+    if not pg.is_url(target):
+        return connect(target)
+    conn = pg.Connection(str(target))
+    try:
+        pg.lock_master(conn)
+        pg.migrate(conn)
+    except BaseException:
+        conn.close()
+        raise
+    return cast(sqlite3.Connection, conn)
+
+
 class Database:
     """Owns the connection and the one thread that touches it."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
+    def __init__(self, target: Path | str) -> None:
+        self.target = target
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dettui-store")
-        self.conn = self._executor.submit(connect, path).result()
+        try:
+            self.conn = self._executor.submit(open_master, target).result()
+        except BaseException:
+            self._executor.shutdown(wait=False)
+            raise
         tx.adopt_plan(self.conn)  # tests only: a simulated crash at a planned commit
 
     async def call(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
@@ -98,7 +122,8 @@ class Database:
 
     def close(self) -> None:
         def _close() -> None:
-            self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            if isinstance(self.conn, sqlite3.Connection):
+                self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             self.conn.close()
 
         self._executor.submit(_close).result()

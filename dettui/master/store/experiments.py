@@ -23,9 +23,9 @@ COLUMNS = ("id", "name", "description", "labels", "state", "archived", "owner_id
            "original_config", "searcher_type", "job_id", "resource_pool", "priority", "weight",
            "max_slots", "queue_position", "start_time", "end_time", "progress", "unmanaged",
            "external_id", "best_value", "best_trial_id")
+NUM_TRIALS = "(SELECT COUNT(*) FROM trials t WHERE t.experiment_id = e.id)"
 SELECT = (  # every column a record needs, by name: never the context (its own table)
-    f"SELECT {', '.join('e.' + c for c in COLUMNS)}, u.username, "
-    "(SELECT COUNT(*) FROM trials t WHERE t.experiment_id = e.id) AS num_trials "
+    f"SELECT {', '.join('e.' + c for c in COLUMNS)}, u.username, {NUM_TRIALS} AS num_trials "
     "FROM experiments e JOIN users u ON u.id = e.owner_id"
 )
 @dataclass(frozen=True)
@@ -61,17 +61,17 @@ def create(
     state = ExperimentState.ACTIVE if new.activate else ExperimentState.PAUSED
     trial_state = TrialState.QUEUED if new.activate else TrialState.PAUSED
     with transaction(conn):
-        cur = conn.execute(
+        exp_id = ids.next_id(conn, "experiments")
+        conn.execute(
             "INSERT INTO experiments (id, name, description, labels, state, owner_id, config, "
             "original_config, searcher_type, job_id, resource_pool, priority, weight, max_slots, "
             "queue_position, start_time, unmanaged, best_stale) "
             "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,0)",
-            (ids.next_id(conn, "experiments"), new.name, new.description,
+            (exp_id, new.name, new.description,
              json.dumps(new.labels), state.value, new.owner_id, json.dumps(new.config),
              new.original_config, new.searcher_type, str(uuid.uuid4()), new.resource_pool,
              new.priority, new.weight, new.max_slots, now * 1e6, now, int(new.unmanaged)),
         )
-        exp_id = int(cur.lastrowid or 0)
         if new.context is not None:
             conn.execute("INSERT INTO contexts (experiment_id, targz) VALUES (?, ?)",
                          (exp_id, new.context))
@@ -89,13 +89,14 @@ def _insert_trial(
     state: TrialState, now: float,
 ) -> int:
     request_id = str(uuid.uuid4())
-    cur = conn.execute(
+    trial_id = ids.next_id(conn, "trials")
+    conn.execute(
         "INSERT INTO trials (id, experiment_id, request_id, task_id, hparams, seed, state, "
         "start_time) VALUES (?,?,?,?,?,?,?,?)",
-        (ids.next_id(conn, "trials"), exp_id, request_id, f"{exp_id}.{request_id}",
+        (trial_id, exp_id, request_id, f"{exp_id}.{request_id}",
          json.dumps(hparams), seed, state.value, now),
     )
-    return int(cur.lastrowid or 0)
+    return trial_id
 
 
 def add_trial(
@@ -130,7 +131,7 @@ EXPERIMENT_SORTS = {  # Determined's v1GetExperimentsRequestSortBy -> the column
     "SORT_BY_DESCRIPTION": "e.description", "SORT_BY_START_TIME": "e.start_time",
     "SORT_BY_END_TIME": "e.end_time", "SORT_BY_STATE": "e.state",
     "SORT_BY_PROGRESS": "e.progress", "SORT_BY_USER": "u.username",
-    "SORT_BY_RESOURCE_POOL": "e.resource_pool", "SORT_BY_NUM_TRIALS": "num_trials",
+    "SORT_BY_RESOURCE_POOL": "e.resource_pool", "SORT_BY_NUM_TRIALS": NUM_TRIALS,
     "SORT_BY_SEARCHER_METRIC_VAL": "e.best_value", "SORT_BY_FORKED_FROM": "e.id",
     "SORT_BY_PROJECT_ID": "e.id",  # never forked, all in one project
 }

@@ -28,19 +28,20 @@ class LogFilter:
 def insert(conn: sqlite3.Connection, lines: list[dict[str, Any]]) -> int:
     """Insert log lines (dicts with the column names); return how many were stored. A line whose
     allocation, agent and sequence number are stored already (an agent's retry) is not stored
-    again."""
+    again. A NUL character, which PostgreSQL's text cannot hold, is kept as U+FFFD (as the
+    agent keeps bytes that are not UTF-8), on either database."""
     if not lines:
         return 0
     cols = ("trial_id", "task_id", "allocation_id", "agent_id", "container_id", "rank_id",
             "stdtype", "source", "level", "timestamp", "log", "seq")
     with transaction(conn):
-        before = conn.total_changes
-        conn.executemany(
-            f"INSERT OR IGNORE INTO logs ({', '.join(cols)}) "
-            f"VALUES ({','.join('?' * len(cols))})",
-            [tuple(line.get(c) for c in cols) for line in lines],
+        cur = conn.executemany(
+            f"INSERT INTO logs ({', '.join(cols)}) "
+            f"VALUES ({','.join('?' * len(cols))}) ON CONFLICT DO NOTHING",
+            [tuple(line["log"].replace("\x00", "\ufffd") if c == "log" else line.get(c)
+                   for c in cols) for line in lines],
         )
-        return conn.total_changes - before
+        return max(cur.rowcount, 0)  # the lines inserted: not those ignored
 
 
 def _where(trial_id: int, flt: LogFilter) -> tuple[str, list[Any]]:
@@ -52,7 +53,7 @@ def _where(trial_id: int, flt: LogFilter) -> tuple[str, list[Any]]:
             where.append(f"{col} IN ({','.join('?' * len(values))})")
             args.extend(values)
     if flt.search_text:
-        where.append("instr(log, ?) > 0")
+        where.append("replace(log, ?, '') != log")  # contains it (in SQLite and PostgreSQL)
         args.append(flt.search_text)
     if flt.timestamp_before is not None:
         where.append("timestamp < ?")

@@ -92,8 +92,8 @@ def _report(conn: sqlite3.Connection, r: MetricReport) -> None:
         conn.execute("UPDATE metrics SET metrics=?, batch_metrics=? WHERE id=?",
                      (json.dumps(merged), bm, row["id"]))
         refresh_trial(conn, trial_id)  # a merge changes a stored report: folded again (rare)
-    conn.execute("UPDATE trials SET total_batches=MAX(total_batches, ?) WHERE id=?",
-                 (steps, trial_id))
+    conn.execute("UPDATE trials SET total_batches=CASE WHEN total_batches < ? THEN ? "
+                 "ELSE total_batches END WHERE id=?", (steps, steps, trial_id))
     if group == "validation":
         _update_best(conn, trial_id, r.metrics)
 

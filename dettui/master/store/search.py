@@ -66,12 +66,13 @@ def _trial_progress(conn: sqlite3.Connection, exp_id: int) -> dict[int, float]:
 def insert_trial(conn: sqlite3.Connection, exp_id: int, create: search.Create,
                  state: TrialState, now: float) -> int:
     request_id = str(uuid.uuid4())
-    cur = conn.execute(
+    trial_id = ids.next_id(conn, "trials")
+    conn.execute(
         "INSERT INTO trials (id, experiment_id, request_id, task_id, hparams, seed, state, "
         "start_time, search_id) VALUES (?,?,?,?,?,?,?,?,?)",
-        (ids.next_id(conn, "trials"), exp_id, request_id, f"{exp_id}.{request_id}",
+        (trial_id, exp_id, request_id, f"{exp_id}.{request_id}",
          json.dumps(create.hparams), create.seed, state.value, now, create.request_id))
-    return int(cur.lastrowid or 0)
+    return trial_id
 
 
 def initial(conn: sqlite3.Connection, exp: Experiment) -> list[int]:

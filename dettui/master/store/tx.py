@@ -31,7 +31,11 @@ class CrashPlan:
 class Connection(sqlite3.Connection):
     """The store's connection: a sqlite3 connection that can carry a test's crash plan."""
 
+    dialect = "sqlite"
     crash_plan: CrashPlan | None = None
+
+    def begin(self) -> None:
+        self.execute("BEGIN IMMEDIATE")  # the write lock at once: no upgrade that can fail
 
 
 _next: list[CrashPlan] = []  # for the next store opened (a master starting up)
@@ -43,7 +47,7 @@ def plan_crash_of_next_store(plan: CrashPlan) -> None:
 
 
 def adopt_plan(conn: sqlite3.Connection) -> None:
-    if _next and isinstance(conn, Connection):
+    if _next and hasattr(conn, "crash_plan"):  # a tx.Connection or a pg.Connection
         conn.crash_plan = _next.pop()
 
 
@@ -52,7 +56,7 @@ def transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
     plan = getattr(conn, "crash_plan", None)
     if plan is not None and plan.fired:
         raise SimulatedCrash(f"the master died at commit {plan.at}")
-    conn.execute("BEGIN IMMEDIATE")
+    conn.begin()  # type: ignore[attr-defined]  # a tx.Connection or a pg.Connection
     try:
         yield conn
     except BaseException:

@@ -44,18 +44,18 @@ def create_experiment(
             if row is not None:
                 return exp_store.get(conn, int(row["id"]))
         now = time.time()
-        cur = conn.execute(
+        exp_id = ids.next_id(conn, "experiments")
+        conn.execute(
             "INSERT INTO experiments (id, name, description, labels, state, owner_id, config, "
             "original_config, searcher_type, job_id, resource_pool, priority, weight, max_slots, "
             "queue_position, start_time, unmanaged, external_id, best_stale) "
             "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,1,?,0)",
-            (ids.next_id(conn, "experiments"), new.name, new.description,
+            (exp_id, new.name, new.description,
              json.dumps(new.labels), ExperimentState.PAUSED.value, new.owner_id,
              json.dumps(new.config), new.original_config, new.searcher_type,
              str(uuid.uuid4()), new.resource_pool, new.priority, new.weight, new.max_slots,
              now * 1e6, now, external_id),
         )
-        exp_id = int(cur.lastrowid or 0)
     return exp_store.get(conn, exp_id)
 
 
@@ -72,14 +72,14 @@ def create_trial(
             if row is not None:
                 return Trial.from_row(row)
         request_id = str(uuid.uuid4())
-        cur = conn.execute(
+        trial_id = ids.next_id(conn, "trials")
+        conn.execute(
             "INSERT INTO trials (id, experiment_id, request_id, task_id, hparams, seed, state, "
             "start_time, external_id) VALUES (?,?,?,?,?,0,?,?,?)",
-            (ids.next_id(conn, "trials"), exp_id, request_id,
+            (trial_id, exp_id, request_id,
              f"{exp_id}.{external_id or request_id}", json.dumps(hparams),
              TrialState.PAUSED.value, time.time(), external_id),
         )
-        trial_id = int(cur.lastrowid or 0)
     return trial_store.get(conn, trial_id)
 
 

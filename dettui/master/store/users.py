@@ -49,9 +49,8 @@ def ensure_default_users(conn: sqlite3.Connection, admin_password: str | None) -
     """`admin` and `determined` exist; `admin_password` (plain text) is applied when given."""
     with transaction(conn):
         for name, admin in (("admin", 1), ("determined", 0)):
-            conn.execute(
-                "INSERT OR IGNORE INTO users (username, admin) VALUES (?, ?)", (name, admin)
-            )
+            conn.execute("INSERT INTO users (username, admin) VALUES (?, ?) "
+                         "ON CONFLICT DO NOTHING", (name, admin))
         if admin_password:
             stored = _stored_form(client_hash(admin_password))
             conn.execute("UPDATE users SET password_hash=? WHERE username='admin'", (stored,))
@@ -109,8 +108,8 @@ def add_task_session(conn: sqlite3.Connection, user_id: int, alloc_id: str, toke
     DET_USER_TOKEN (for the CLI and SDK inside it, as in Determined). It ends with the
     allocation (`end_task_sessions`)."""
     now = time.time() if now is None else now
-    conn.execute("INSERT OR IGNORE INTO user_sessions (token_hash, user_id, created_at, "
-                 "expires_at, allocation_id) VALUES (?, ?, ?, ?, ?)",
+    conn.execute("INSERT INTO user_sessions (token_hash, user_id, created_at, expires_at, "
+                 "allocation_id) VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
                  (token_hash(token), user_id, now, now + SESSION_LIFETIME, alloc_id))
 
 
@@ -139,11 +138,11 @@ def create(conn: sqlite3.Connection, username: str, hashed: str, *, admin: bool,
     with transaction(conn):
         if by_name(conn, username) is not None:
             raise Conflict(f"user '{username}' already exists")
-        cur = conn.execute(
+        row = conn.execute(
             "INSERT INTO users (username, password_hash, admin, active, display_name) "
-            "VALUES (?, ?, ?, ?, ?)",
-            (username, _stored_form(hashed), int(admin), int(active), display_name))
-        return by_id(conn, int(cur.lastrowid or 0))
+            "VALUES (?, ?, ?, ?, ?) RETURNING id",
+            (username, _stored_form(hashed), int(admin), int(active), display_name)).fetchone()
+        return by_id(conn, int(row[0]))
 
 
 def update(conn: sqlite3.Connection, user_id: int, *, active: bool | None = None,
