@@ -22,8 +22,8 @@ A, B = "agent-a", "agent-b"  # the chief's node and the other one
 BOTH = frozenset({A, B})
 
 
-def _two_nodes(tmp_path: Path) -> tuple[sqlite3.Connection, str]:
-    conn, trial_id = _trial(tmp_path)
+def _two_nodes(store_target: Path | str) -> tuple[sqlite3.Connection, str]:
+    conn, trial_id = _trial(store_target)
     alloc = trials.allocate(conn, trial_id, A, [0], parts=[(A, [0]), (B, [0])], mint=TEST_MINT)
     return conn, alloc.id
 
@@ -33,8 +33,8 @@ def _trial_state(conn: sqlite3.Connection) -> TrialState:
 
 
 def test_the_daemon_ends_when_the_worker_has_and_its_kill_does_not_count(
-        tmp_path: Path) -> None:
-    conn, alloc_id = _two_nodes(tmp_path)
+        store_target: Path | str) -> None:
+    conn, alloc_id = _two_nodes(store_target)
     marked = exits.mark_daemon(conn, alloc_id, B)
     assert marked is not None and marked.end_parts == ()
     assert trials.allocation(conn, alloc_id).daemons == [B]
@@ -47,8 +47,8 @@ def test_the_daemon_ends_when_the_worker_has_and_its_kill_does_not_count(
 
 
 def test_without_the_mark_the_other_node_is_waited_for_and_its_kill_fails_the_trial(
-        tmp_path: Path) -> None:
-    conn, alloc_id = _two_nodes(tmp_path)
+        store_target: Path | str) -> None:
+    conn, alloc_id = _two_nodes(store_target)
     done = exits.part_exit(conn, alloc_id, A, 0, "", BOTH)
     assert done.end_parts == () and not done.done
     done = exits.part_exit(conn, alloc_id, B, 137, "killed", BOTH)
@@ -56,8 +56,9 @@ def test_without_the_mark_the_other_node_is_waited_for_and_its_kill_fails_the_tr
     assert trials.get(conn, 1).restarts == 1
 
 
-def test_a_daemon_failing_while_the_worker_runs_fails_the_allocation(tmp_path: Path) -> None:
-    conn, alloc_id = _two_nodes(tmp_path)
+def test_a_daemon_failing_while_the_worker_runs_fails_the_allocation(
+        store_target: Path | str) -> None:
+    conn, alloc_id = _two_nodes(store_target)
     exits.mark_daemon(conn, alloc_id, B)
     done = exits.part_exit(conn, alloc_id, B, 1, "", BOTH)
     assert done.end_parts == (A,) and not done.daemons
@@ -66,8 +67,8 @@ def test_a_daemon_failing_while_the_worker_runs_fails_the_allocation(tmp_path: P
     assert trials.get(conn, 1).restarts == 1
 
 
-def test_marked_after_the_worker_exited_it_ends_at_once(tmp_path: Path) -> None:
-    conn, alloc_id = _two_nodes(tmp_path)
+def test_marked_after_the_worker_exited_it_ends_at_once(store_target: Path | str) -> None:
+    conn, alloc_id = _two_nodes(store_target)
     assert exits.part_exit(conn, alloc_id, A, 0, "", BOTH).end_parts == ()
     marked = exits.mark_daemon(conn, alloc_id, B)
     assert marked is not None and marked.end_parts == (B,)
@@ -76,16 +77,16 @@ def test_marked_after_the_worker_exited_it_ends_at_once(tmp_path: Path) -> None:
     assert _trial_state(conn) is TrialState.COMPLETED
 
 
-def test_a_daemon_whose_agent_is_gone_is_not_waited_for(tmp_path: Path) -> None:
-    conn, alloc_id = _two_nodes(tmp_path)
+def test_a_daemon_whose_agent_is_gone_is_not_waited_for(store_target: Path | str) -> None:
+    conn, alloc_id = _two_nodes(store_target)
     exits.mark_daemon(conn, alloc_id, B)
     done = exits.part_exit(conn, alloc_id, A, 0, "", frozenset({A}))
     assert done.done and _trial_state(conn) is TrialState.COMPLETED
 
 
 def test_every_part_a_daemon_ends_the_allocation_and_a_single_part_is_ignored(
-        tmp_path: Path) -> None:
-    conn, alloc_id = _two_nodes(tmp_path)
+        store_target: Path | str) -> None:
+    conn, alloc_id = _two_nodes(store_target)
     exits.mark_daemon(conn, alloc_id, B)
     marked = exits.mark_daemon(conn, alloc_id, A)
     assert marked is not None and marked.end_parts == (A, B)

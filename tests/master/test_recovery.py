@@ -186,7 +186,7 @@ async def _agent_returns(api: Api, runs: bool | None,
     """The agent registers again, running the allocation or nothing; the work it is sent."""
     if runs is None:
         return []
-    conn = connect(settings.db_path)
+    conn = connect(settings.db_target)
     try:
         alloc_ids = [r[0] for r in conn.execute("SELECT id FROM allocations")] if runs else []
     finally:

@@ -259,7 +259,11 @@ def for_trial(
     if group:
         sql += " AND grp=?"
         args.append(group)
-    rows = conn.execute(sql + " ORDER BY steps_completed, id LIMIT ?", [*args, limit])
+    sql += " ORDER BY steps_completed, id"
+    if limit >= 0:  # PostgreSQL has no LIMIT -1
+        sql += " LIMIT ?"
+        args.append(limit)
+    rows = conn.execute(sql, args)
     return [Metric.from_row(r) for r in rows]
 
 
