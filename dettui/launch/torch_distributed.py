@@ -147,7 +147,10 @@ def supervise(cmd: spec.Command, nproc: int) -> int:
                 break
             time.sleep(POLL)
             failure = _first_failure(launch_dir, nproc)
-        if failure is not None:
+        if failure is not None:  # torchrun ended the others itself before we looked
+            if not stopped:
+                print(f"dettui launcher: rank {failure[0]} exited with {failure[1]}",
+                      file=sys.stderr, flush=True)
             return failure[1]
         code = proc.returncode
         return code if code >= 0 else 128 - code

@@ -11,9 +11,16 @@ from typing import Any
 
 import pytest
 
+from dettui.master.settings import MasterSettings
 from tests.master.conftest import Api, agent_headers
 from tests.master.conftest import api as api  # noqa: F401 - the fixture
 from tests.master.test_api import create
+
+
+@pytest.fixture
+def master_settings(tmp_path: Path) -> MasterSettings:
+    """The `api` fixture's master, on SQLite (the agent's side is what is tested here)."""
+    return MasterSettings(state_dir=tmp_path / "state", port=0)
 
 
 async def _trial(api: Api) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from tests.core.test_sharded import free_port
 pytestmark = pytest.mark.slow
 
 SCRIPT = """
-import json
+import json, os
 from dettui import core
 
 dist = core.DistributedContext.from_torch_distributed()
@@ -31,7 +31,9 @@ out = {
     "broadcast_local": dist.broadcast_local(f"from node {node}" if local == 0 else "mine"),
     "allgather": dist.allgather(dist.rank),
 }
-print("RESULT " + json.dumps(out), flush=True)
+# a file per rank: two ranks of a node share torchrun's stdout, and their lines can interleave
+with open(os.path.join(os.environ["RESULT_DIR"], f"{dist.rank}.json"), "w") as f:
+    json.dump(out, f)
 """
 
 
@@ -39,7 +41,7 @@ def test_local_operations_stay_within_a_node(tmp_path: Path) -> None:
     (tmp_path / "local.py").write_text(textwrap.dedent(SCRIPT))
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
-           "DET_CHIEF_IP": "127.0.0.1"}
+           "DET_CHIEF_IP": "127.0.0.1", "RESULT_DIR": str(tmp_path)}
     nodes = [subprocess.Popen(
         [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node_rank",
          str(node), "--nproc_per_node", "2", "--master_addr", "127.0.0.1", "--master_port",
@@ -48,8 +50,8 @@ def test_local_operations_stay_within_a_node(tmp_path: Path) -> None:
     outputs = [p.communicate(timeout=120) for p in nodes]
     for p, (_, err) in zip(nodes, outputs, strict=True):
         assert p.returncode == 0, err[-3000:]
-    results = {r["rank"]: r for out, _ in outputs for line in out.splitlines()
-               if line.startswith("RESULT ") for r in [json.loads(line[7:])]}
+    results = {r["rank"]: r for r in (json.loads((tmp_path / f"{rank}.json").read_text())
+                                      for rank in range(4))}
     assert sorted(results) == [0, 1, 2, 3]
     for rank, r in results.items():
         node, local = divmod(rank, 2)

@@ -180,3 +180,16 @@ def test_a_stopped_launcher_does_not_wait_for_a_failure_that_is_not_coming(
     assert proc.returncode == 128 + 15, err
     assert "exited with" not in err, "an outside stop is not reported as a worker's failure"
     assert leftovers(tag) == []
+
+
+def test_the_failing_rank_is_named_even_when_torchrun_ends_first(
+        capfd: pytest.CaptureFixture[str]) -> None:
+    """torchrun may tear the group down and exit before the launcher's next look: the launcher
+    still says which rank failed with which code (a user reads that line first)."""
+    from dettui.launch import torch_distributed as t
+
+    fake = ("import os, sys, time; d = os.environ['" + t.LAUNCH_DIR + "']; "
+            "open(os.path.join(d, 'rank-1.exit'), 'w').write(f'3 {time.time()}'); sys.exit(1)")
+    code = t.supervise(spec.Command((sys.executable, "-c", fake)), nproc=2)
+    assert code == 3
+    assert "rank 1 exited with 3" in capfd.readouterr().err
