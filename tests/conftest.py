@@ -26,7 +26,11 @@ SAMPLE = REPO / "sample_ctx"
 # Every process this test run starts carries this mark (agents pass it down to trials), so that
 # tests look at their own processes only: two suites on one machine never see each other's.
 TEST_MARK = "DETTUI_TEST_RUN"
-RUN = os.environ.setdefault(TEST_MARK, uuid.uuid4().hex)
+# One mark per pytest process: each xdist worker (`make test` runs two) looks at its own only.
+_SUITE = os.environ.get(TEST_MARK) or uuid.uuid4().hex
+RUN = f"{_SUITE}-{os.environ['PYTEST_XDIST_WORKER']}" if "PYTEST_XDIST_WORKER" in os.environ \
+    else _SUITE
+os.environ[TEST_MARK] = RUN
 
 
 def marked_processes() -> list[int]:

@@ -17,7 +17,8 @@ import pytest
 from tests.conftest import SAMPLE, Served
 from tests.slurm_cluster import SlurmCluster, missing
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240),
+              pytest.mark.xdist_group("slurm")]  # one throwaway Slurm at a time
 WHY_NOT = missing()
 if WHY_NOT:
     pytestmark.append(pytest.mark.skip(reason=WHY_NOT))
