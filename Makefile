@@ -54,8 +54,11 @@ postgres-packages:
 	    DEBIAN_FRONTEND=noninteractive apt-get install -y -q $(PG_PACKAGES) >/dev/null; } || \
 	  echo "could not install $(PG_PACKAGES): the PostgreSQL tests will skip"; fi
 
+# Two workers (pytest-xdist): most tests wait on real processes; each worker marks its own
+# processes (tests/conftest.py RUN) and one Slurm runs at a time (xdist_group "slurm").
 test: $(STAMP) $(DET_STAMP) slurm-packages postgres-packages
-	DETTUI_DET_VENV=$(CURDIR)/$(DET_VENV) $(PY) -m pytest -q -p no:cacheprovider --durations=25
+	DETTUI_DET_VENV=$(CURDIR)/$(DET_VENV) $(PY) -m pytest -q -p no:cacheprovider --durations=25 \
+	  -n 2 --dist loadgroup
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check dettui tests
