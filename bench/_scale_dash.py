@@ -1,12 +1,13 @@
 """Dashboards attached over the push stream, for `bench/scale.py`: D WebSocket clients in one
-asyncio process, each subscribed to `jobs`, `experiments`, `agents` and `experiment:<id>`
-(its own experiment), as the dashboard's screens subscribe.
+asyncio process, each subscribed to what the dashboard's screens follow: the first 500 jobs
+(`jobs?limit=500`), the newest 500 experiments (`experiments?limit=500`), `agents` and
+`experiment:<id>` (its own experiment).
 
     python bench/_scale_dash.py URL TOKEN EXP_ID [EXP_ID ...]
 
 stdout, one JSON object per line: `{"event": "ready", "snapshots": n, "seconds": s}` once every
 client has its four snapshots; then for each benchmark marker (`scale-mark-N`) seen in an
-`experiments` diff, `{"event": "mark", "mark": N, "client": i, "t": time.monotonic()}`
+`experiments?limit=500` diff, `{"event": "mark", "mark": N, "client": i, "t": time.monotonic()}`
 (CLOCK_MONOTONIC is the machine's, so the benchmark compares it with its own clock). Frames are
 not decoded unless they carry a marker: the clients cost what receiving costs, so their own
 parsing does not add to the latency measured. Ends when stdin closes; prints
@@ -25,7 +26,10 @@ from dataclasses import dataclass
 
 import aiohttp
 
+from dettui.screens.base import ApiScreen
+
 MARK = re.compile(r"scale-mark-(\d+)")
+WINDOW = ApiScreen.WINDOW  # what the dashboard's long lists follow: the first 500 rows
 
 
 def emit(event: str, **fields: object) -> None:
@@ -42,7 +46,8 @@ class Totals:
 
 async def dashboard(index: int, url: str, token: str, exp_id: int, ready: asyncio.Queue[int],
                     totals: Totals) -> None:
-    topics = ["jobs", "experiments", "agents", f"experiment:{exp_id}"]
+    topics = [f"jobs?limit={WINDOW}", f"experiments?limit={WINDOW}", "agents",
+              f"experiment:{exp_id}"]
     async with aiohttp.ClientSession() as session:
         while True:
             with contextlib.suppress(aiohttp.ClientError):
@@ -70,7 +75,7 @@ async def follow(index: int, session: aiohttp.ClientSession, url: str, token: st
                 snapshots += 1
                 if snapshots == len(topics):
                     ready.put_nowait(index)
-            elif '"topic":"experiments"' in head and "scale-mark-" in text:
+            elif '"topic":"experiments?' in head and "scale-mark-" in text:
                 for mark in set(MARK.findall(text)):
                     emit("mark", mark=int(mark), client=index, t=now)
 

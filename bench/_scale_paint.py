@@ -1,7 +1,8 @@
 """The dashboard's first full paint against a master at scale, for `bench/scale.py`: the real
 `Dashboard` app (`dettui --master URL`), headless at 160x50 through Textual's test harness
-(`App.run_test`), timed from launch to the queue table holding every job of the queue and a
-frame drawn after that. Needs DETTUI_CONFIG_DIR with a logged-in token.
+(`App.run_test`), timed from launch to the queue table holding JOBS rows (the scale bench asks
+for the queue screen's first window: 500 rows, or every job of a shorter queue) and a frame
+drawn after that. Needs DETTUI_CONFIG_DIR with a logged-in token.
 
     python bench/_scale_paint.py URL JOBS [TIMEOUT]
 

@@ -22,9 +22,9 @@ PORTS_PER_ALLOCATION = 4
 MIN_GAP = 0.01  # seconds between two scheduling passes, at least
 
 
-def _request(trial_id: int, job: Job, slots: int) -> scheduler.Request:
+def _request(trial_id: int, job: Job) -> scheduler.Request:
     return scheduler.Request(
-        key=trial_id, job_id=job.job_id, slots=slots, priority=job.priority,
+        key=trial_id, job_id=job.job_id, slots=job.slots_per_trial, priority=job.priority,
         queue_position=job.queue_position, pool=job.resource_pool, weight=job.weight,
         max_slots=job.max_slots)
 
@@ -35,7 +35,6 @@ class Scheduling:
         self.db = hub.db
         self.allocations = allocations
         self._next_port = 30000 + (int(time.time()) % 1250) * PORTS_PER_ALLOCATION
-        self._slots: dict[int, int] = {}  # experiment -> slots per trial (fixed at creation)
 
     async def loop(self) -> None:
         loop = asyncio.get_running_loop()
@@ -62,9 +61,8 @@ class Scheduling:
             self.hub.unschedulable = {}
             return
         jobs = await self.db.run(exp_store.live_jobs)
-        await self._learn_slots(jobs)
-        requests = [_request(trial_id, jobs[exp_id], self._slots[exp_id])
-                    for trial_id, exp_id in pending if exp_id in jobs]
+        requests = [_request(trial_id, jobs[exp_id]) for trial_id, exp_id in pending
+                    if exp_id in jobs]
         running = await self._running(live, jobs)
         decision = scheduler.schedule(requests, self.hub.links.views(live), running,
                                       self.hub.settings.policies)
@@ -80,15 +78,6 @@ class Scheduling:
                 self.hub.kick()  # the queue changed under this pass: plan again
                 return
 
-    async def _learn_slots(self, jobs: dict[int, Job]) -> None:
-        """Slots per trial of the live experiments this loop has not seen (each config is
-        read once); ended ones are forgotten."""
-        new = [exp_id for exp_id in jobs if exp_id not in self._slots]
-        if new:
-            self._slots.update(await self.db.run(exp_store.slots_per_trial, new))
-        if len(self._slots) > 2 * len(jobs) + 1000:
-            self._slots = {k: v for k, v in self._slots.items() if k in jobs}
-
     async def _running(self, live: list[Allocation],
                        jobs: dict[int, Job]) -> list[scheduler.Running]:
         exp_of = await self.db.run(trial_store.experiment_ids, [a.trial_id for a in live])
@@ -100,7 +89,7 @@ class Scheduling:
             if exp is None or exp.state is not ExperimentState.ACTIVE:
                 continue
             out.append(scheduler.Running(
-                key=alloc.id, job_id=exp.job_id, slots=self._slots[exp.id],
+                key=alloc.id, job_id=exp.job_id, slots=exp.slots_per_trial,
                 priority=exp.priority, queue_position=exp.queue_position,
                 pool=exp.resource_pool, started=alloc.start_time, weight=exp.weight,
                 max_slots=exp.max_slots,

@@ -19,7 +19,7 @@ from dettui.master.scheduler import Request as SchedRequest
 from dettui.master.store import experiments as exp_store
 from dettui.master.store import trials as trial_store
 from dettui.master.store.page import Page, Window
-from dettui.master.store.records import Experiment, Trial
+from dettui.master.store.records import Experiment, JobView, TrialRef
 from dettui.master.wire import big_json_response, page_of, paginate, ts
 from dettui.models import JobState, TrialState
 
@@ -70,7 +70,7 @@ async def resource_pools(request: web.Request) -> web.Response:
 
 
 def job_rows(
-    exps: list[Experiment], trials: list[Trial], unschedulable: dict[int, str],
+    exps: list[JobView], trials: list[TrialRef], unschedulable: dict[int, str],
     fair_pools: set[str] = frozenset(),  # type: ignore[assignment]
     backfilled: set[int] = frozenset(),  # type: ignore[assignment]
     only_requests: bool = False, ahead_of: dict[int, int] | None = None,
@@ -84,7 +84,7 @@ def job_rows(
     experiment with nothing running is not. `ahead_of` gives each experiment's place in the
     whole queue when `exps` are a page of it.
     """
-    by_exp: dict[int, list[Trial]] = {}
+    by_exp: dict[int, list[TrialRef]] = {}
     for t in trials:
         by_exp.setdefault(t.experiment_id, []).append(t)
     reqs = [SchedRequest(e.id, e.job_id, e.slots_per_trial, e.priority, e.queue_position,
@@ -151,8 +151,8 @@ async def queue_page(app: web.Application, want: Page, pool: str | None = None,
         listed.reverse()
     window = want.window(len(listed))
     ids = window.of(listed)
-    exps = await db.run(exp_store.of_ids, ids)
-    trials = await db.run(trial_store.for_experiments, ids)
+    exps = await db.run(exp_store.job_views, ids)
+    trials = await db.run(trial_store.refs_for_experiments, ids)
     fair = {p for p, pol in app[keys.SETTINGS].policies.items() if pol.scheduler == FAIR_SHARE}
     rows = job_rows(exps, trials, app[keys.CLUSTER].scheduling.waiting_reasons(), fair,
                     backfilled, only_requests, ahead)
@@ -239,7 +239,7 @@ async def _job_update(request: web.Request, exp: Experiment, upd: dict[str, Any]
 
 async def _moved(request: web.Request, exp: Experiment, anchor_id: str,
                  ahead: bool) -> dict[str, Any]:
-    exps = await request.app[keys.DB].run(exp_store.live)
+    exps = list((await request.app[keys.DB].run(exp_store.live_jobs)).values())
     anchor = next((e for e in exps if e.job_id == anchor_id), None)
     if anchor is None:
         raise NotFound(f"job {anchor_id} not found")

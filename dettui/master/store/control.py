@@ -125,5 +125,6 @@ def continue_experiment(conn: sqlite3.Connection, exp_id: int, config: dict[str,
         conn.executemany("UPDATE trials SET state=?, restarts=0, end_time=NULL WHERE id=?",
                          [(TrialState.QUEUED.value, t.id) for t in again])
         conn.execute("UPDATE experiments SET state=?, end_time=NULL, progress=0, config=?, "
-                     "gc_pending=0 WHERE id=?",
-                     (ExperimentState.ACTIVE.value, json.dumps(config), exp_id))
+                     "slots_per_trial=?, gc_pending=0 WHERE id=?",
+                     (ExperimentState.ACTIVE.value, json.dumps(config),
+                      exp_store.slots_of(config), exp_id))

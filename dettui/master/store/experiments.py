@@ -13,7 +13,7 @@ from dettui.errors import InvalidArgument, NotFound
 from dettui.master.store import ids
 from dettui.master.store import page as pages
 from dettui.master.store.page import Page, Window
-from dettui.master.store.records import Experiment, Job, Trial, columns, typed_config
+from dettui.master.store.records import Experiment, Job, JobView, Trial, columns
 from dettui.master.store.tx import transaction
 from dettui.models import ExperimentState, TrialState
 
@@ -65,12 +65,13 @@ def create(
         conn.execute(
             "INSERT INTO experiments (id, name, description, labels, state, owner_id, config, "
             "original_config, searcher_type, job_id, resource_pool, priority, weight, max_slots, "
-            "queue_position, start_time, unmanaged, best_stale) "
-            "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,0)",
+            "queue_position, start_time, unmanaged, best_stale, slots_per_trial) "
+            "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,0,?)",
             (exp_id, new.name, new.description,
              json.dumps(new.labels), state.value, new.owner_id, json.dumps(new.config),
              new.original_config, new.searcher_type, str(uuid.uuid4()), new.resource_pool,
-             new.priority, new.weight, new.max_slots, now * 1e6, now, int(new.unmanaged)),
+             new.priority, new.weight, new.max_slots, now * 1e6, now, int(new.unmanaged),
+             slots_of(new.config)),
         )
         if new.context is not None:
             conn.execute("INSERT INTO contexts (experiment_id, targz) VALUES (?, ?)",
@@ -206,16 +207,21 @@ def live_jobs(conn: sqlite3.Connection) -> dict[int, Job]:
         f"SELECT {columns(Job.COLUMNS, 'e')} FROM experiments e WHERE {where}", args)}
 
 
-def slots_per_trial(conn: sqlite3.Connection, exp_ids: list[int]) -> dict[int, int]:
-    """Each experiment's slots per trial (fixed at creation), from its typed config."""
-    out: dict[int, int] = {}
+def job_views(conn: sqlite3.Connection, exp_ids: list[int]) -> list[JobView]:
+    """The experiments of `exp_ids` as the job queue shows them (no config read)."""
+    out: list[JobView] = []
     for i in range(0, len(exp_ids), 500):
         chunk = exp_ids[i:i + 500]
         marks = ",".join("?" * len(chunk))
-        for r in conn.execute(f"SELECT id, config FROM experiments WHERE id IN ({marks})",
-                              chunk):
-            out[r["id"]] = typed_config(r["config"]).resources.slots_per_trial
+        out += [JobView.from_row(r) for r in conn.execute(
+            f"SELECT {columns(JobView.COLUMNS, 'e')}, u.username FROM experiments e "
+            f"JOIN users u ON u.id = e.owner_id WHERE e.id IN ({marks})", chunk)]
     return out
+
+
+def slots_of(config: dict[str, Any]) -> int:
+    """A stored config's slots per trial (the full expconf: the key is always there)."""
+    return int((config.get("resources") or {}).get("slots_per_trial", 1))
 
 
 def live_keys(conn: sqlite3.Connection, pool: str | None = None,

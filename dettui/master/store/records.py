@@ -119,11 +119,10 @@ def _with_columns(config: dict[str, Any], r: sqlite3.Row) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class Job:
-    """What the scheduler needs of a live experiment: its columns only, no config read (its
-    slots per trial, fixed at creation, come from `experiments.slots_per_trial`)."""
+    """What the scheduler needs of a live experiment: its columns only, no config read."""
 
     COLUMNS: ClassVar[str] = ("id job_id state resource_pool priority weight max_slots "
-                              "queue_position")
+                              "queue_position slots_per_trial")
 
     id: int
     job_id: str
@@ -133,13 +132,54 @@ class Job:
     weight: float
     max_slots: int | None
     queue_position: float
+    slots_per_trial: int
 
     @classmethod
     def from_row(cls, r: sqlite3.Row) -> Job:
         return cls(id=r["id"], job_id=r["job_id"], state=ExperimentState(r["state"]),
                    resource_pool=r["resource_pool"], priority=r["priority"],
                    weight=r["weight"], max_slots=r["max_slots"],
-                   queue_position=r["queue_position"])
+                   queue_position=r["queue_position"], slots_per_trial=r["slots_per_trial"])
+
+
+@dataclass(frozen=True)
+class JobView:
+    """What the job queue shows of a live experiment: columns only, no config read."""
+
+    COLUMNS: ClassVar[str] = ("id name state owner_id job_id resource_pool priority weight "
+                              "queue_position start_time progress slots_per_trial")
+
+    id: int
+    name: str
+    state: ExperimentState
+    owner_id: int
+    username: str
+    job_id: str
+    resource_pool: str
+    priority: int
+    weight: float
+    queue_position: float
+    start_time: float
+    progress: float | None
+    slots_per_trial: int
+
+    @classmethod
+    def from_row(cls, r: sqlite3.Row) -> JobView:
+        return cls(id=r["id"], name=r["name"], state=ExperimentState(r["state"]),
+                   owner_id=r["owner_id"], username=r["username"], job_id=r["job_id"],
+                   resource_pool=r["resource_pool"], priority=r["priority"],
+                   weight=r["weight"], queue_position=r["queue_position"],
+                   start_time=r["start_time"], progress=r["progress"],
+                   slots_per_trial=r["slots_per_trial"])
+
+
+@dataclass(frozen=True)
+class TrialRef:
+    """A trial's id, experiment and state: all the job queue needs of it."""
+
+    id: int
+    experiment_id: int
+    state: TrialState
 
 
 @functools.lru_cache(maxsize=4096)

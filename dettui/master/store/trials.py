@@ -11,7 +11,7 @@ from dettui.errors import InvalidArgument, NotFound
 from dettui.master.store import page as pages
 from dettui.master.store import users
 from dettui.master.store.page import Page, Window
-from dettui.master.store.records import Allocation, Trial, columns
+from dettui.master.store.records import Allocation, Trial, TrialRef, columns
 from dettui.master.store.tx import transaction
 from dettui.models import AllocationState, ExperimentState, TrialState
 
@@ -95,6 +95,18 @@ def for_experiments(conn: sqlite3.Connection, exp_ids: list[int]) -> list[Trial]
         out += [Trial.from_row(r) for r in conn.execute(
             f"{FROM_TRIALS} WHERE experiment_id IN ({marks})", chunk)]
     return sorted(out, key=lambda t: t.id)
+
+
+def refs_for_experiments(conn: sqlite3.Connection, exp_ids: list[int]) -> list[TrialRef]:
+    """The trials of `exp_ids` as (id, experiment, state): what the job queue needs."""
+    out: list[TrialRef] = []
+    for i in range(0, len(exp_ids), 500):
+        chunk = exp_ids[i:i + 500]
+        marks = ",".join("?" * len(chunk))
+        out += [TrialRef(r[0], r[1], TrialState(r[2])) for r in conn.execute(
+            f"SELECT id, experiment_id, state FROM trials WHERE experiment_id IN ({marks}) "
+            "ORDER BY id", chunk)]
+    return out
 
 
 def pending(conn: sqlite3.Connection) -> list[Trial]:
