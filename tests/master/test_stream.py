@@ -379,6 +379,40 @@ async def test_subscribers_share_one_reader_and_see_the_same_diffs(
         await inbox.ws.close()
 
 
+async def test_the_newest_experiments_window_rereads_only_what_changed(
+        api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`experiments?limit=2`: the newest two with the list's total; a change to one of them
+    re-reads that one only (never the page); a new experiment moves the window (a whole read:
+    it enters, the oldest leaves)."""
+    from dettui.master.store import experiments as exp_store
+
+    pages: list[object] = []
+    real = exp_store.page
+
+    def counted(conn: Any, want: Any) -> Any:
+        pages.append(want)
+        return real(conn, want)
+
+    monkeypatch.setattr(exp_store, "page", counted)
+    for _ in range(3):
+        await create(api)
+    inbox = await connect(api, "experiments?limit=2")
+    snap = await inbox.next("experiments?limit=2")
+    assert snap["order"] == ["3", "2"] and snap["total"] == 3 and len(pages) == 1
+    await api.call("PATCH", "/api/v1/experiments/3", {"description": "renamed"})
+    diff = await inbox.next("experiments?limit=2")
+    assert [(o["id"], o["description"]) for o in diff["upsert"]] == [(3, "renamed")]
+    assert diff["remove"] == [] and diff["order"] is None and diff["total"] == 3
+    assert len(pages) == 1, "a change inside the window re-read the whole window"
+    await api.call("PATCH", "/api/v1/experiments/1", {"description": "unseen"})
+    await create(api)  # experiment 4: enters the window, 2 leaves it
+    diff = await inbox.next("experiments?limit=2")
+    assert [o["id"] for o in diff["upsert"]] == [4] and diff["remove"] == ["2"]
+    assert diff["order"] == ["4", "3"] and diff["total"] == 4
+    await inbox.quiet("experiments?limit=2")
+    await inbox.ws.close()
+
+
 async def test_a_metric_report_updates_its_trial_in_the_trials_topic(
         api: Api) -> None:
     await create(api)

@@ -76,6 +76,9 @@ class Topic:
     # A window of a long list (`experiments?limit=N`, `jobs?limit=N`): the list's length at
     # the last read, sent with every message as `total`.
     total: Callable[[], int] | None = None
+    # A window re-read in part only while the changed keys are all in it and all still exist
+    # (a new or deleted object moves the window: a whole read).
+    windowed: bool = False
 
 
 def _keyed(objs: list[dict[str, Any]], field: str) -> Objects:
@@ -87,7 +90,9 @@ MAX_WINDOW = 100_000  # objects a windowed topic may ask for
 
 def _window(app: web.Application, name: str) -> Topic | None:
     """`experiments?limit=N` (the newest N experiments) or `jobs?limit=N` (the first N jobs
-    in queue order): a page read with LIMIT, re-read whole on each change (O(N))."""
+    in queue order): a page read with LIMIT. The jobs window is re-read whole on each change
+    (a priority change reorders it); the experiments window only in the experiments that
+    changed, while they are in it (O(changes), not O(N))."""
     base, _, query = name.partition("?limit=")
     if base not in ("experiments", "jobs") or not (query.isascii() and query.isdigit()) \
             or not 0 < int(query) <= MAX_WINDOW:
@@ -103,8 +108,15 @@ def _window(app: web.Application, name: str) -> Topic | None:
         exps, window = await app[keys.DB].run(exp_store.page, want)
         total[0] = window.total
         return _keyed([serialize.experiment(e) for e in exps], "id")
-    return Topic(read, ("jobs", "experiments") if base == "jobs" else ("experiments",),
-                 total=lambda: total[0])
+
+    if base == "jobs":
+        return Topic(read, ("jobs", "experiments"), total=lambda: total[0])
+
+    async def some(ids: set[str]) -> Objects:
+        wanted = [int(i) for i in ids if i.isdigit()]
+        return _keyed(await exp_routes.experiment_objects(app[keys.DB], wanted), "id")
+    return Topic(read, ("experiments",), some, "experiments", total=lambda: total[0],
+                 windowed=True)
 
 
 def topic(app: web.Application, name: str) -> Topic | None:
@@ -191,7 +203,11 @@ class Feed:
                         self._apply_all(await self.source.read())
                     elif some:
                         assert self.source.read_some is not None
-                        self._apply_some(some, await self.source.read_some(some))
+                        found = await self.source.read_some(some)
+                        if self.source.windowed and len(found) != len(some):
+                            self._apply_all(await self.source.read())  # one left the list
+                        else:
+                            self._apply_some(some, found)
                 except DettuiError as exc:
                     self._give_up(exc.message)
                     return
@@ -217,6 +233,8 @@ class Feed:
             if signal != self.source.by_id or ids is None:
                 return None
             keys_ |= ids
+        if self.source.windowed and not keys_ <= self.texts.keys():
+            return None  # one may enter the window (a new experiment): a whole read
         return keys_
 
     def _apply_all(self, objs: Objects) -> None:
@@ -249,7 +267,8 @@ class Feed:
         if added or remove:
             self.order = new_order = sorted(self.texts, key=int)
         if upsert or remove:
-            self._broadcast(_message(self.name, "diff", upsert, remove, new_order))
+            self._broadcast(_message(self.name, "diff", upsert, remove, new_order,
+                                     self._total()))
 
     def _broadcast(self, text: str) -> None:
         for conn in list(self.subscribers):
