@@ -48,7 +48,9 @@ def trial_of(s: Served, exp_id: int) -> dict:
 
 def test_reorder_then_priority_preempts_and_the_victim_resumes(preemptive: Served) -> None:
     s = preemptive
-    e1, e2 = create(s, 0.04), create(s, 0.04)
+    # 200 steps of 0.08 s: still running when e3's priority changes, however loaded the box
+    # (at 0.04 s, with a second suite on the machine, e2 once ended before it was preempted)
+    e1, e2 = create(s, 0.08), create(s, 0.08)
     wait_for(lambda: all(trial_of(s, e)["state"] == "STATE_RUNNING" for e in (e1, e2)),
              what="two running trials")
     e3, e4 = create(s, 0.0), create(s, 0.0)
