@@ -80,7 +80,9 @@ def test_reorder_then_priority_preempts_and_the_victim_resumes(preemptive: Serve
 
 
 def test_pause_frees_slots_and_activate_resumes_without_repeating(served: Served) -> None:
-    e = create(served, 0.03)
+    # 150 steps of 0.08 s left after step 50: the pause lands mid-run even when the logs that
+    # say "step 50" reach us late (at 0.03 s the trial once finished first, on a loaded box)
+    e = create(served, 0.08)
     wait_for(lambda: "step 50:" in served.cli("t", "logs", "1").stdout, what="step 50")
     served.cli("e", "pause", str(e))
     wait_for(lambda: trial_of(served, e)["state"] == "STATE_PAUSED", what="PAUSED trial")
