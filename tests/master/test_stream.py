@@ -382,8 +382,8 @@ async def test_subscribers_share_one_reader_and_see_the_same_diffs(
 async def test_the_newest_experiments_window_rereads_only_what_changed(
         api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
     """`experiments?limit=2`: the newest two with the list's total; a change to one of them
-    re-reads that one only (never the page); a new experiment moves the window (a whole read:
-    it enters, the oldest leaves)."""
+    re-reads that one only (never the page), a change to an older one nothing; a new
+    experiment moves the window (a whole read: it enters, the oldest leaves)."""
     from dettui.master.store import experiments as exp_store
 
     pages: list[object] = []
@@ -405,6 +405,8 @@ async def test_the_newest_experiments_window_rereads_only_what_changed(
     assert diff["remove"] == [] and diff["order"] is None and diff["total"] == 3
     assert len(pages) == 1, "a change inside the window re-read the whole window"
     await api.call("PATCH", "/api/v1/experiments/1", {"description": "unseen"})
+    await inbox.quiet("experiments?limit=2")  # older than the window: nothing read or sent
+    assert len(pages) == 1, "a change outside the window re-read the window"
     await create(api)  # experiment 4: enters the window, 2 leaves it
     diff = await inbox.next("experiments?limit=2")
     assert [o["id"] for o in diff["upsert"]] == [4] and diff["remove"] == ["2"]

@@ -76,9 +76,9 @@ class Topic:
     # A window of a long list (`experiments?limit=N`, `jobs?limit=N`): the list's length at
     # the last read, sent with every message as `total`.
     total: Callable[[], int] | None = None
-    # A window re-read in part only while the changed keys are all in it and all still exist
-    # (a new or deleted object moves the window: a whole read).
-    windowed: bool = False
+    # The newest `window` objects by numeric key, re-read in part: an object older than the
+    # window is none of its business; a new or deleted one moves it (a whole read).
+    window: int | None = None
 
 
 def _keyed(objs: list[dict[str, Any]], field: str) -> Objects:
@@ -116,7 +116,7 @@ def _window(app: web.Application, name: str) -> Topic | None:
         wanted = [int(i) for i in ids if i.isdigit()]
         return _keyed(await exp_routes.experiment_objects(app[keys.DB], wanted), "id")
     return Topic(read, ("experiments",), some, "experiments", total=lambda: total[0],
-                 windowed=True)
+                 window=want.limit)
 
 
 def topic(app: web.Application, name: str) -> Topic | None:
@@ -204,7 +204,7 @@ class Feed:
                     elif some:
                         assert self.source.read_some is not None
                         found = await self.source.read_some(some)
-                        if self.source.windowed and len(found) != len(some):
+                        if self.source.window is not None and len(found) != len(some):
                             self._apply_all(await self.source.read())  # one left the list
                         else:
                             self._apply_some(some, found)
@@ -233,9 +233,23 @@ class Feed:
             if signal != self.source.by_id or ids is None:
                 return None
             keys_ |= ids
-        if self.source.windowed and not keys_ <= self.texts.keys():
-            return None  # one may enter the window (a new experiment): a whole read
+        if self.source.window is not None:
+            return self._in_window(keys_)
         return keys_
+
+    def _in_window(self, keys_: set[str]) -> set[str] | None:
+        """Of the changed keys, those in the window; None if the window may have moved (a key
+        newer than its oldest, or any key while it is not full: a new object)."""
+        assert self.texts is not None and self.source.window is not None
+        inside = keys_ & self.texts.keys()
+        outside = keys_ - inside
+        if not outside:
+            return inside
+        full = len(self.texts) >= self.source.window
+        oldest = min((int(k) for k in self.texts), default=0)
+        if full and all(k.isdigit() and int(k) < oldest for k in outside):
+            return inside
+        return None
 
     def _apply_all(self, objs: Objects) -> None:
         texts = {k: _encode(o) for k, o in objs}
