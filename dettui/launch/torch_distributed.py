@@ -103,7 +103,11 @@ def _end_tree(proc: subprocess.Popen[bytes]) -> None:
 
 
 def supervise(cmd: spec.Command, nproc: int) -> int:
-    with tempfile.TemporaryDirectory(prefix="dettui-launch-") as tmp:
+    # Under the allocation's run dir when there is one: the agent removes that even when
+    # this launcher is SIGKILLed and its own clean-up never runs.
+    run_dir = os.environ.get("DET_RUN_DIR")
+    base = run_dir if run_dir and os.access(run_dir, os.W_OK) else None
+    with tempfile.TemporaryDirectory(prefix="dettui-launch-", dir=base) as tmp:
         launch_dir = Path(tmp)
         env = {**os.environ, **cmd.env, LAUNCH_DIR: str(launch_dir),
                LAUNCHER_PID: str(os.getpid())}

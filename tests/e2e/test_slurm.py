@@ -7,6 +7,7 @@ running job."""
 from __future__ import annotations
 
 import json
+import shutil
 import tempfile
 import time
 from collections.abc import Iterator
@@ -59,6 +60,7 @@ def slurm() -> Iterator[SlurmCluster]:
     finally:
         stopping = time.monotonic()
         cluster.stop()
+        shutil.rmtree(root, ignore_errors=True)
         print(f"the test Slurm stopped in {time.monotonic() - stopping:.2f} s")
 
 
