@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+from rich.cells import cell_len
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -28,12 +29,61 @@ def print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2) + "\n")
 
 
+# Control characters in a cell would move the terminal's cursor or restyle it (Rich passes ESC
+# through): tabs and newlines become spaces, the others U+FFFD.
+_CELL = {i: "\ufffd" for i in [*range(0x20), 0x7f, *range(0x80, 0xa0)]}
+_CELL.update({0x09: " ", 0x0a: " ", 0x0d: " "})
+
+
+def cell(value: Any) -> str:
+    """A table cell's text: never markup, never a control character."""
+    return "" if value is None else str(value).translate(_CELL)
+
+
 def table(title: str | None, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    """A table in Rich's heavy-head style. One that fits the width is laid out here, a line per
+    row (Rich's layout took 1.3 s for 10,000 rows); a wider one goes to Rich, which folds cells."""
+    cells = [[cell(v) for v in row] for row in rows]
+    heads = [cell(c) for c in columns]
+    widths = [cell_len(h) for h in heads]
+    for row in cells:
+        for i, text in enumerate(row):
+            n = len(text) if text.isascii() else cell_len(text)
+            if n > widths[i]:
+                widths[i] = n
+    if sum(widths) + 3 * len(widths) + 1 > console.width:
+        _rich_table(title, heads, cells)
+        return
+    bold = console.is_terminal and console.color_system is not None
+    out: list[str] = []
+    if title:
+        out.append(title)
+
+    def rule(left: str, mid: str, right: str, fill: str) -> str:
+        return left + mid.join(fill * (w + 2) for w in widths) + right
+
+    def line(texts: Sequence[str], bar: str, style: bool = False) -> str:
+        parts = []
+        for text, w in zip(texts, widths, strict=True):
+            pad = " " * (w - (len(text) if text.isascii() else cell_len(text)))
+            parts.append(f" \x1b[1m{text}\x1b[0m{pad} " if style else f" {text}{pad} ")
+        return bar + bar.join(parts) + bar
+
+    out.append(rule("┏", "┳", "┓", "━"))
+    out.append(line(heads, "┃", bold))
+    out.append(rule("┡", "╇", "┩", "━"))
+    out.extend(line(row, "│") for row in cells)
+    out.append(rule("└", "┴", "┘", "─"))
+    console.file.write("\n".join(out) + "\n")
+    console.file.flush()
+
+
+def _rich_table(title: str | None, columns: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
     t = Table(title=title, title_justify="left", show_lines=False, header_style="bold")
     for col in columns:
         t.add_column(col, overflow="fold")
     for row in rows:
-        t.add_row(*(Text("" if v is None else str(v)) for v in row))  # never markup
+        t.add_row(*(Text(v) for v in row))  # never markup
     console.print(t)
 
 
