@@ -100,7 +100,12 @@ def order(requests: Iterable[Request]) -> list[Request]:
 def schedule(
     requests: Sequence[Request], agents: Sequence[AgentView],
     running: Sequence[Running] = (), policies: dict[str, PoolPolicy] | None = None,
+    unread: dict[str, int] | None = None,
 ) -> Decision:
+    """One pass: what starts where, which allocations are preempted, and why requests that can
+    never fit wait. `unread` is the slots more requests of a job would ask for, beyond those in
+    `requests` (the caller reads only the first few of a job: no pass starts more trials than
+    there are free slots); fair share counts them as demand."""
     policies = policies or {}
     by_pool_agents: dict[str, list[AgentView]] = {}
     for agent in agents:
@@ -130,8 +135,10 @@ def schedule(
                     unschedulable[req.key] = why
                 elif req.slots > largest:
                     fitting.append(req)
-        planner = _priority if policy.scheduler != FAIR_SHARE else _fair_share
-        s, p = planner(fitting, members, runs, policy)
+        if policy.scheduler == FAIR_SHARE:
+            s, p = _fair_share(fitting, members, runs, policy, unread or {})
+        else:
+            s, p = _priority(fitting, members, runs, policy)
         start += s
         preempt += p
     return Decision(tuple(start), tuple(preempt), unschedulable)
@@ -371,13 +378,16 @@ def shares(demand: dict[str, int], weight: dict[str, float], capacity: int) -> d
 
 
 def _fair_share(reqs: list[Request], members: list[AgentView], runs: list[Running],
-                policy: PoolPolicy) -> tuple[list[Assignment], list[str]]:
+                policy: PoolPolicy, unread: dict[str, int]) -> tuple[list[Assignment], list[str]]:
     capacity = sum(len(a.slot_ids) for a in members)
     demand: dict[str, int] = {}
     weight: dict[str, float] = {}
     for r in [*reqs, *runs]:
         demand[r.job_id] = demand.get(r.job_id, 0) + r.slots
         weight[r.job_id] = max(r.weight, 1e-9)
+    for job, slots in unread.items():
+        if job in demand:
+            demand[job] += slots
     caps = {r.job_id: r.max_slots for r in [*reqs, *runs] if r.max_slots is not None}
     for job, cap in caps.items():
         demand[job] = min(demand[job], cap)

@@ -276,3 +276,27 @@ def test_a_trials_summary_and_best_are_kept_as_reports_arrive(
     conn.execute("UPDATE trials SET summary_metrics=NULL, best_steps=NULL, summary_stale=1")
     assert metrics.refresh_stale_trials(conn) == 1
     assert kept() == (recomputed(), 30)
+
+
+def test_a_scheduling_pass_reads_the_first_trials_of_each_job_and_counts_the_rest(
+        store_target: Path | str) -> None:
+    conn = dbmod.connect(store_target)
+    users.ensure_default_users(conn, "")
+    owner = users.by_name(conn, "determined")
+    assert owner is not None
+    made = []
+    for n in (5, 1, 3):
+        new = experiments.NewExperiment(
+            name="x", description=None, labels=[], owner_id=owner.id,
+            config=load_config(SIMPLE_CONFIG).to_expconf(), original_config="name: x",
+            searcher_type="single", resource_pool="default", priority=42, weight=1.0,
+            max_slots=None, context=None)
+        exp, ts = experiments.create(conn, new, [({"lr": i}, i) for i in range(n)])
+        made.append((exp.id, [t.id for t in ts]))
+    (a, a_trials), (b, b_trials), (c, c_trials) = made
+    trials.allocate(conn, a_trials[0], "agent-1", [0], mint=TEST_MINT)  # running: not pending
+    heads, counts = trials.pending_heads(conn, 2)
+    assert heads == sorted([(t, a) for t in a_trials[1:3]] + [(b_trials[0], b)]
+                           + [(t, c) for t in c_trials[:2]])
+    assert counts == {a: 4, b: 1, c: 3}
+    assert len(trials.pending_heads(conn, 100)[0]) == 8

@@ -148,3 +148,13 @@ def test_no_new_victims_while_a_preemption_is_under_way() -> None:
     other = run("other", "a", (1,), started=2)
     decision = schedule([req(1, priority=1)], busy, [told, other], PREEMPT)
     assert decision.preempt == () and decision.start == ()
+
+
+def test_fair_share_counts_the_demand_of_requests_not_read() -> None:
+    """The pass reads only the first trials of a job; the rest still weigh in its share. A and
+    B each want 4 slots of 4: 2 each, though only one request of B was read."""
+    reqs = [req(1, job="A"), req(2, job="A"), req(3, job="A"), req(4, job="A"), req(5, job="B")]
+    alone = schedule(reqs, [agent("a", 4)], [], FAIR)
+    assert sorted(a.key for a in alone.start) == [1, 2, 3, 5]
+    shared = schedule(reqs, [agent("a", 4)], [], FAIR, unread={"B": 3})
+    assert sorted(a.key for a in shared.start) == [1, 2, 5]

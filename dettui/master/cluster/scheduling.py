@@ -53,8 +53,12 @@ class Scheduling:
     async def once(self) -> None:
         if self.hub.draining:
             return
-        pending = await self.db.run(trial_store.pending_keys)
         live = await self.db.run(trial_store.live_allocations)
+        agents = self.hub.links.views(live)
+        # No pass starts more trials of a job than there are free slots (plus one, to learn
+        # whether the rest fit): the others are counted, not read.
+        per_job = sum(len(a.free) for a in agents if a.enabled) + 1
+        pending, counts = await self.db.run(trial_store.pending_heads, per_job)
         if not pending and not live:
             if self.hub.unschedulable:
                 self.hub.notify("jobs")
@@ -63,9 +67,13 @@ class Scheduling:
         jobs = await self.db.run(exp_store.live_jobs)
         requests = [_request(trial_id, jobs[exp_id]) for trial_id, exp_id in pending
                     if exp_id in jobs]
+        unread = {jobs[e].job_id: jobs[e].slots_per_trial * (n - per_job)
+                  for e, n in counts.items() if n > per_job and e in jobs}
         running = await self._running(live, jobs)
-        decision = scheduler.schedule(requests, self.hub.links.views(live), running,
-                                      self.hub.settings.policies)
+        decision = scheduler.schedule(requests, agents, running, self.hub.settings.policies,
+                                      unread=unread)
+        if unread and decision.start:
+            self.hub.kick()  # trials not read this pass (zero-slot ones) may start next
         if dict(decision.unschedulable) != self.hub.unschedulable:
             self.hub.notify("jobs")  # the queue shows why jobs wait
         self.hub.unschedulable = dict(decision.unschedulable)

@@ -120,13 +120,26 @@ def pending(conn: sqlite3.Connection) -> list[Trial]:
     return [Trial.from_row(r) for r in rows]
 
 
-def pending_keys(conn: sqlite3.Connection) -> list[tuple[int, int]]:
-    """(trial id, experiment id) of the trials `pending` gives, without reading the rows."""
-    return [(r[0], r[1]) for r in conn.execute(
-        "SELECT t.id, t.experiment_id FROM trials t "
-        "JOIN experiments e ON e.id = t.experiment_id "
-        "WHERE t.state=? AND e.state=? AND e.unmanaged=0 ORDER BY t.id",
-        (TrialState.QUEUED.value, ExperimentState.ACTIVE.value))]
+def pending_heads(conn: sqlite3.Connection,
+                  per_job: int) -> tuple[list[tuple[int, int]], dict[int, int]]:
+    """(trial id, experiment id) of the first `per_job` trials `pending` gives of each
+    experiment, and how many each experiment has in all. A pass can start no more trials than
+    there are free slots: the other 99,000 of 100,000 queued trials would only be read, sorted
+    and found not to fit."""
+    heads: list[tuple[int, int]] = []
+    counts: dict[int, int] = {}
+    for trial_id, exp_id, n in conn.execute(
+            "SELECT id, experiment_id, n FROM ("
+            " SELECT t.id, t.experiment_id,"
+            "  ROW_NUMBER() OVER (PARTITION BY t.experiment_id ORDER BY t.id) AS rn,"
+            "  COUNT(*) OVER (PARTITION BY t.experiment_id) AS n"
+            " FROM trials t JOIN experiments e ON e.id = t.experiment_id"
+            " WHERE t.state=? AND e.state=? AND e.unmanaged=0) q "
+            "WHERE rn <= ? ORDER BY id",
+            (TrialState.QUEUED.value, ExperimentState.ACTIVE.value, max(1, per_job))):
+        heads.append((trial_id, exp_id))
+        counts[exp_id] = n
+    return heads, counts
 
 
 def experiment_ids(conn: sqlite3.Connection, trial_ids: list[int]) -> dict[int, int]:
