@@ -39,7 +39,7 @@ def _trial(target: Path | str) -> tuple[sqlite3.Connection, int]:
         original_config="name: x", searcher_type="single", resource_pool="default",
         priority=42, weight=1.0, max_slots=None, context=b"tgz")
     _, made = experiments.create(conn, new, [({"lr": 0.1}, 7)])
-    return conn, made[0].id
+    return conn, made[0]
 
 
 def test_committed_changes_survive_a_reopen(store_target: Path | str) -> None:
@@ -292,7 +292,7 @@ def test_a_scheduling_pass_reads_the_first_trials_of_each_job_and_counts_the_res
             searcher_type="single", resource_pool="default", priority=42, weight=1.0,
             max_slots=None, context=None)
         exp, ts = experiments.create(conn, new, [({"lr": i}, i) for i in range(n)])
-        made.append((exp.id, [t.id for t in ts]))
+        made.append((exp.id, ts))
     (a, a_trials), (b, b_trials), (c, c_trials) = made
     trials.allocate(conn, a_trials[0], "agent-1", [0], mint=TEST_MINT)  # running: not pending
     heads, counts = trials.pending_heads(conn, 2)

@@ -53,9 +53,10 @@ def not_found(exp_id: int) -> NotFound:
 def create(
     conn: sqlite3.Connection, new: NewExperiment,
     trials: list[tuple[dict[str, Any], int]] | None = None, *, searcher: bool = False,
-) -> tuple[Experiment, list[Trial]]:
+) -> tuple[Experiment, list[int]]:
     """Store the experiment, its first trials and its job, in one commit: the given
-    (hparams, seed) pairs, or with `searcher` the searcher's initial trials."""
+    (hparams, seed) pairs, or with `searcher` the searcher's initial trials. The experiment and
+    its trials' ids."""
     trials = trials or []
     now = time.time()
     state = ExperimentState.ACTIVE if new.activate else ExperimentState.PAUSED
@@ -81,8 +82,7 @@ def create(
             from dettui.master.store import search
 
             trial_ids += search.initial(conn, get(conn, exp_id))
-    exp = get(conn, exp_id)
-    return exp, [_trial(conn, tid) for tid in trial_ids]
+    return get(conn, exp_id), trial_ids
 
 
 def _insert_trial(
