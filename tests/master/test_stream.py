@@ -383,7 +383,8 @@ async def test_the_newest_experiments_window_rereads_only_what_changed(
         api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
     """`experiments?limit=2`: the newest two with the list's total; a change to one of them
     re-reads that one only (never the page), a change to an older one nothing; a new
-    experiment moves the window (a whole read: it enters, the oldest leaves)."""
+    experiment enters the window, read alone, and the oldest leaves it; a deleted one moves
+    the window (a whole read)."""
     from dettui.master.store import experiments as exp_store
 
     pages: list[object] = []
@@ -411,7 +412,25 @@ async def test_the_newest_experiments_window_rereads_only_what_changed(
     diff = await inbox.next("experiments?limit=2")
     assert [o["id"] for o in diff["upsert"]] == [4] and diff["remove"] == ["2"]
     assert diff["order"] == ["4", "3"] and diff["total"] == 4
+    assert len(pages) == 1, "a new experiment re-read the whole window"
+    await create(api)
+    await create(api)  # two at once (or one by one): both enter, 3 and 4 leave
+    objs: dict[str, dict[str, Any]] = {}
+    while diff["order"] != ["6", "5"]:
+        diff = await inbox.next("experiments?limit=2")
+        objs.update((str(o["id"]), o) for o in diff["upsert"])
+    assert sorted(objs) == ["5", "6"] and diff["total"] == 6 and len(pages) == 1
     await inbox.quiet("experiments?limit=2")
+    await api.call("POST", "/api/v1/experiments/6/kill")
+    for _ in range(200):
+        exp = (await api.call("GET", "/api/v1/experiments/6"))["experiment"]
+        if exp["state"] == "STATE_CANCELED":
+            break
+        await asyncio.sleep(0.05)
+    await api.call("DELETE", "/api/v1/experiments/6")  # leaves the window: 4 comes back
+    while diff["order"] != ["5", "4"]:
+        diff = await inbox.next("experiments?limit=2")
+    assert diff["total"] == 5 and diff["remove"] == ["6"] and len(pages) > 1
     await inbox.ws.close()
 
 

@@ -77,8 +77,10 @@ class Topic:
     # the last read, sent with every message as `total`.
     total: Callable[[], int] | None = None
     # The newest `window` objects by numeric key, re-read in part: an object older than the
-    # window is none of its business; a new or deleted one moves it (a whole read).
+    # window is none of its business; a new one enters it (the oldest leave), read alone; a
+    # deleted one moves it (a whole read). `grown(n)` tells `total` that n were added.
     window: int | None = None
+    grown: Callable[[int], None] | None = None
 
 
 def _keyed(objs: list[dict[str, Any]], field: str) -> Objects:
@@ -115,8 +117,11 @@ def _window(app: web.Application, name: str) -> Topic | None:
     async def some(ids: set[str]) -> Objects:
         wanted = [int(i) for i in ids if i.isdigit()]
         return _keyed(await exp_routes.experiment_objects(app[keys.DB], wanted), "id")
+
+    def grown(n: int) -> None:
+        total[0] += n
     return Topic(read, ("experiments",), some, "experiments", total=lambda: total[0],
-                 window=want.limit)
+                 window=want.limit, grown=grown)
 
 
 def topic(app: web.Application, name: str) -> Topic | None:
@@ -204,10 +209,12 @@ class Feed:
                     elif some:
                         assert self.source.read_some is not None
                         found = await self.source.read_some(some)
-                        if self.source.window is not None and len(found) != len(some):
+                        if self.source.window is None:
+                            self._apply_some(some, found)
+                        elif self._vanished(some, found):
                             self._apply_all(await self.source.read())  # one left the list
                         else:
-                            self._apply_some(some, found)
+                            self._enter_window(some, found)
                 except DettuiError as exc:
                     self._give_up(exc.message)
                     return
@@ -238,18 +245,55 @@ class Feed:
         return keys_
 
     def _in_window(self, keys_: set[str]) -> set[str] | None:
-        """Of the changed keys, those in the window; None if the window may have moved (a key
-        newer than its oldest, or any key while it is not full: a new object)."""
+        """Of the changed keys, those to re-read: those in the window, and those newer than
+        its newest (new objects: they enter it); None if the window may have moved otherwise
+        (a key between its oldest and newest that it does not hold, or older while it is not
+        full)."""
         assert self.texts is not None and self.source.window is not None
         inside = keys_ & self.texts.keys()
         outside = keys_ - inside
         if not outside:
             return inside
+        if not all(k.isascii() and k.isdigit() for k in outside):
+            return None
         full = len(self.texts) >= self.source.window
-        oldest = min((int(k) for k in self.texts), default=0)
-        if full and all(k.isdigit() and int(k) < oldest for k in outside):
-            return inside
-        return None
+        numbers = [int(k) for k in self.texts]
+        oldest, newest = min(numbers, default=0), max(numbers, default=0)
+        newer = {k for k in outside if int(k) > newest}
+        older = outside - newer
+        if older and not (full and all(int(k) < oldest for k in older)):
+            return None
+        return inside | newer
+
+    def _enter_window(self, wanted: set[str], objs: Objects) -> None:
+        """Re-read objects of the window, and new ones (newer than all of it): they enter at
+        its head and push its oldest out."""
+        assert self.texts is not None and self.source.window is not None
+        found = {k: _encode(o) for k, o in objs}
+        added = [k for k in found if k not in self.texts]
+        upsert = {k: text for k, text in found.items() if self.texts.get(k) != text}
+        self.texts.update(found)
+        remove: list[str] = []
+        if added:
+            if self.source.grown is not None:
+                self.source.grown(len(added))
+            keys_ = sorted(self.texts, key=int, reverse=True)
+            remove = keys_[self.source.window:]
+            for k in remove:
+                del self.texts[k]
+                upsert.pop(k, None)
+            self.order = keys_[:self.source.window]
+        if upsert or remove:
+            ordered = [upsert[k] for k in self.order if k in upsert]
+            self.sent_total = self._total()
+            self._broadcast(_message(self.name, "diff", ordered, remove,
+                                     self.order if added else None, self.sent_total))
+
+    def _vanished(self, wanted: set[str], objs: Objects) -> bool:
+        """Whether an object the window holds was not found by a partial read (deleted)."""
+        assert self.texts is not None
+        found = {k for k, _ in objs}
+        return any(k in self.texts and k not in found for k in wanted)
 
     def _apply_all(self, objs: Objects) -> None:
         texts = {k: _encode(o) for k, o in objs}
