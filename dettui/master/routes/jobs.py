@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
@@ -19,9 +20,9 @@ from dettui.master.scheduler import Request as SchedRequest
 from dettui.master.store import experiments as exp_store
 from dettui.master.store import trials as trial_store
 from dettui.master.store.page import Page, Window
-from dettui.master.store.records import Experiment, JobView, TrialRef
+from dettui.master.store.records import Experiment, JobView
 from dettui.master.wire import big_json_response, page_of, paginate, ts
-from dettui.models import JobState, TrialState
+from dettui.models import JobState
 
 routes = web.RouteTableDef()
 
@@ -69,8 +70,29 @@ async def resource_pools(request: web.Request) -> web.Response:
     return web.json_response({"resourcePools": page, "pagination": pagination})
 
 
+@dataclass(frozen=True)
+class Requests:
+    """What the job queue needs of a page's trials: the running ones, how many wait, and why
+    trials wait (read as counts: a page of 500 jobs can have 5,000 queued trials)."""
+
+    running: dict[int, list[int]]  # experiment -> its RUNNING trials' ids
+    queued: dict[int, int]  # experiment -> how many of its trials are QUEUED
+    reasons: dict[int, str]  # trial -> why it waits (the last scheduling pass, Slurm)
+    owner: dict[int, int]  # trial of `reasons` -> its experiment
+
+    def of(self, exp_id: int) -> tuple[list[int], int, str | None]:
+        """An experiment's running trials, how many wait, and why the first of them waits. A
+        running trial with a reason (its Slurm job is pending) waits, it does not run."""
+        running = self.running.get(exp_id, [])
+        held = [t for t in running if t in self.reasons]
+        waiting = [t for t, e in self.owner.items() if e == exp_id]
+        reason = self.reasons[min(waiting)] if waiting else None
+        return ([t for t in running if t not in self.reasons],
+                self.queued.get(exp_id, 0) + len(held), reason)
+
+
 def job_rows(
-    exps: list[JobView], trials: list[TrialRef], unschedulable: dict[int, str],
+    exps: list[JobView], requests: Requests,
     fair_pools: set[str] = frozenset(),  # type: ignore[assignment]
     backfilled: set[int] = frozenset(),  # type: ignore[assignment]
     only_requests: bool = False, ahead_of: dict[int, int] | None = None,
@@ -84,9 +106,6 @@ def job_rows(
     experiment with nothing running is not. `ahead_of` gives each experiment's place in the
     whole queue when `exps` are a page of it.
     """
-    by_exp: dict[int, list[TrialRef]] = {}
-    for t in trials:
-        by_exp.setdefault(t.experiment_id, []).append(t)
     reqs = [SchedRequest(e.id, e.job_id, e.slots_per_trial, e.priority, e.queue_position,
                          e.resource_pool) for e in exps]
     by_id = {e.id: e for e in exps}
@@ -94,20 +113,14 @@ def job_rows(
     for ahead, req in enumerate(order(reqs)):
         e = by_id[req.key]
         ahead = ahead_of.get(e.id, ahead) if ahead_of is not None else ahead
-        mine = by_exp.get(e.id, [])
-        # A trial whose allocation waits in another scheduler (a pending Slurm job, with its
-        # reason in `unschedulable`) is waiting, not running.
-        running = [t for t in mine if t.state is TrialState.RUNNING and t.id not in unschedulable]
-        waiting = [t for t in mine if t.state is TrialState.QUEUED
-                   or (t.state is TrialState.RUNNING and t.id in unschedulable)]
+        running, waiting, reason = requests.of(e.id)
         if only_requests and not running and not waiting:
             continue
-        requested = e.slots_per_trial * max(1, len(running) + len(waiting))
+        requested = e.slots_per_trial * max(1, len(running) + waiting)
         state = JobState.QUEUED
         if running:
-            state = (JobState.SCHEDULED_BACKFILLED if any(t.id in backfilled for t in running)
+            state = (JobState.SCHEDULED_BACKFILLED if any(t in backfilled for t in running)
                      else JobState.SCHEDULED)
-        reasons = [unschedulable[t.id] for t in waiting if t.id in unschedulable]
         rows.append({
             "summary": {"state": state.value,
                         "jobsAhead": -1 if e.resource_pool in fair_pools else ahead},
@@ -117,7 +130,7 @@ def job_rows(
             "entityId": str(e.id), "jobId": e.job_id, "requestedSlots": requested,
             "allocatedSlots": e.slots_per_trial * len(running), "name": e.name,
             "progress": e.progress or 0, "workspaceId": 1,
-            "unschedulableReason": reasons[0] if reasons else None,
+            "unschedulableReason": reason,
             "experimentState": e.state.value,
         })
     return rows
@@ -152,10 +165,17 @@ async def queue_page(app: web.Application, want: Page, pool: str | None = None,
     window = want.window(len(listed))
     ids = window.of(listed)
     exps = await db.run(exp_store.job_views, ids)
-    trials = await db.run(trial_store.refs_for_experiments, ids)
+    on_page = set(ids)
+    runs: dict[int, list[int]] = {}
+    for trial_id, eid in running:
+        if eid in on_page:
+            runs.setdefault(eid, []).append(trial_id)
+    reasons = app[keys.CLUSTER].scheduling.waiting_reasons()
+    owner = await db.run(trial_store.experiment_ids, list(reasons)) if reasons else {}
+    requests = Requests(runs, await db.run(trial_store.queued_counts, ids), reasons,
+                        {t: e for t, e in owner.items() if e in on_page})
     fair = {p for p, pol in app[keys.SETTINGS].policies.items() if pol.scheduler == FAIR_SHARE}
-    rows = job_rows(exps, trials, app[keys.CLUSTER].scheduling.waiting_reasons(), fair,
-                    backfilled, only_requests, ahead)
+    rows = job_rows(exps, requests, fair, backfilled, only_requests, ahead)
     place = {eid: i for i, eid in enumerate(ids)}
     rows.sort(key=lambda r: place[int(r["entityId"])])
     return rows, window

@@ -173,15 +173,6 @@ class JobView:
                    slots_per_trial=r["slots_per_trial"])
 
 
-@dataclass(frozen=True)
-class TrialRef:
-    """A trial's id, experiment and state: all the job queue needs of it."""
-
-    id: int
-    experiment_id: int
-    state: TrialState
-
-
 @functools.lru_cache(maxsize=4096)
 def typed_config(text: str) -> ExperimentSchema:
     """A stored config (JSON text) as the schema's model; cached by its text, since the same

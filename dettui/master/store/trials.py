@@ -11,7 +11,7 @@ from dettui.errors import InvalidArgument, NotFound
 from dettui.master.store import page as pages
 from dettui.master.store import users
 from dettui.master.store.page import Page, Window
-from dettui.master.store.records import Allocation, Trial, TrialRef, columns
+from dettui.master.store.records import Allocation, Trial, columns
 from dettui.master.store.tx import transaction
 from dettui.models import AllocationState, ExperimentState, TrialState
 
@@ -97,15 +97,17 @@ def for_experiments(conn: sqlite3.Connection, exp_ids: list[int]) -> list[Trial]
     return sorted(out, key=lambda t: t.id)
 
 
-def refs_for_experiments(conn: sqlite3.Connection, exp_ids: list[int]) -> list[TrialRef]:
-    """The trials of `exp_ids` as (id, experiment, state): what the job queue needs."""
-    out: list[TrialRef] = []
+def queued_counts(conn: sqlite3.Connection, exp_ids: list[int]) -> dict[int, int]:
+    """How many QUEUED trials each experiment of `exp_ids` has (those with none are left out),
+    counted in the trials_state index."""
+    out: dict[int, int] = {}
     for i in range(0, len(exp_ids), 500):
         chunk = exp_ids[i:i + 500]
         marks = ",".join("?" * len(chunk))
-        out += [TrialRef(r[0], r[1], TrialState(r[2])) for r in conn.execute(
-            f"SELECT id, experiment_id, state FROM trials WHERE experiment_id IN ({marks}) "
-            "ORDER BY id", chunk)]
+        out.update((r[0], r[1]) for r in conn.execute(
+            "SELECT experiment_id, COUNT(*) FROM trials WHERE state=? "
+            f"AND experiment_id IN ({marks}) GROUP BY experiment_id",
+            (TrialState.QUEUED.value, *chunk)))
     return out
 
 
