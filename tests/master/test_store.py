@@ -12,9 +12,9 @@ from typing import Any
 
 from dettui.config import load_config
 from dettui.master.settings import MasterSettings
+from dettui.master.store import control, experiments, trials, users
 from dettui.master.store import db as dbmod
-from dettui.master.store import experiments, trials, users
-from dettui.models import TrialState
+from dettui.models import ExperimentState, TrialState
 from tests.master.conftest import SIMPLE_CONFIG, TEST_MINT
 
 
@@ -300,3 +300,8 @@ def test_a_scheduling_pass_reads_the_first_trials_of_each_job_and_counts_the_res
                            + [(t, c) for t in c_trials[:2]])
     assert counts == {a: 4, b: 1, c: 3}
     assert len(trials.pending_heads(conn, 100)[0]) == 8
+    assert trials.pending_heads(conn, 1) == (
+        [(a_trials[1], a), (b_trials[0], b), (c_trials[0], c)], {a: 4, b: 1, c: 3})
+    control.stop(conn, c, ExperimentState.PAUSED)  # a paused job's trials wait for nothing
+    assert trials.pending_heads(conn, 1)[1] == {a: 4, b: 1}
+    assert trials.pending_heads(conn, 2)[1] == {a: 4, b: 1}

@@ -13,7 +13,7 @@ from dettui.errors import InvalidArgument, NotFound
 from dettui.master.store import ids
 from dettui.master.store import page as pages
 from dettui.master.store.page import Page, Window
-from dettui.master.store.records import Experiment, Job, JobView, Trial, columns
+from dettui.master.store.records import JOB_COLUMNS, Experiment, Job, JobView, Trial, columns
 from dettui.master.store.tx import transaction
 from dettui.models import ExperimentState, TrialState
 
@@ -203,8 +203,8 @@ def live_jobs(conn: sqlite3.Connection) -> dict[int, Job]:
     """The live experiments as the scheduler sees them, by id: columns only (a scheduling pass
     runs after every change; decoding 10,000 configs each time made it the master's hot spot)."""
     where, args = _live_where()
-    return {r["id"]: Job.from_row(r) for r in conn.execute(
-        f"SELECT {columns(Job.COLUMNS, 'e')} FROM experiments e WHERE {where}", args)}
+    return {r[0]: Job.from_row(r) for r in conn.execute(
+        f"SELECT {columns(JOB_COLUMNS, 'e')} FROM experiments e WHERE {where}", args)}
 
 
 def job_views(conn: sqlite3.Connection, exp_ids: list[int]) -> list[JobView]:
