@@ -63,6 +63,10 @@ async def test_every_list_pages_as_determined(api: Api) -> None:
     jobs = await api.call("GET", "/api/v1/job-queues-v2?limit=1&orderBy=ORDER_BY_DESC")
     assert [j["full"]["entityId"] for j in jobs["jobs"]] == ["5"]
     assert jobs["jobs"][0]["full"]["requestedSlots"] == 5  # its five queued trials
+    assert jobs["jobs"][0]["full"]["summary"]["jobsAhead"] == 4  # its place in the queue
+    jobs = await api.call("GET", "/api/v1/job-queues-v2?limit=2&offset=1&orderBy=ORDER_BY_DESC")
+    assert [(j["full"]["entityId"], j["full"]["summary"]["jobsAhead"]) for j in jobs["jobs"]] \
+        == [("4", 3), ("3", 2)]
 
 
 @pytest.mark.parametrize("query", [
@@ -235,8 +239,12 @@ def test_a_page_is_read_through_an_index(store_target: Path | str) -> None:
         ckpt_store.page(conn, want, trial_id=1)
         metric_store.page(conn, 1, None, want)
         metric_store.page(conn, 1, "validation", want, after_steps=1)
+        exp_store.queue_ids(conn, want)
+        exp_store.queue_ids(conn, want, "default")
     exp_store.live_keys(conn)
     trial_store.active(conn)
+    trial_store.running_of(conn, [1, 2])
+    trial_store.queued_counts(conn, [1, 2])
     metric_store.raw_series(conn, 1, "validation")
     metric_store.at_steps_many(conn, [(1, 1), (1, 2)], ("training", "validation"))
     log_store.fetch(conn, 1, log_store.LogFilter(), limit=2)

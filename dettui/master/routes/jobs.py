@@ -148,22 +148,17 @@ async def queue_page(app: web.Application, want: Page, pool: str | None = None,
     """A page of the queue: ordered from the live experiments' ordering keys and the trials
     that run or wait (no config read), then only the page's jobs read in full."""
     db = app[keys.DB]
-    live = await db.run(exp_store.live_keys, pool)
-    running, queued = await db.run(trial_store.active)
     backfilled = app[keys.CLUSTER].scheduling.backfilled_trials()
-    state: dict[int, str] = {eid: JobState.QUEUED.value for eid in queued}
-    for trial_id, eid in running:
-        if state.get(eid) != JobState.SCHEDULED_BACKFILLED.value:
-            state[eid] = (JobState.SCHEDULED_BACKFILLED if trial_id in backfilled
-                          else JobState.SCHEDULED).value
-    ordered = [k[0] for k in sorted(live, key=lambda k: (k[1], k[2], k[0]))]
-    ahead = {eid: i for i, eid in enumerate(ordered)}
-    listed = [eid for eid in ordered if (not only_requests or eid in state)
-              and (not states or state.get(eid, JobState.QUEUED.value) in states)]
-    if want.desc:
-        listed.reverse()
-    window = want.window(len(listed))
-    ids = window.of(listed)
+    if not only_requests and not states:  # every live job: a walk of the queue's index
+        ids, window = await db.run(exp_store.queue_ids, want, pool)
+        places = range(window.start, window.end)
+        if want.desc:
+            places = range(window.total - 1 - window.start, window.total - 1 - window.end, -1)
+        ahead = dict(zip(ids, places, strict=True))
+        running = await db.run(trial_store.running_of, ids)
+    else:
+        ids, window, ahead, running = await _filtered(app, want, pool, only_requests, states,
+                                                      backfilled)
     exps = await db.run(exp_store.job_views, ids)
     on_page = set(ids)
     runs: dict[int, list[int]] = {}
@@ -179,6 +174,29 @@ async def queue_page(app: web.Application, want: Page, pool: str | None = None,
     place = {eid: i for i, eid in enumerate(ids)}
     rows.sort(key=lambda r: place[int(r["entityId"])])
     return rows, window
+
+
+async def _filtered(app: web.Application, want: Page, pool: str | None, only_requests: bool,
+                    states: list[str] | None, backfilled: set[int],
+                    ) -> tuple[list[int], Window, dict[int, int], list[tuple[int, int]]]:
+    """A page of the jobs with a request (`only_requests`) or in `states`: the page's ids,
+    its window, each job's place in the whole queue, and the running trials."""
+    db = app[keys.DB]
+    live = await db.run(exp_store.live_keys, pool)
+    running, queued = await db.run(trial_store.active)
+    state: dict[int, str] = {eid: JobState.QUEUED.value for eid in queued}
+    for trial_id, eid in running:
+        if state.get(eid) != JobState.SCHEDULED_BACKFILLED.value:
+            state[eid] = (JobState.SCHEDULED_BACKFILLED if trial_id in backfilled
+                          else JobState.SCHEDULED).value
+    ordered = [k[0] for k in sorted(live, key=lambda k: (k[1], k[2], k[0]))]
+    ahead = {eid: i for i, eid in enumerate(ordered)}
+    listed = [eid for eid in ordered if (not only_requests or eid in state)
+              and (not states or state.get(eid, JobState.QUEUED.value) in states)]
+    if want.desc:
+        listed.reverse()
+    window = want.window(len(listed))
+    return window.of(listed), window, ahead, running
 
 
 @routes.get("/api/v1/job-queues-v2")

@@ -236,6 +236,26 @@ def live_keys(conn: sqlite3.Connection, pool: str | None = None,
         f"SELECT e.id, e.priority, e.queue_position FROM experiments e WHERE {where}", args)]
 
 
+def queue_ids(conn: sqlite3.Connection, page: Page,
+              pool: str | None = None) -> tuple[list[int], Window]:
+    """A page of the live experiments' ids (of `pool`) in queue order (priority, queue
+    position, id; reversed for a descending page), walked in the experiments_queue index."""
+    where, args = _live_where()
+    if pool:
+        where += " AND e.resource_pool=?"
+        args.append(pool)
+    d = " DESC" if page.desc else ""
+    # SQLite without statistics walks the state index and sorts; the queue's index it must
+    # walk (PostgreSQL's planner picks it from its own statistics).
+    table = ("experiments e INDEXED BY experiments_queue"
+             if getattr(conn, "dialect", "sqlite") == "sqlite" else "experiments e")
+    rows, window = pages.read(
+        conn, page, f"SELECT COUNT(*) FROM {table} WHERE {where}",
+        f"SELECT e.id FROM {table} WHERE {where} "
+        f"ORDER BY e.priority{d}, e.queue_position{d}, e.id{d}", args)
+    return [r[0] for r in rows], window
+
+
 def of_ids(conn: sqlite3.Connection, exp_ids: list[int]) -> list[Experiment]:
     """The experiments of `exp_ids` that exist, by id (read in chunks of bound parameters)."""
     out: list[Experiment] = []

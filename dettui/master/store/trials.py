@@ -97,6 +97,18 @@ def for_experiments(conn: sqlite3.Connection, exp_ids: list[int]) -> list[Trial]
     return sorted(out, key=lambda t: t.id)
 
 
+def running_of(conn: sqlite3.Connection, exp_ids: list[int]) -> list[tuple[int, int]]:
+    """(trial id, experiment id) of the RUNNING trials of `exp_ids`, by id."""
+    out: list[tuple[int, int]] = []
+    for i in range(0, len(exp_ids), 500):
+        chunk = exp_ids[i:i + 500]
+        marks = ",".join("?" * len(chunk))
+        out += [(r[0], r[1]) for r in conn.execute(
+            f"SELECT id, experiment_id FROM trials WHERE state=? AND experiment_id IN ({marks})",
+            (TrialState.RUNNING.value, *chunk))]
+    return sorted(out)
+
+
 def queued_counts(conn: sqlite3.Connection, exp_ids: list[int]) -> dict[int, int]:
     """How many QUEUED trials each experiment of `exp_ids` has (those with none are left out),
     counted in the trials_state index."""
