@@ -24,7 +24,8 @@ Protocol (JSON text frames):
 
 Changes are signalled by the master's Notifier. Each topic has one reader however many clients
 follow it (a `Feed`): it re-reads at once after a change (SETTLE), at most every COALESCE
-seconds (a burst becomes one or two diffs) and at least every IDLE_REREAD seconds, computes the
+seconds or three times its last read's length (a burst becomes one or two diffs; a big topic
+never takes more than a third of the master) and at least every IDLE_REREAD seconds, computes the
 diff once and hands the same text to every subscriber; a notification that names the ids that
 changed makes it re-read only those objects (experiments, and an experiment's trials). A new
 subscriber gets its snapshot from the feed's last read. Each connection sends from a queue of
@@ -222,14 +223,18 @@ class Feed:
                     log.exception("stream topic %s failed", self.name)
                     self._give_up(f"internal error: {exc}")
                     return
+                took = loop.time() - read_at
                 try:
                     await asyncio.wait_for(changes.wait(), IDLE_REREAD)
                     full = False
                 except TimeoutError:
                     full = True
                 # The first change after a quiet spell is read at once; within COALESCE of the
-                # last read, the next waits out the rest of it (a burst costs two reads).
-                await asyncio.sleep(max(SETTLE, read_at + COALESCE - loop.time()))
+                # last read, the next waits out the rest of it (a burst costs two reads). A read
+                # that took long spaces the next by three times its length: a topic's reads
+                # take at most a third of the master's time, however large it grows.
+                await asyncio.sleep(max(SETTLE, read_at + max(COALESCE, 3 * took)
+                                        - loop.time()))
 
     def _partial(self, seen: dict[str, set[str] | None]) -> set[str] | None:
         """The keys to re-read, or None when everything must be."""
