@@ -131,9 +131,11 @@ def test_tree_usage_measures_a_real_process_tree() -> None:
         usage = telemetry.TreeUsage()
         procs = [psutil.Process(busy.pid)]
         usage.measure(procs)
-        time.sleep(0.5)
+        time.sleep(1.0)
         measured = usage.measure(procs)
-        assert measured["cpuPercent"] > 20, measured
+        # A busy loop: a core's worth on an idle machine, a share of one with two test suites
+        # on two cores (19.7 % seen); an idle process reads 0.
+        assert measured["cpuPercent"] > 5, measured
         assert measured["rss"] > 1_000_000
     finally:
         busy.kill()
@@ -222,7 +224,8 @@ async def test_heartbeats_carry_telemetry_and_the_master_keeps_a_bounded_history
         exp = await client.create_experiment(BUSY_CONFIG, files)
         busy = await _until(master, lambda a: a["telemetry"]["time"] > tel["time"] + 1.2 and any(
             u["cpuPercent"] > 20 and u["rss"] > 1_000_000
-            for u in a["telemetry"]["allocations"].values()))
+            for u in a["telemetry"]["allocations"].values())
+            and len(a["telemetry"]["history"]["time"]) >= 8)  # heartbeats slow on a busy box
         (alloc_id,) = busy["telemetry"]["allocations"]
         # the slot's container is the allocation's part on this agent (node rank 0)
         assert busy["slots"]["0"]["container"]["id"] == f"{alloc_id.split('.', 1)[1]}.0"

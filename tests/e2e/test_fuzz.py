@@ -138,7 +138,10 @@ def query_value(schema: dict[str, Any], poll: bool, name: str) -> st.SearchStrat
 
 
 def _not_a_wait(text: str) -> bool:
-    """Junk for a timeout that the master could read as a wait longer than a second."""
+    """Junk for a timeout that the master could read as a wait longer than a second (an empty
+    value asks for the default wait, 60 s for the preemption long-poll)."""
+    if not text:
+        return False
     try:
         return not float(text) > 1
     except ValueError:
