@@ -80,6 +80,7 @@ class Agent:
         self.slots, self.note = discover_slots(options.cpu_slots)
         self.gpu_indices = [int(s["id"]) for s in self.slots if s["type"] == "cuda"]
         self.runs: dict[str, AllocationRun] = {}
+        self.started: set[str] = set()  # allocations this process started
         self.finished: dict[str, tuple[int | None, str]] = {}
         self.own_pids: set[int] = set()
         self.heartbeat_seconds = 2.0
@@ -194,7 +195,7 @@ class Agent:
         while True:
             try:
                 for path, lines in await asyncio.to_thread(spool.leftovers, directory,
-                                                           set(self.runs)):
+                                                           self.runs, self.started):
                     if await ship(self.client, self.id, lambda n, q=lines: q[:n],
                                   lambda upto, q=lines: _drop_upto(q, upto), LEFTOVER_SECONDS):
                         path.unlink(missing_ok=True)
@@ -265,6 +266,7 @@ class Agent:
                 await self._report(alloc_id, None, LOST)
                 return
             self._marker(alloc_id).touch()
+            self.started.add(alloc_id)  # before its spool exists: see spool.leftovers
             run = AllocationRun(item, self.client, self.id, self.options.work_root,
                                 self.options.master_url, self.own_pids,
                                 (*self.options.hidden, token_path().parent),

@@ -18,6 +18,7 @@ import json
 import logging
 import time
 from collections import deque
+from collections.abc import Container
 from pathlib import Path
 from typing import Any
 
@@ -98,23 +99,32 @@ class Spool:
                 self.path.rename(self.path.with_name(self.alloc_id + UNSHIPPED + ".jsonl"))
 
 
-def leftovers(directory: Path, running: set[str]) -> list[tuple[Path, list[dict[str, Any]]]]:
+def leftovers(directory: Path, running: Container[str],
+              started: Container[str] = frozenset()) -> list[tuple[Path, list[dict[str, Any]]]]:
     """Spools not of a running allocation: ones that ended before the master took all their
     lines, and ones an earlier run of this agent left when it was killed (those get a last line
-    saying that later lines may be missing). Each with its lines; remove the file once shipped."""
+    saying that later lines may be missing). Each with its lines; remove the file once shipped.
+
+    `running` and `started` (the allocations this agent process started) are read as the files
+    are: an allocation that starts while this runs is in `started` before its spool exists, so
+    its open spool is never taken for a killed agent's (that took a live allocation's file,
+    and its first line lost to the notice's sequence number)."""
     out: list[tuple[Path, list[dict[str, Any]]]] = []
     if not directory.is_dir():
         return out
     for path in sorted(directory.glob("*.jsonl")):
         killed = not path.name.endswith(UNSHIPPED + ".jsonl")
         alloc_id = path.name.removesuffix(".jsonl").removesuffix(UNSHIPPED)
-        if alloc_id in running:
+        if alloc_id in running or (killed and alloc_id in started):
             continue
         lines = []
-        with open(path, "rb") as f:
-            for raw in f:
-                with contextlib.suppress(ValueError):
-                    lines.append(json.loads(raw))
+        try:
+            with open(path, "rb") as f:
+                for raw in f:
+                    with contextlib.suppress(ValueError):
+                        lines.append(json.loads(raw))
+        except FileNotFoundError:  # renamed or removed by its allocation meanwhile
+            continue
         if killed:
             last = max((int(x.get("seq") or 0) for x in lines), default=0)
             lines.append({"allocationId": alloc_id, "timestamp": time.time(), "rankId": None,

@@ -47,3 +47,7 @@ def test_what_is_left_is_shipped_later(tmp_path: Path) -> None:
     assert [x["seq"] for x in left["b.1.jsonl"]] == [1, 2]
     assert "may be missing" in left["b.1.jsonl"][-1]["log"]
     assert spool.leftovers(tmp_path, running={"a.1", "b.1"}) == []
+    # b.1 started in this agent process (it runs, or is about to be counted as running): its
+    # open spool is no killed agent's; a.1's unshipped lines still go
+    assert [p.name for p, _ in spool.leftovers(tmp_path, running=set(),
+                                                started={"a.1", "b.1"})] == ["a.1.unshipped.jsonl"]
