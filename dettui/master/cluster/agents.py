@@ -109,8 +109,8 @@ class Agents:
         allocations it runs become RUNNING, those it lost end, those the store does not know
         as live are killed. (The rest of recovery is `Allocations.recover`'s.)"""
         me = link.agent.id
-        live = {a.id: a for a in await self.db.run(trial_store.live_allocations)
-                if me in a.agents and me not in a.part_exits}
+        live = {a.id: a for a in await self.db.run(trial_store.live_allocations_of, me)
+                if me not in a.part_exits}
         link.running = running
         for alloc_id in running - live.keys():
             link.send(kill_message(alloc_id, "unknown allocation"))
