@@ -241,6 +241,7 @@ def test_a_page_is_read_through_an_index(store_target: Path | str) -> None:
         metric_store.page(conn, 1, "validation", want, after_steps=1)
         exp_store.queue_ids(conn, want)
         exp_store.queue_ids(conn, want, "default")
+        exp_store.queue_ids(conn, want, None, with_requests=True)
     exp_store.live_keys(conn)
     trial_store.active(conn)
     trial_store.running_of(conn, [1, 2])

@@ -149,8 +149,8 @@ async def queue_page(app: web.Application, want: Page, pool: str | None = None,
     that run or wait (no config read), then only the page's jobs read in full."""
     db = app[keys.DB]
     backfilled = app[keys.CLUSTER].scheduling.backfilled_trials()
-    if not only_requests and not states:  # every live job: a walk of the queue's index
-        ids, window = await db.run(exp_store.queue_ids, want, pool)
+    if not states:  # a walk of the queue's index (Determined's queue: the jobs with requests)
+        ids, window = await db.run(exp_store.queue_ids, want, pool, only_requests)
         places = range(window.start, window.end)
         if want.desc:
             places = range(window.total - 1 - window.start, window.total - 1 - window.end, -1)

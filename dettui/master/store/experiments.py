@@ -236,14 +236,19 @@ def live_keys(conn: sqlite3.Connection, pool: str | None = None,
         f"SELECT e.id, e.priority, e.queue_position FROM experiments e WHERE {where}", args)]
 
 
-def queue_ids(conn: sqlite3.Connection, page: Page,
-              pool: str | None = None) -> tuple[list[int], Window]:
-    """A page of the live experiments' ids (of `pool`) in queue order (priority, queue
-    position, id; reversed for a descending page), walked in the experiments_queue index."""
+def queue_ids(conn: sqlite3.Connection, page: Page, pool: str | None = None,
+              with_requests: bool = False) -> tuple[list[int], Window]:
+    """A page of the live experiments' ids (of `pool`; `with_requests`: only those with a
+    trial queued or running, Determined's queue) in queue order (priority, queue position, id;
+    reversed for a descending page), walked in the experiments_queue index."""
     where, args = _live_where()
     if pool:
         where += " AND e.resource_pool=?"
         args.append(pool)
+    if with_requests:
+        where += (" AND EXISTS (SELECT 1 FROM trials t WHERE t.experiment_id = e.id"
+                  " AND t.state IN (?, ?))")
+        args += [TrialState.QUEUED.value, TrialState.RUNNING.value]
     d = " DESC" if page.desc else ""
     # SQLite without statistics walks the state index and sorts; the queue's index it must
     # walk (PostgreSQL's planner picks it from its own statistics).
