@@ -78,15 +78,15 @@ class Requests:
     running: dict[int, list[int]]  # experiment -> its RUNNING trials' ids
     queued: dict[int, int]  # experiment -> how many of its trials are QUEUED
     reasons: dict[int, str]  # trial -> why it waits (the last scheduling pass, Slurm)
-    owner: dict[int, int]  # trial of `reasons` -> its experiment
+    first: dict[int, int]  # experiment -> its lowest trial id with a reason
 
     def of(self, exp_id: int) -> tuple[list[int], int, str | None]:
         """An experiment's running trials, how many wait, and why the first of them waits. A
         running trial with a reason (its Slurm job is pending) waits, it does not run."""
         running = self.running.get(exp_id, [])
         held = [t for t in running if t in self.reasons]
-        waiting = [t for t, e in self.owner.items() if e == exp_id]
-        reason = self.reasons[min(waiting)] if waiting else None
+        first = self.first.get(exp_id)
+        reason = self.reasons[first] if first is not None else None
         return ([t for t in running if t not in self.reasons],
                 self.queued.get(exp_id, 0) + len(held), reason)
 
@@ -167,8 +167,11 @@ async def queue_page(app: web.Application, want: Page, pool: str | None = None,
             runs.setdefault(eid, []).append(trial_id)
     reasons = app[keys.CLUSTER].scheduling.waiting_reasons()
     owner = await db.run(trial_store.experiment_ids, list(reasons)) if reasons else {}
-    requests = Requests(runs, await db.run(trial_store.queued_counts, ids), reasons,
-                        {t: e for t, e in owner.items() if e in on_page})
+    first: dict[int, int] = {}  # per experiment once, not a scan of `owner` per job
+    for t, e in owner.items():
+        if e in on_page and t < first.get(e, t + 1):
+            first[e] = t
+    requests = Requests(runs, await db.run(trial_store.queued_counts, ids), reasons, first)
     fair = {p for p, pol in app[keys.SETTINGS].policies.items() if pol.scheduler == FAIR_SHARE}
     rows = job_rows(exps, requests, fair, backfilled, only_requests, ahead)
     place = {eid: i for i, eid in enumerate(ids)}
