@@ -129,6 +129,16 @@ class Master:
         self.rss = RssWatch(self.proc.pid)
         return time.perf_counter() - t0
 
+    def wait_log(self, text: str, timeout: float) -> float | None:
+        """Seconds until the running master's log holds `text` (None: not within `timeout`)."""
+        log = self.state_dir.parent / f"serve-{self.starts}.log"
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < timeout:
+            if text in log.read_text(errors="replace"):
+                return time.perf_counter() - t0
+            time.sleep(0.5)
+        return None
+
     def stop(self) -> None:
         if self.proc is not None:
             if self.rss is not None:

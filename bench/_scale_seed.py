@@ -8,8 +8,9 @@ ingest is measured on its own in phase 5) is written straight into the stopped m
 file (`seed`): one `executemany` per chunk of 200,000 rows with `synchronous=OFF`, the rows the
 API would have stored (`metrics` table: one row per report, `avgMetrics` as JSON, `archived`
 0), `training` every 100 steps and a `validation` row every tenth, over the trials the API did
-not seed; their experiments' best validation is marked stale, so the master's start-up
-computes it as it does for an older database. Neither touches the trials of the experiments
+not seed; the searchers are told they saw the validations, and the experiments' bests and
+the trials' summaries are marked stale, so the master computes them after it starts, as it
+does for an older version's database. Neither touches the trials of the experiments
 the ingest phase reports to (`hold-*`).
 """
 
@@ -25,6 +26,8 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+
+from dettui.master.store.search import SEEN
 
 CHUNK = 200_000
 
@@ -104,6 +107,31 @@ async def seed_api(url: str, token: str, db_path: Path, rows: int, budget: float
     return out
 
 
+def _as_the_api_leaves_it(conn: sqlite3.Connection, trial_ids: list[int]) -> None:
+    """What the master keeps beside the rows when they come through the API: each searcher has
+    seen its trials' validations (else the master's start-up replays a million of them to the
+    searchers, which no crash leaves behind). The experiments' bests and the trials' summaries
+    are marked stale, as for an older version's database: the master computes them in the
+    background after it starts (phase 3 reports how long that took)."""
+    seen: dict[int, dict[str, int]] = {}
+    for exp_id, search_id, steps in conn.execute(
+            "SELECT t.experiment_id, t.search_id, MAX(m.steps_completed) FROM trials t "
+            "JOIN metrics m ON m.trial_id = t.id AND m.grp = 'validation' "
+            "WHERE t.search_id IS NOT NULL GROUP BY t.id"):
+        seen.setdefault(int(exp_id), {})[str(search_id)] = int(steps)
+    conn.execute("BEGIN")
+    for exp_id, text in conn.execute("SELECT id, searcher_state FROM experiments").fetchall():
+        if exp_id not in seen:
+            continue
+        state = json.loads(text) if text else {}
+        state.setdefault(SEEN, {}).update(seen[exp_id])
+        conn.execute("UPDATE experiments SET searcher_state=? WHERE id=?",
+                     (json.dumps(state), exp_id))
+    conn.execute("UPDATE experiments SET best_stale = 1 WHERE name NOT LIKE 'hold-%'")
+    conn.executemany("UPDATE trials SET summary_stale = 1 WHERE id=?", [(t,) for t in trial_ids])
+    conn.execute("COMMIT")
+
+
 def seed(db_path: Path, rows: int, progress: bool = True,
          exclude: frozenset[int] = frozenset()) -> dict[str, float]:
     """Insert `rows` metric rows over the trials of the store at `db_path` (master stopped),
@@ -129,9 +157,7 @@ def seed(db_path: Path, rows: int, progress: bool = True,
             if progress and done % (CHUNK * 10) == 0:
                 rate = done / (time.perf_counter() - start)
                 print(f"    seeded {done:,} rows ({rate:,.0f} rows/s)", flush=True)
-        # the validations written here are not in the experiments' best yet: as for an older
-        # database, the master's start-up computes it for these
-        conn.execute("UPDATE experiments SET best_stale = 1 WHERE name NOT LIKE 'hold-%'")
+        _as_the_api_leaves_it(conn, [t for t, _ in trials])
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         seconds = time.perf_counter() - start
     finally:

@@ -13,6 +13,7 @@ What a crash lost is re-derived in two places, each owning what it can know:
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sqlite3
 from collections.abc import Callable
@@ -235,3 +236,44 @@ async def test_recovery(master_settings: MasterSettings, aiohttp_client: Any, ca
         "experiment": exp["state"], "gc_pending": gc_pending, "checkpoints": checkpoints,
     }
     case.check(seen)
+
+
+async def test_what_an_older_version_did_not_keep_is_computed_while_the_master_serves(
+        master_settings: MasterSettings, aiohttp_client: Any) -> None:
+    """Best validations and trial summaries an older version did not keep (`best_stale`,
+    `summary_stale`) are computed by a backfill after the master is up, not before it answers:
+    on a database of millions of reports that took minutes of start-up."""
+    from dettui.master.store import metrics as metric_store
+
+    settings = master_settings
+    first = await aiohttp_client(create_app(settings))
+    resp = await first.post("/api/v1/auth/login", data='{"username":"admin","password":""}')
+    api = Api(first, (await resp.json())["token"])
+    await create(api)
+    await first.close()
+    conn = connect(settings.db_target)
+    for steps, loss in ((10, 0.5), (20, 0.25), (30, 0.75)):
+        metric_store.report(conn, trial_id=1, run_id=1, group="validation", steps=steps,
+                            report_time=float(steps), metrics={"loss": loss},
+                            batch_metrics=None)
+    conn.execute("UPDATE experiments SET best_value=NULL, best_trial_id=NULL, best_stale=1")
+    conn.execute("UPDATE trials SET summary_metrics=NULL, best_value=NULL, best_steps=NULL, "
+                 "summary_stale=1")
+    conn.commit()
+    conn.close()
+
+    second = await aiohttp_client(create_app(settings))
+    api = Api(second, api.token)
+    for _ in range(100):
+        trial = (await api.call("GET", "/api/v1/trials/1"))["trial"]
+        exp = (await api.call("GET", "/api/v1/experiments/1"))["experiment"]
+        if trial.get("summaryMetrics") and exp.get("bestTrialSearcherMetric") is not None:
+            break
+        await asyncio.sleep(0.05)
+    assert (exp["bestTrialSearcherMetric"], exp["bestTrialId"]) == (0.25, 1)
+    assert trial["summaryMetrics"]["validation_metrics"]["loss"]["min"] == 0.25
+    db = second.server.app[keys.DB]
+    left = await db.run(lambda c: c.execute(
+        "SELECT (SELECT COUNT(*) FROM experiments WHERE best_stale=1) + "
+        "(SELECT COUNT(*) FROM trials WHERE summary_stale=1)").fetchone()[0])
+    assert left == 0

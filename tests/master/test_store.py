@@ -236,7 +236,7 @@ def test_an_experiments_best_validation_is_kept_as_reports_arrive(
     # the best; a report of the new run puts the experiment's best back to what is left
     assert validate(second, 2, 15, 0.9) == (0.5, first)
     conn.execute("UPDATE experiments SET best_value=NULL, best_trial_id=NULL, best_stale=1")
-    assert metrics.refresh_stale_bests(conn) == 1
+    assert metrics.refresh_stale_bests(conn) == (1, None)
     exp = experiments.get(conn, exp_id)
     assert (exp.best, exp.best_trial_id) == (0.5, first)
 
@@ -274,8 +274,40 @@ def test_a_trials_summary_and_best_are_kept_as_reports_arrive(
     assert kept() == (recomputed(), 30)
     assert kept()[0]["validation_metrics"]["loss"]["count"] == 2
     conn.execute("UPDATE trials SET summary_metrics=NULL, best_steps=NULL, summary_stale=1")
-    assert metrics.refresh_stale_trials(conn) == 1
+    assert metrics.refresh_stale_trials(conn) == (1, None)
     assert kept() == (recomputed(), 30)
+
+
+def test_a_stale_backfill_goes_in_chunks_that_resume_after_their_cursor(
+        store_target: Path | str) -> None:
+    """At start-up the master computes stale summaries chunk by chunk while it serves: a
+    chunk stops at its time budget (after one row at least) and says where the next goes on."""
+    from dettui.master.store import metrics
+
+    conn, first = _trial(store_target)
+    config = load_config(SIMPLE_CONFIG).to_expconf()
+    new = experiments.NewExperiment(
+        name="y", description=None, labels=[], owner_id=experiments.get(conn, 1).owner_id,
+        config=config, original_config="name: y", searcher_type="single",
+        resource_pool="default", priority=42, weight=1.0, max_slots=None, context=b"tgz")
+    _, ids = experiments.create(conn, new, [({"lr": 0.1}, i) for i in range(5)])
+    for i, trial_id in enumerate(ids):
+        metrics.report(conn, trial_id=trial_id, run_id=1, group="training", steps=10,
+                       report_time=0.0, metrics={"loss": float(i)}, batch_metrics=None)
+    conn.execute("UPDATE trials SET summary_metrics=NULL, summary_stale=1")
+    conn.execute("UPDATE trials SET summary_stale=0 WHERE id=?", (ids[2],))
+    seen: list[int] = []
+    after: int | None = 0
+    while after is not None:
+        done, after = metrics.refresh_stale_trials(conn, after, budget=0.0)
+        if after is not None:
+            assert done == 1  # a zero budget still computes one row a chunk
+            seen.append(after)
+    assert done == 0  # the last call found none left
+    assert seen == [first, ids[0], ids[1], ids[3], ids[4]]  # the fresh one skipped, none twice
+    assert conn.execute("SELECT COUNT(*) FROM trials WHERE summary_stale=1").fetchone()[0] == 0
+    last = metrics.trial_summaries(conn, [ids[4]])[ids[4]][0]
+    assert last["avg_metrics"]["loss"]["last"] == 4.0
 
 
 def test_a_scheduling_pass_reads_the_first_trials_of_each_job_and_counts_the_rest(

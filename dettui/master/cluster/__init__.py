@@ -49,6 +49,7 @@ class Cluster:
         self._tasks = [
             asyncio.create_task(self.scheduling.loop(), name="dettui-scheduler"),
             asyncio.create_task(self.agents.liveness_loop(), name="dettui-liveness"),
+            asyncio.create_task(self.allocations.backfill(), name="dettui-backfill"),
             *(asyncio.create_task(p.run(), name=f"dettui-slurm-{name}")
               for name, p in self.slurm.items()),
         ]

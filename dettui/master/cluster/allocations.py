@@ -182,6 +182,24 @@ class Allocations:
 
     # --- start-up -------------------------------------------------------------------------
 
+    async def backfill(self) -> None:
+        """Compute what an older version did not keep (experiments' best validations, trials'
+        summaries: minutes on a database of millions of reports) chunk by chunk while the
+        master serves. Until a row is done, readers see it as the older version left it, and a
+        new report to it computes it first (`metric_store`)."""
+        for what, step in (("best validations of experiments", metric_store.refresh_stale_bests),
+                           ("summary metrics of trials", metric_store.refresh_stale_trials)):
+            total, after, started = 0, 0, time.monotonic()
+            while after is not None:
+                done, after = await self.db.run(step, after)
+                total += done
+                if after is not None and total % 10_000 < done:
+                    log.info("computing the %s an older version did not keep: %d so far",
+                             what, total)
+            if total:
+                log.info("computed the %s an older version did not keep: %d in %.1f s", what,
+                         total, time.monotonic() - started)
+
     async def recover(self) -> None:
         """After a restart, re-derive from the committed state what a crash may have lost.
         What needs an agent's word is `Agents._reconcile`'s, when the agent registers again
@@ -190,13 +208,8 @@ class Allocations:
         trials a searcher stopped get their preemption; allocations whose every part had
         exited end (older versions committed the two apart); searcher events an older version
         lost are replayed and experiments whose last trial ended are settled; experiments that
-        ended with their checkpoint GC pending are collected; the best validations of
-        experiments and the summaries of trials an older version stored are computed."""
-        if stale := await self.db.run(metric_store.refresh_stale_bests):
-            log.info("computed the best validation of %d experiment(s) of an older version",
-                     stale)
-        if stale := await self.db.run(metric_store.refresh_stale_trials):
-            log.info("computed the summary metrics of %d trial(s) of an older version", stale)
+        ended with their checkpoint GC pending are collected. (The best validations and
+        summaries an older version did not keep are `backfill`'s, while the master serves.)"""
         for alloc_id in await self.db.run(exits.flag_stopped):
             log.info("allocation %s: its trial was stopped by the searcher; preempting it",
                      alloc_id)

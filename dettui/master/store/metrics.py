@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +18,7 @@ from dettui.master.store.records import Metric, columns, typed_config
 from dettui.master.store.tx import transaction
 
 FROM_METRICS = f"SELECT {columns(Metric.COLUMNS)} FROM metrics"
+STALE_BUDGET = 0.05  # seconds of the store thread a chunk of a start-up backfill takes
 
 
 @dataclass(frozen=True)
@@ -175,14 +177,36 @@ def trial_summaries(conn: sqlite3.Connection,
     return out
 
 
-def refresh_stale_trials(conn: sqlite3.Connection) -> int:
-    """At start-up: the summaries of trials stored by older versions."""
-    stale = [r[0] for r in conn.execute("SELECT id FROM trials WHERE summary_stale=1")]
-    if stale:
-        with transaction(conn):
-            for trial_id in stale:
-                refresh_trial(conn, trial_id)
-    return len(stale)
+def refresh_stale_trials(conn: sqlite3.Connection, after: int = 0,
+                         budget: float = STALE_BUDGET) -> tuple[int, int | None]:
+    """The summaries of trials stored by older versions (or whose rows were written around the
+    master), from trial id `after` on, in one transaction of at most about `budget` seconds:
+    (how many were computed, the id to go on after, or None when none is left)."""
+    return _refresh_stale(conn, "trials", "summary_stale", refresh_trial, after, budget)
+
+
+def _refresh_stale(conn: sqlite3.Connection, table: str, flag: str,
+                   refresh: Callable[[sqlite3.Connection, int], None], after: int,
+                   budget: float) -> tuple[int, int | None]:
+    """`refresh` the rows of `table` flagged stale, by id from `after`, until `budget` seconds
+    have gone (at least one row): a backfill the start-up runs chunk by chunk while the master
+    serves, so that no request waits behind more than one chunk."""
+    deadline = time.monotonic() + budget
+    done = 0
+    with transaction(conn):
+        while time.monotonic() < deadline or not done:
+            ids = [r[0] for r in conn.execute(
+                f"SELECT id FROM {table} WHERE {flag}=1 AND id>? ORDER BY id LIMIT 20",
+                (after,))]
+            if not ids:
+                return done, None
+            for row_id in ids:
+                refresh(conn, row_id)
+                done += 1
+                after = row_id
+                if time.monotonic() >= deadline:
+                    break
+    return done, after
 
 
 def refresh_best(conn: sqlite3.Connection, exp_id: int) -> None:
@@ -201,14 +225,11 @@ def refresh_best(conn: sqlite3.Connection, exp_id: int) -> None:
                                 exp_id))
 
 
-def refresh_stale_bests(conn: sqlite3.Connection) -> int:
-    """At start-up: the best validations of experiments stored by older versions."""
-    stale = [r[0] for r in conn.execute("SELECT id FROM experiments WHERE best_stale=1")]
-    if stale:
-        with transaction(conn):
-            for exp_id in stale:
-                refresh_best(conn, exp_id)
-    return len(stale)
+def refresh_stale_bests(conn: sqlite3.Connection, after: int = 0,
+                        budget: float = STALE_BUDGET) -> tuple[int, int | None]:
+    """The best validations of experiments stored by older versions, as
+    `refresh_stale_trials` does summaries: (how many, the id to go on after or None)."""
+    return _refresh_stale(conn, "experiments", "best_stale", refresh_best, after, budget)
 
 
 def _merge(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:

@@ -44,10 +44,17 @@ class Outcome:
 
 def _searcher(conn: sqlite3.Connection, exp: Experiment) -> tuple[search.Searcher,
                                                                     dict[str, Any]]:
-    row = conn.execute("SELECT searcher_state FROM experiments WHERE id=?", (exp.id,)).fetchone()
+    state, extra = _state(conn, exp.id)
+    return search.for_experiment(exp.conf, state), extra
+
+
+def _state(conn: sqlite3.Connection,
+           exp_id: int) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+    """The searcher's stored state, and what of it is ours: steps seen, ends applied."""
+    row = conn.execute("SELECT searcher_state FROM experiments WHERE id=?", (exp_id,)).fetchone()
     state = json.loads(row[0]) if row and row[0] else None
     extra = {SEEN: dict((state or {}).get(SEEN, {})), ENDED: list((state or {}).get(ENDED, []))}
-    return search.for_experiment(exp.conf, state), extra
+    return state, extra
 
 
 def _save(conn: sqlite3.Connection, exp_id: int, s: search.Searcher,
@@ -184,15 +191,22 @@ def catch_up(conn: sqlite3.Connection, exp: Experiment) -> Outcome:
     total = Outcome()
     if not _accepts_events(exp):
         return total
+    # What the searcher has seen, read once: only what it has not is read and replayed (every
+    # validation of every live experiment, parsed at each start-up, took minutes at 1M).
+    _, extra = _state(conn, exp.id)
+    seen, ended = extra[SEEN], set(extra[ENDED])
     for trial in trial_store.for_experiment(conn, exp.id):
         if trial.search_id is None:
             continue
         rows = conn.execute(
             "SELECT steps_completed, metrics FROM metrics WHERE trial_id=? AND "
-            "grp='validation' AND archived=0 ORDER BY steps_completed", (trial.id,))
+            "grp='validation' AND archived=0 AND steps_completed>? ORDER BY steps_completed",
+            (trial.id, int(seen.get(str(trial.search_id), -1))))
         for steps, metrics in rows.fetchall():
             total.merge(_follow(conn, exp, _validation(conn, exp, trial, int(steps),
                                                        json.loads(metrics))))
+        if int(trial.search_id) in ended:
+            continue  # (a searcher's end only adds to it)
         fresh = trial_store.get(conn, trial.id)
         if fresh.state.is_terminal():
             total.merge(_follow(conn, exp, _end(conn, exp, fresh)))
