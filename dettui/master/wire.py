@@ -145,3 +145,13 @@ async def big_json_response(data: Any) -> web.Response:
 
 def _dumps(data: Any) -> bytes:
     return json.dumps(data).encode()
+
+
+STREAM_CHUNK = 5_000  # items a long read takes from the store, and encodes, at a time
+
+
+def json_items(items: list[Any], first: bool) -> bytes:
+    """Items of a JSON list being written piece by piece: `a,b,c` (with a leading comma unless
+    they are the `first`). Run on the CPU pool."""
+    text = ",".join(json.dumps(item) for item in items)
+    return (text if first or not text else "," + text).encode()

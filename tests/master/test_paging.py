@@ -133,6 +133,47 @@ async def test_checkpoints_and_metrics_page_and_downsample(api: Api) -> None:
         await api.call("GET", f"/api/v1/trials/1/metrics?{bad}", status=400)
 
 
+async def test_a_long_metrics_read_streams_in_chunks_and_equals_the_paged_one(
+        api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past STREAM_CHUNK reports, GET /trials/{id}/metrics is written piece by piece (each
+    piece an index walk after the last one's key), never held whole by the master; what the
+    client gets is the same JSON, in either order, from any offset, past a cursor."""
+    from dettui.master.routes import trials as trial_routes
+
+    await create(api, SIMPLE_CONFIG)
+    _, alloc_token = await allocate(api, 1, "agent-x", [0])
+    task = {"Grpc-Metadata-x-allocation-token": f"Bearer {alloc_token}"}
+    for steps in range(1, 41):
+        await report(api, 1, task, "training", steps, {"loss": 1 / steps})
+        if steps % 4 == 0:
+            await report(api, 1, task, "validation", steps, {"loss": 2 / steps})
+    await report(api, 1, task, "training", 40, {"extra": 1})  # merged into step 40's report
+
+    def steps(body: dict[str, Any]) -> list[tuple[str, int]]:
+        return [(m["group"], m["stepsCompleted"]) for m in body["metrics"]]
+
+    queries = ["", "group=training", "orderBy=ORDER_BY_DESC", "group=validation&orderBy="
+               "ORDER_BY_DESC", "offset=13", "offset=-9&limit=30", "afterSteps=25",
+               "group=training&limit=23&offset=2&orderBy=ORDER_BY_DESC"]
+    whole = {q: await api.call("GET", f"/api/v1/trials/1/metrics?{q}") for q in queries}
+    monkeypatch.setattr(trial_routes, "STREAM_CHUNK", 4)
+    for q in queries:
+        resp = await api.client.get(f"/api/v1/trials/1/metrics?{q}", headers=api.headers())
+        assert resp.status == 200
+        streamed = await resp.json()
+        assert streamed == whole[q], q
+        if len(whole[q]["metrics"]) > 4:
+            assert resp.headers.get("Transfer-Encoding") == "chunked", q
+    assert len(whole[""]["metrics"]) == 50 and whole[""]["pagination"]["total"] == 50
+    assert steps(whole["offset=-9&limit=30"]) == steps(whole[""])[-9:]
+    assert steps(whole["group=validation&orderBy=ORDER_BY_DESC"]) == [
+        ("validation", s) for s in range(40, 0, -4)]
+    assert [s for _, s in steps(whole["afterSteps=25"])] == sorted(
+        [s for s in range(26, 41)] + [28, 32, 36, 40])
+    assert whole["group=training&limit=23&offset=2&orderBy=ORDER_BY_DESC"]["pagination"] == {
+        "offset": 2, "limit": 23, "startIndex": 2, "endIndex": 25, "total": 40}
+
+
 def test_downsample_keeps_ends_and_extremes() -> None:
     rng = random.Random(7)
     for size in (0, 1, 2, 3, 10, 257, 5000):

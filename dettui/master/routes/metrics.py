@@ -14,7 +14,7 @@ from dettui.master.openapi import op
 from dettui.master.store import metrics as metric_store
 from dettui.master.store import trials as trial_store
 from dettui.master.store.records import Metric
-from dettui.master.wire import encode_metrics, parse_id, ts
+from dettui.master.wire import STREAM_CHUNK, encode_metrics, parse_id, ts
 
 routes = web.RouteTableDef()
 STREAM_QUERY = {"trialIds": list[int]}
@@ -35,21 +35,35 @@ def report(m: Metric, index: int) -> dict[str, Any]:
 async def _stream(request: web.Request, group: str | None) -> web.StreamResponse:
     ids = [parse_id(x, "trialIds") for x in request.query.getall("trialIds", [])]
     db = request.app[keys.DB]
-    out: list[dict[str, Any]] = []
     for trial_id in ids:
         check_trial(request, trial_id)
         await db.run(trial_store.get, trial_id)
-        rows = await db.run(metric_store.for_trial, trial_id, group)
-        out.extend(report(m, i) for i, m in enumerate(rows))
     resp = web.StreamResponse(headers={"Content-Type": "application/json"})
     await resp.prepare(request)
-    await resp.write(await offload.cpu(_ndjson_line, {"result": {"metrics": out}}))
+    # One result line per piece of at most STREAM_CHUNK reports (the SDK iterates over the
+    # lines and their metrics), so a million reports are never held whole.
+    lines = 0
+    for trial_id in ids:
+        key: tuple[int, int] | None = None
+        index = 0
+        while True:
+            rows, key = await db.run(metric_store.chunk, trial_id, group, key=key,
+                                     limit=STREAM_CHUNK)
+            if rows:
+                await resp.write(await offload.cpu(_ndjson_line, rows, index))
+                index += len(rows)
+                lines += 1
+            if len(rows) < STREAM_CHUNK:
+                break
+    if not lines:
+        await resp.write(b'{"result": {"metrics": []}}\n')
     await resp.write_eof()
     return resp
 
 
-def _ndjson_line(data: Any) -> bytes:
-    return (json.dumps(data) + "\n").encode()
+def _ndjson_line(rows: list[Metric], index: int) -> bytes:
+    out = [report(m, index + i) for i, m in enumerate(rows)]
+    return (json.dumps({"result": {"metrics": out}}) + "\n").encode()
 
 
 @routes.get("/api/v1/trials/metrics/trial_metrics")

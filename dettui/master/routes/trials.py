@@ -3,6 +3,8 @@ the unmanaged (detached) trials that scripts outside the cluster create, start a
 
 from __future__ import annotations
 
+import functools
+import json
 import logging
 import time
 from typing import Any
@@ -44,14 +46,15 @@ from dettui.master.store import search as search_store
 from dettui.master.store import trials as trial_store
 from dettui.master.store import unmanaged as unmanaged_store
 from dettui.master.store.metrics import MetricReport
+from dettui.master.store.page import Page
 from dettui.master.store.records import Checkpoint, Metric
 from dettui.master.wire import (
+    STREAM_CHUNK,
     b64_response,
-    big_json_response,
     decode_number,
     encode_metrics,
+    json_items,
     page_of,
-    paginate,
     parse_ts,
     path_int,
     query_bool,
@@ -177,7 +180,7 @@ MAX_POINTS = 10_000  # points per series a downsampled read may ask for
 
 @task_route
 @op(query={"group": str, "afterSteps": int, "maxPoints": int, "metric": str}, paged=True)
-async def read_metrics(request: web.Request) -> web.Response:
+async def read_metrics(request: web.Request) -> web.StreamResponse:
     """A page of the trial's reports (by steps; `afterSteps` only those past a cursor), or
     with `maxPoints=N` (and `group`) each numeric metric as a series of at most N points, for
     a chart: the first and last kept, min and max of even buckets between (dettui.series)."""
@@ -195,10 +198,37 @@ async def read_metrics(request: web.Request) -> web.Response:
         found = await offload.cpu(series.of_reports, raw, n, request.query.get("metric"))
         return web.json_response({"group": group, "series": found, "reports": len(raw),
                                   "lastSteps": raw[-1][0] if raw else None})
-    rows, window = await db.run(metric_store.page, trial_id, group, page_of(request),
-                                after_steps=after)
-    return await big_json_response({"metrics": [metric_json(m) for m in rows],
-                                    "pagination": window.pagination()})
+    window = page_of(request).window(await db.run(metric_store.count, trial_id, group, after))
+    want = window.end - window.start
+    read = functools.partial(metric_store.chunk, trial_id=trial_id, group=group,
+                             after_steps=after, desc=window.page.desc, offset=window.start)
+    if want <= STREAM_CHUNK:
+        rows, _ = await db.call(read, db.conn, limit=want) if want else ([], None)
+        items = await offload.cpu(_metric_items, rows, True)
+        return web.Response(body=b'{"metrics": [' + items + b'], "pagination": ' +
+                            json.dumps(window.pagination()).encode() + b"}",
+                            content_type="application/json")
+    # A long read (a million reports) goes out in pieces: read, encoded and written one after
+    # another, so neither the loop nor the master's memory holds the whole of it.
+    resp = web.StreamResponse(headers={"Content-Type": "application/json"})
+    await resp.prepare(request)
+    await resp.write(b'{"metrics": [')
+    key: tuple[int, int] | None = None
+    sent = 0
+    while sent < want:
+        rows, key = await db.call(read, db.conn, key=key, limit=min(STREAM_CHUNK, want - sent))
+        if not rows:
+            break  # archived since it was counted
+        await resp.write(await offload.cpu(_metric_items, rows, sent == 0))
+        sent += len(rows)
+    pagination = {**window.pagination(), "endIndex": window.start + sent}
+    await resp.write(b'], "pagination": ' + json.dumps(pagination).encode() + b"}")
+    await resp.write_eof()
+    return resp
+
+
+def _metric_items(rows: list[Metric], first: bool) -> bytes:
+    return json_items([metric_json(m) for m in rows], first)
 
 
 routes.get("/api/v1/trials/{id}/metrics")(read_metrics)
@@ -240,7 +270,19 @@ async def workloads(request: web.Request) -> web.Response:
                   if not (drop_deleted and c.state is CheckpointState.DELETED)]
     key = request.query.get("sortKey") or "batches"
     metric_group = METRIC_TYPES.get(request.query.get("metricType", ""), "validation")
-    sign = -1 if request.query.get("orderBy") == "ORDER_BY_DESC" else 1
+    desc = request.query.get("orderBy") == "ORDER_BY_DESC"
+    batch_metrics = query_bool(request, "includeBatchMetrics") or False
+    # sorted, paged and encoded on the CPU pool: a trial may have a million reports
+    body = await offload.cpu(_workloads, items, key, metric_group, desc, page_of(request),
+                             batch_metrics)
+    return web.Response(body=body, content_type="application/json")
+
+
+def _workloads(items: list[Metric | Checkpoint], key: str, metric_group: str, desc: bool,
+               want: Page, batch_metrics: bool) -> bytes:
+    """A page of a trial's workloads by batches, or by a metric (`sortKey`) of `metric_group`
+    (reports without it go last, either way), as Determined's JSON."""
+    sign = -1 if desc else 1
 
     def order(item: Metric | Checkpoint) -> tuple[int, float, int, float]:
         steps, when = sign * (item.steps_completed or 0), sign * item.report_time
@@ -253,10 +295,9 @@ async def workloads(request: web.Request) -> web.Response:
         return (0, sign * float(value), steps, when)
 
     items.sort(key=order)
-    page, pagination = paginate(items, request)
-    batch_metrics = query_bool(request, "includeBatchMetrics") or False
+    window = want.window(len(items))
     out: list[dict[str, Any]] = []
-    for item in page:
+    for item in window.of(items):
         if isinstance(item, Checkpoint):
             out.append({"checkpoint": {**serialize.checkpoint_workload(item),
                                        "metadata": item.metadata}})
@@ -267,7 +308,7 @@ async def workloads(request: web.Request) -> web.Response:
         out.append({item.group: {"totalBatches": item.steps_completed,
                                  "endTime": ts(item.report_time), "numInputs": 0,
                                  "metrics": body}})
-    return await big_json_response({"workloads": out, "pagination": pagination})
+    return json.dumps({"workloads": out, "pagination": window.pagination()}).encode()
 
 
 @task_route

@@ -380,6 +380,43 @@ def page(conn: sqlite3.Connection, trial_id: int, group: str | None, want: Page,
     return [Metric.from_row(r) for r in rows], window
 
 
+def count(conn: sqlite3.Connection, trial_id: int, group: str | None,
+          after_steps: int = -1) -> int:
+    """How many live reports (of `group`, past `after_steps`) the trial has."""
+    where, args = _live(trial_id, group, after_steps)
+    return int(conn.execute(f"SELECT COUNT(*) FROM metrics WHERE {where}", args).fetchone()[0])
+
+
+def chunk(conn: sqlite3.Connection, trial_id: int, group: str | None, *, after_steps: int = -1,
+          desc: bool = False, offset: int = 0, key: tuple[int, int] | None = None,
+          limit: int) -> tuple[list[Metric], tuple[int, int] | None]:
+    """Up to `limit` of the trial's live reports in page order, from `offset` or, for the
+    chunks after the first, past `key` (the last one's (steps, id)): a long read in pieces,
+    each an index walk, none skipping what the one before read. Also the key to go on from."""
+    way, past = ("DESC", "<") if desc else ("ASC", ">")
+    if key is not None and not desc:
+        after_steps = key[0] - 1  # (the index's range starts at the key, not at the first row)
+    where, args = _live(trial_id, group, after_steps)
+    if key is not None:
+        where += f" AND steps_completed {past}= ? AND (steps_completed, id) {past} (?, ?)"
+        args += [key[0], key[0], key[1]]
+        offset = 0
+    rows = conn.execute(
+        f"{FROM_METRICS} WHERE {where} ORDER BY steps_completed {way}, id {way} "
+        "LIMIT ? OFFSET ?", (*args, limit, offset)).fetchall()
+    last = (int(rows[-1]["steps_completed"]), int(rows[-1]["id"])) if rows else None
+    return [Metric.from_row(r) for r in rows], last
+
+
+def _live(trial_id: int, group: str | None, after_steps: int) -> tuple[str, list[Any]]:
+    where = "trial_id=? AND archived=0 AND steps_completed>?"
+    args: list[Any] = [trial_id, after_steps]
+    if group:
+        where += " AND grp=?"
+        args.append(group)
+    return where, args
+
+
 def raw_series(conn: sqlite3.Connection, trial_id: int, group: str,
                after_steps: int = -1) -> list[tuple[int, str]]:
     """(steps, metrics JSON text) of the trial's live reports of `group`, by steps: read here,
