@@ -360,3 +360,33 @@ def test_an_agents_live_allocations_are_read_alone(store_target: Path | str) -> 
     assert [a.id for a in trials.live_allocations_of(conn, "w_1")] == [one.id, two.id]
     assert [a.id for a in trials.live_allocations_of(conn, "wx1")] == [two.id]
     assert [a.id for a in trials.live_allocations_of(conn, 'odd"id')] == []
+
+
+def test_a_scheduling_pass_starts_its_trials_in_one_commit(store_target: Path | str) -> None:
+    """`allocate_many`: every placement of a pass in one commit; a trial that stopped waiting
+    since the pass read the queue gets None and the others still start."""
+    from dettui.master.store import tx
+
+    conn, first = _trial(store_target)
+    new = experiments.NewExperiment(
+        name="y", description=None, labels=[], owner_id=experiments.get(conn, 1).owner_id,
+        config=load_config(SIMPLE_CONFIG).to_expconf(), original_config="name: y",
+        searcher_type="single", resource_pool="default", priority=42, weight=1.0,
+        max_slots=None, context=b"tgz")
+    _, ids = experiments.create(conn, new, [({"lr": 0.1}, i) for i in range(3)])
+    conn.execute("UPDATE trials SET state=? WHERE id=?", (TrialState.CANCELED.value, ids[1]))
+    conn.commit()
+    plan = tx.CrashPlan(at=0, after=False)  # counts commits, never fires
+    conn.crash_plan = plan  # type: ignore[attr-defined]
+    got = trials.allocate_many(conn, [
+        trials.Placement(first, "agent-1", [0]), trials.Placement(ids[1], "agent-1", [1]),
+        trials.Placement(ids[2], "agent-2", [0, 1], [("agent-2", [0, 1]), ("agent-3", [0])],
+                         30004)], mint=TEST_MINT)
+    assert plan.commits == 1
+    assert [a is None for a in got] == [False, True, False]
+    assert got[0] is not None and got[2] is not None
+    assert (got[0].trial_id, got[0].agents, got[0].run_id) == (first, ["agent-1"], 1)
+    assert (got[2].agents, got[2].port) == (["agent-2", "agent-3"], 30004)
+    assert [trials.get(conn, t).state for t in (first, ids[1], ids[2])] == [
+        TrialState.RUNNING, TrialState.CANCELED, TrialState.RUNNING]
+    assert trials.allocation_by_token(conn, TEST_MINT.allocation(got[2].id)) == got[2]

@@ -64,7 +64,7 @@ async def test_a_pause_between_the_pass_reading_the_queue_and_starting_sends_not
     app = api.client.server.app
     scheduling = app[keys.CLUSTER].scheduling
     running, start = scheduling._running, scheduling._start
-    started: list[bool] = []
+    started: list[int] = []
     done = asyncio.Event()
 
     async def pause_first(*args: Any) -> Any:
@@ -72,7 +72,7 @@ async def test_a_pause_between_the_pass_reading_the_queue_and_starting_sends_not
             await api.call("POST", "/api/v1/experiments/1/pause")
         return await running(*args)
 
-    async def record(*args: Any) -> bool:
+    async def record(*args: Any) -> int:
         started.append(await start(*args))
         done.set()
         return started[-1]
@@ -86,7 +86,7 @@ async def test_a_pause_between_the_pass_reading_the_queue_and_starting_sends_not
     await create(api)
     await asyncio.wait_for(done.wait(), 10)
     db = app[keys.DB]
-    assert started == [False]
+    assert started == [0]
     assert (await db.run(exp_store.get, 1)).state is ExperimentState.PAUSED
     assert (await db.run(trial_store.get, 1)).state is TrialState.PAUSED
     assert await db.run(trial_store.allocations_for_trial, 1) == []
@@ -95,7 +95,7 @@ async def test_a_pause_between_the_pass_reading_the_queue_and_starting_sends_not
     done.clear()
     await api.call("POST", "/api/v1/experiments/1/activate")
     await asyncio.wait_for(done.wait(), 10)
-    assert started == [False, True]
+    assert started == [0, 1]
     assert [w["kind"] for w in await _work(api, agent)] == ["start"]
 
 

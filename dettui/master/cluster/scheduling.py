@@ -81,10 +81,8 @@ class Scheduling:
             if alloc_id not in self.hub.preempting:
                 log.info("preempting allocation %s for a more urgent job", alloc_id)
                 await self.allocations.preempt(alloc_id)
-        for assignment in decision.start:
-            if not await self._start(assignment):
-                self.hub.kick()  # the queue changed under this pass: plan again
-                return
+        if decision.start:
+            await self._start(list(decision.start), dict(pending))
 
     async def _running(self, live: list[Allocation],
                        jobs: dict[int, Job]) -> list[scheduler.Running]:
@@ -105,25 +103,31 @@ class Scheduling:
                 preempting=alloc.id in self.hub.preempting))
         return out
 
-    async def _start(self, assignment: scheduler.Assignment) -> bool:
-        """Allocate (one commit), then send the start messages; False, with nothing sent, if
-        the trial stopped waiting since this pass read the queue (paused, canceled, killed)."""
-        parts = [(a, list(sl)) for a, sl in assignment.parts] or None
-        port = self._port() if parts else None
-        alloc = await self.db.run(trial_store.allocate, assignment.key, assignment.agent_id,
-                                  list(assignment.slots), parts, port, mint=self.hub.mint)
-        if alloc is None:
-            log.info("trial %s stopped waiting before it could start", assignment.key)
-            return False
-        if assignment.backfilled:
-            self.hub.backfilled[alloc.id] = alloc.trial_id
-        trial = await self.db.run(trial_store.get, alloc.trial_id)
-        self.hub.experiment_changed(trial.experiment_id, trial.id, jobs=True)
-        for agent_id in alloc.agents:
-            link = self.hub.links.get(agent_id)
-            if link is not None:
-                await self.hub.send_start(link, alloc)
-        return True
+    async def _start(self, assignments: list[scheduler.Assignment],
+                     experiment_of: dict[int, int]) -> int:
+        """Allocate the pass's trials (one commit), then send the start messages; how many
+        started. A trial that stopped waiting since this pass read the queue (paused,
+        canceled, killed) is skipped, with nothing sent, and the queue planned again."""
+        placements = []
+        for a in assignments:
+            parts = [(agent, list(sl)) for agent, sl in a.parts] or None
+            placements.append(trial_store.Placement(
+                a.key, a.agent_id, list(a.slots), parts, self._port() if parts else None))
+        allocs = await self.db.run(trial_store.allocate_many, placements, mint=self.hub.mint)
+        for assignment, alloc in zip(assignments, allocs, strict=True):
+            if alloc is None:
+                log.info("trial %s stopped waiting before it could start", assignment.key)
+                self.hub.kick()  # the queue changed under this pass: plan again
+                continue
+            if assignment.backfilled:
+                self.hub.backfilled[alloc.id] = alloc.trial_id
+            self.hub.experiment_changed(experiment_of[alloc.trial_id], alloc.trial_id,
+                                        jobs=True)
+            for agent_id in alloc.agents:
+                link = self.hub.links.get(agent_id)
+                if link is not None:
+                    await self.hub.send_start(link, alloc)
+        return sum(a is not None for a in allocs)
 
     def waiting_reasons(self) -> dict[int, str]:
         """Why each waiting trial could not start at the last pass, or why the Slurm job of

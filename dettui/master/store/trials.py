@@ -6,7 +6,8 @@ import json
 import re
 import sqlite3
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from dettui.errors import InvalidArgument, NotFound
 from dettui.master.store import page as pages
@@ -216,28 +217,54 @@ def allocate(
     `parts`, chief first): run id + 1, its tokens (kept as hashes) and its owner's session.
     None, with nothing changed, if the trial is no longer waiting for slots (QUEUED, of an
     ACTIVE experiment): a pause, cancel or kill committed since the scheduling pass read it."""
-    parts = parts or [(agent_id, slots)]
     with transaction(conn):
-        trial = get(conn, trial_id)
-        exp = conn.execute("SELECT state, owner_id FROM experiments WHERE id=?",
-                           (trial.experiment_id,)).fetchone()
-        if trial.state is not TrialState.QUEUED or exp is None or \
-                exp["state"] != ExperimentState.ACTIVE.value:
-            return None
-        run_id = trial.run_id + 1
-        alloc_id = f"{trial.task_id}.{run_id}"
-        conn.execute("UPDATE trials SET run_id=?, state=? WHERE id=?",
-                     (run_id, TrialState.RUNNING.value, trial_id))
-        conn.execute(
-            "INSERT INTO allocations (id, trial_id, run_id, state, token, agent_id, slots, "
-            "start_time, parts, port) VALUES (?,?,?,?,?,?,?,?,?,?)",
-            (alloc_id, trial_id, run_id, AllocationState.ASSIGNED.value,
-             users.token_hash(mint.allocation(alloc_id)), parts[0][0],
-             json.dumps(parts[0][1]), time.time(),
-             json.dumps([[a, list(s)] for a, s in parts]), port),
-        )
-        users.add_task_session(conn, exp["owner_id"], alloc_id, mint.task_user(alloc_id))
-    return allocation(conn, alloc_id)
+        alloc_id = _allocate(conn, Placement(trial_id, agent_id, slots, parts, port), mint)
+    return None if alloc_id is None else allocation(conn, alloc_id)
+
+
+class Placement(NamedTuple):
+    """Where a scheduling pass starts a trial: `slots` of `agent_id`, or every (agent, slots)
+    of `parts` (chief first) with a rendezvous `port`."""
+
+    trial_id: int
+    agent_id: str
+    slots: list[int]
+    parts: list[tuple[str, list[int]]] | None = None
+    port: int | None = None
+
+
+def allocate_many(conn: sqlite3.Connection, placements: Sequence[Placement], *,
+                  mint: Mint) -> list[Allocation | None]:
+    """`allocate` for each of a scheduling pass's placements, all in one commit (a pass that
+    starts 100 trials made 100 commits, each queued behind whatever the store was doing). A
+    trial that stopped waiting since the pass read the queue gets None; the others start."""
+    with transaction(conn):
+        ids = [_allocate(conn, p, mint) for p in placements]
+    return [None if alloc_id is None else allocation(conn, alloc_id) for alloc_id in ids]
+
+
+def _allocate(conn: sqlite3.Connection, p: Placement, mint: Mint) -> str | None:
+    parts = p.parts or [(p.agent_id, p.slots)]
+    trial = get(conn, p.trial_id)
+    exp = conn.execute("SELECT state, owner_id FROM experiments WHERE id=?",
+                       (trial.experiment_id,)).fetchone()
+    if trial.state is not TrialState.QUEUED or exp is None or \
+            exp["state"] != ExperimentState.ACTIVE.value:
+        return None
+    run_id = trial.run_id + 1
+    alloc_id = f"{trial.task_id}.{run_id}"
+    conn.execute("UPDATE trials SET run_id=?, state=? WHERE id=?",
+                 (run_id, TrialState.RUNNING.value, p.trial_id))
+    conn.execute(
+        "INSERT INTO allocations (id, trial_id, run_id, state, token, agent_id, slots, "
+        "start_time, parts, port) VALUES (?,?,?,?,?,?,?,?,?,?)",
+        (alloc_id, p.trial_id, run_id, AllocationState.ASSIGNED.value,
+         users.token_hash(mint.allocation(alloc_id)), parts[0][0],
+         json.dumps(parts[0][1]), time.time(),
+         json.dumps([[a, list(s)] for a, s in parts]), p.port),
+    )
+    users.add_task_session(conn, exp["owner_id"], alloc_id, mint.task_user(alloc_id))
+    return alloc_id
 
 
 def allocation(conn: sqlite3.Connection, alloc_id: str) -> Allocation:
