@@ -327,8 +327,10 @@ class Bench:
         out = []
         for what, path, n in (("experiments", "/api/v1/experiments", total),
                               ("job queue", "/api/v1/job-queues-v2", jobs)):
+            # the last page counted from the end (a negative offset): jobs end while the bench
+            # runs, and an offset computed here went out of bounds
             for where, offset in (("first", 0), ("middle", n // 2),
-                                  ("last", max(n - page, 0))):
+                                  ("last", -min(page, n))):
                 out.append((f"{what}, {where} page of {page} (offset {offset:,})", path,
                             {"offset": str(offset), "limit": str(page)}))
         out.append((f"an experiment's trials, first page of {page}",
