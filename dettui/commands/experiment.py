@@ -130,7 +130,7 @@ async def follow_experiment(c: Client, exp_id: int) -> int:
 
 
 async def list_(c: Client, *, show_all: bool, as_json: bool) -> None:
-    exps = await c.experiments(archived=None if show_all else False)
+    exps = await c.experiments(archived=None if show_all else False, config=as_json)
     if as_json:
         output.print_json(exps)
         return

@@ -321,3 +321,18 @@ async def test_stream_windows_and_client_pages(api: Api) -> None:
         assert [e["id"] for e in every] == [1, 2, 3, 4]
         jobs_read = await client.paged("/api/v1/job-queues-v2", "jobs", page_size=1)
         assert [j["full"]["entityId"] for j in jobs_read] == ["1", "2", "3", "4"]
+
+
+async def test_dettuis_clients_list_experiments_without_their_configs(api: Api) -> None:
+    """`omitConfig=true` (dettui's own, for `dettui e list`): the same page without `config`
+    and `originalConfig`; Determined's clients, which do not ask, get them."""
+    for _ in range(3):
+        await create(api)
+    full = await api.call("GET", "/api/v1/experiments?limit=2")
+    lean = await api.call("GET", "/api/v1/experiments?limit=2&omitConfig=true")
+    assert full["pagination"] == lean["pagination"]
+    assert [e["id"] for e in full["experiments"]] == [e["id"] for e in lean["experiments"]]
+    for whole, part in zip(full["experiments"], lean["experiments"], strict=True):
+        assert whole["config"]["searcher"]["name"] == "single" and whole["originalConfig"]
+        assert part == {k: v for k, v in whole.items() if k not in ("config", "originalConfig")}
+        assert part["hyperparameters"] == whole["hyperparameters"]
