@@ -16,6 +16,7 @@ import os
 import re
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -129,14 +130,22 @@ class Master:
         self.rss = RssWatch(self.proc.pid)
         return time.perf_counter() - t0
 
-    def wait_log(self, text: str, timeout: float) -> float | None:
-        """Seconds until the running master's log holds `text` (None: not within `timeout`)."""
-        log = self.state_dir.parent / f"serve-{self.starts}.log"
+    def wait_backfill(self, timeout: float) -> float | None:
+        """Seconds until the running master has computed every stale best and summary (its
+        start-up backfill), read from its database; None if not within `timeout`."""
         t0 = time.perf_counter()
         while time.perf_counter() - t0 < timeout:
-            if text in log.read_text(errors="replace"):
+            conn = sqlite3.connect(f"file:{self.state_dir / 'master.db'}?mode=ro", uri=True,
+                                   timeout=30)
+            try:
+                left = conn.execute(
+                    "SELECT EXISTS(SELECT 1 FROM experiments WHERE best_stale=1) OR "
+                    "EXISTS(SELECT 1 FROM trials WHERE summary_stale=1)").fetchone()[0]
+            finally:
+                conn.close()
+            if not left:
                 return time.perf_counter() - t0
-            time.sleep(0.5)
+            time.sleep(1.0)
         return None
 
     def stop(self) -> None:

@@ -262,8 +262,7 @@ class Bench:
         r.add("metric rows", "master start-up on that database (until it answers)",
               f"{seconds:.1f} s")
         if rest > 0:  # the seeded rows' summaries and bests, computed while the master serves
-            waited = await asyncio.to_thread(self.master.wait_log,
-                                             "computed the summary metrics of trials", 1800)
+            waited = await asyncio.to_thread(self.master.wait_backfill, 1800)
             r.add("metric rows", "then the background backfill of their summaries and bests",
                   "not done in 30 min" if waited is None else f"{waited:.0f} s more")
         t0 = time.monotonic()
