@@ -200,14 +200,20 @@ async def _agent_returns(api: Api, runs: bool | None,
     return [(w["kind"], w["allocationId"], w.get("reason")) for w in got["work"]]
 
 
+async def _one_experiment(settings: MasterSettings, aiohttp_client: Any) -> str:
+    """A first master creates one experiment and stops; the admin's token."""
+    first = await aiohttp_client(create_app(settings))
+    resp = await first.post("/api/v1/auth/login", data='{"username":"admin","password":""}')
+    token = str((await resp.json())["token"])
+    await create(Api(first, token))
+    await first.close()
+    return token
+
+
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 async def test_recovery(master_settings: MasterSettings, aiohttp_client: Any, case: Case) -> None:
     settings = master_settings
-    first = await aiohttp_client(create_app(settings))
-    resp = await first.post("/api/v1/auth/login", data='{"username":"admin","password":""}')
-    api = Api(first, (await resp.json())["token"])
-    await create(api)
-    await first.close()
+    token = await _one_experiment(settings, aiohttp_client)
     conn = connect(settings.db_target)
     case.crash(conn)
     conn.close()
@@ -215,7 +221,7 @@ async def test_recovery(master_settings: MasterSettings, aiohttp_client: Any, ca
     second = await aiohttp_client(create_app(settings))
     app = second.server.app
     db = app[keys.DB]
-    api = Api(second, api.token)
+    api = Api(second, token)
     work = await _agent_returns(api, case.agent_runs, settings)
     allocs = await db.run(trial_store.allocations_for_trial, 1)
     trial = await db.run(trial_store.get, 1)
@@ -246,11 +252,7 @@ async def test_what_an_older_version_did_not_keep_is_computed_while_the_master_s
     from dettui.master.store import metrics as metric_store
 
     settings = master_settings
-    first = await aiohttp_client(create_app(settings))
-    resp = await first.post("/api/v1/auth/login", data='{"username":"admin","password":""}')
-    api = Api(first, (await resp.json())["token"])
-    await create(api)
-    await first.close()
+    token = await _one_experiment(settings, aiohttp_client)
     conn = connect(settings.db_target)
     for steps, loss in ((10, 0.5), (20, 0.25), (30, 0.75)):
         metric_store.report(conn, trial_id=1, run_id=1, group="validation", steps=steps,
@@ -263,7 +265,7 @@ async def test_what_an_older_version_did_not_keep_is_computed_while_the_master_s
     conn.close()
 
     second = await aiohttp_client(create_app(settings))
-    api = Api(second, api.token)
+    api = Api(second, token)
     for _ in range(100):
         trial = (await api.call("GET", "/api/v1/trials/1"))["trial"]
         exp = (await api.call("GET", "/api/v1/experiments/1"))["experiment"]
