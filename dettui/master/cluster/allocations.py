@@ -191,7 +191,13 @@ class Allocations:
                            ("summary metrics of trials", metric_store.refresh_stale_trials)):
             total, after, started = 0, 0, time.monotonic()
             while after is not None:
-                done, after = await self.db.run(step, after)
+                try:
+                    done, after = await self.db.run(step, after)
+                except Exception:  # noqa: BLE001 - what is left stays flagged: the next start
+                    log.exception("computing the %s an older version did not keep failed "
+                                  "after %d; the next start-up goes on with the rest", what,
+                                  total)
+                    return
                 total += done
                 if after is not None and total % 10_000 < done:
                     log.info("computing the %s an older version did not keep: %d so far",
