@@ -304,6 +304,14 @@ def test_a_stale_backfill_goes_in_chunks_that_resume_after_their_cursor(
             assert done == 1  # a zero budget still computes one row a chunk
             seen.append(after)
     assert done == 0  # the last call found none left
+    from dettui.master.store import tx
+
+    plan = tx.CrashPlan(at=0, after=False)  # counts commits, never fires
+    conn.crash_plan = plan  # type: ignore[attr-defined]
+    assert metrics.refresh_stale_trials(conn) == (0, None)
+    assert metrics.refresh_stale_bests(conn) == (0, None)
+    assert plan.commits == 0  # nothing stale: no empty commit at each start-up
+    conn.crash_plan = None  # type: ignore[attr-defined]
     assert seen == [first, ids[0], ids[1], ids[3], ids[4]]  # the fresh one skipped, none twice
     assert conn.execute("SELECT COUNT(*) FROM trials WHERE summary_stale=1").fetchone()[0] == 0
     last = metrics.trial_summaries(conn, [ids[4]])[ids[4]][0]
@@ -362,9 +370,10 @@ def test_an_agents_live_allocations_are_read_alone(store_target: Path | str) -> 
     assert [a.id for a in trials.live_allocations_of(conn, 'odd"id')] == []
 
 
-def test_a_scheduling_pass_starts_its_trials_in_one_commit(store_target: Path | str) -> None:
-    """`allocate_many`: every placement of a pass in one commit; a trial that stopped waiting
-    since the pass read the queue gets None and the others still start."""
+def test_a_scheduling_pass_starts_its_trials_in_one_call(store_target: Path | str) -> None:
+    """`allocate_many`: every placement of a pass in one call, a commit each (the crash-point
+    harness needs a run's commits not to depend on timing); a trial that stopped waiting since
+    the pass read the queue gets None and the others still start."""
     from dettui.master.store import tx
 
     conn, first = _trial(store_target)
@@ -382,7 +391,7 @@ def test_a_scheduling_pass_starts_its_trials_in_one_commit(store_target: Path | 
         trials.Placement(first, "agent-1", [0]), trials.Placement(ids[1], "agent-1", [1]),
         trials.Placement(ids[2], "agent-2", [0, 1], [("agent-2", [0, 1]), ("agent-3", [0])],
                          30004)], mint=TEST_MINT)
-    assert plan.commits == 1
+    assert plan.commits == 3  # one each, as three passes would have made
     assert [a is None for a in got] == [False, True, False]
     assert got[0] is not None and got[2] is not None
     assert (got[0].trial_id, got[0].agents, got[0].run_id) == (first, ["agent-1"], 1)

@@ -193,11 +193,18 @@ def _refresh_stale(conn: sqlite3.Connection, table: str, flag: str,
     serves, so that no request waits behind more than one chunk."""
     deadline = time.monotonic() + budget
     done = 0
+
+    def next_ids() -> list[int]:
+        return [r[0] for r in conn.execute(
+            f"SELECT id FROM {table} WHERE {flag}=1 AND id>? ORDER BY id LIMIT 20", (after,))]
+
+    ids = next_ids()
+    if not ids:
+        return 0, None  # (no empty commit: nothing was stale)
     with transaction(conn):
         while time.monotonic() < deadline or not done:
-            ids = [r[0] for r in conn.execute(
-                f"SELECT id FROM {table} WHERE {flag}=1 AND id>? ORDER BY id LIMIT 20",
-                (after,))]
+            if not ids:
+                ids = next_ids()
             if not ids:
                 return done, None
             for row_id in ids:
@@ -206,6 +213,7 @@ def _refresh_stale(conn: sqlite3.Connection, table: str, flag: str,
                 after = row_id
                 if time.monotonic() >= deadline:
                     break
+            ids = []
     return done, after
 
 

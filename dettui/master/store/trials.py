@@ -235,12 +235,13 @@ class Placement(NamedTuple):
 
 def allocate_many(conn: sqlite3.Connection, placements: Sequence[Placement], *,
                   mint: Mint) -> list[Allocation | None]:
-    """`allocate` for each of a scheduling pass's placements, all in one commit (a pass that
-    starts 100 trials made 100 commits, each queued behind whatever the store was doing). A
+    """`allocate` for each of a scheduling pass's placements, in one call of the store thread
+    (a pass that starts 100 trials queued 200 calls, each behind whatever the store was doing).
+    Each start is still its own commit: how many commits a run makes does not depend on how
+    its trials fell into passes (the crash-point harness replays a run commit by commit). A
     trial that stopped waiting since the pass read the queue gets None; the others start."""
-    with transaction(conn):
-        ids = [_allocate(conn, p, mint) for p in placements]
-    return [None if alloc_id is None else allocation(conn, alloc_id) for alloc_id in ids]
+    return [allocate(conn, p.trial_id, p.agent_id, p.slots, p.parts, p.port, mint=mint)
+            for p in placements]
 
 
 def _allocate(conn: sqlite3.Connection, p: Placement, mint: Mint) -> str | None:
