@@ -190,6 +190,7 @@ class FreeIndex:
         self.free: dict[str, list[int]] = {a.id: [s for s in a.slot_ids if s not in a.used]
                                            for a in members}
         self.size: dict[str, int] = {a.id: len(a.slot_ids) for a in members}
+        self.total = sum(len(f) for f in self.free.values())  # free slots, all agents
         self.largest = max(self.size.values(), default=0)
         self.buckets: dict[int, list[str]] = {}
         for agent_id in sorted(self.free):
@@ -225,17 +226,22 @@ class FreeIndex:
         return valid[:count] if len(valid) >= count else []
 
     def take(self, agent_id: str, slots: tuple[int, ...]) -> None:
+        before = len(self.free[agent_id])
         self.free[agent_id] = [s for s in self.free[agent_id] if s not in slots]
+        self.total -= before - len(self.free[agent_id])
         heapq.heappush(self.buckets.setdefault(len(self.free[agent_id]), []), agent_id)
 
     def give(self, agent_id: str, slots: Iterable[int]) -> None:
+        before = len(self.free.get(agent_id, []))
         self.free[agent_id] = sorted(set(self.free.get(agent_id, [])) | set(slots))
+        self.total += len(self.free[agent_id]) - before
         heapq.heappush(self.buckets.setdefault(len(self.free[agent_id]), []), agent_id)
 
     def copy(self) -> FreeIndex:
         other = FreeIndex.__new__(FreeIndex)
         other.free = {k: list(v) for k, v in self.free.items()}
         other.size = dict(self.size)
+        other.total = self.total
         other.largest = self.largest
         other.buckets = {k: list(v) for k, v in self.buckets.items()}
         return other
@@ -249,6 +255,8 @@ def fit(req: Request, index: FreeIndex) -> Parts | None:
     if req.slots == 0:
         agent_id = index.most_free()
         return ((agent_id, ()),) if agent_id is not None else None
+    if req.slots > index.total:
+        return None  # (once the free slots are taken, the rest of 10,000 requests cost O(1))
     if req.slots <= index.largest:
         agent_id = index.best(req.slots)
         if agent_id is None:

@@ -158,3 +158,28 @@ def test_fair_share_counts_the_demand_of_requests_not_read() -> None:
     assert sorted(a.key for a in alone.start) == [1, 2, 3, 5]
     shared = schedule(reqs, [agent("a", 4)], [], FAIR, unread={"B": 3})
     assert sorted(a.key for a in shared.start) == [1, 2, 5]
+
+
+def test_the_free_index_counts_its_free_slots_through_takes_gives_and_copies() -> None:
+    """`FreeIndex.total` lets `fit` refuse in O(1) once a pass has taken every free slot (the
+    other 10,000 requests of a full cluster cost a best-fit search each before)."""
+    import random
+
+    from dettui.master.scheduler import FreeIndex, fit
+
+    rng = random.Random(5)
+    agents = [AgentView(f"a{i}", "default", tuple(range(4)), frozenset(rng.sample(range(4), i)))
+              for i in range(5)]
+    index = FreeIndex(agents)
+    for _ in range(300):
+        assert index.total == sum(len(f) for f in index.free.values())
+        agent_id = rng.choice(sorted(index.free))
+        if rng.random() < 0.5 and index.free[agent_id]:
+            index.take(agent_id, tuple(rng.sample(index.free[agent_id], 1)))
+        else:
+            index.give(agent_id, [rng.randrange(4)])
+        index = index.copy() if rng.random() < 0.1 else index
+    full = FreeIndex([AgentView("a", "default", (0, 1), frozenset({0, 1}))])
+    assert full.total == 0
+    assert fit(req(1), full) is None
+    assert fit(req(2, slots=0), full) == (("a", ()),)  # zero-slot: still fits
