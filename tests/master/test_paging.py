@@ -278,8 +278,12 @@ def test_a_page_is_read_through_an_index(store_target: Path | str) -> None:
         trial_store.page(conn, 1, want)
         ckpt_store.page(conn, want, experiment_id=1)
         ckpt_store.page(conn, want, trial_id=1)
-        metric_store.page(conn, 1, None, want)
-        metric_store.page(conn, 1, "validation", want, after_steps=1)
+        metric_store.count(conn, 1, None)
+        metric_store.count(conn, 1, "validation", after_steps=1)
+        for group in (None, "validation"):  # a long read's first chunk, then one past its key
+            metric_store.chunk(conn, 1, group, desc=want.desc, offset=want.offset,
+                               limit=want.limit)
+            metric_store.chunk(conn, 1, group, desc=want.desc, key=(1, 1), limit=want.limit)
         exp_store.queue_ids(conn, want)
         exp_store.queue_ids(conn, want, "default")
         exp_store.queue_ids(conn, want, None, with_requests=True)

@@ -28,6 +28,7 @@ from dettui.master.settings import MasterSettings
 from dettui.master.store import trials as trial_store
 from dettui.master.store.db import connect
 from tests.master.conftest import TEST_MINT, Api, agent_headers, ckpt_uuid
+from tests.master.crashsim import inconsistencies
 from tests.master.test_api import create
 
 
@@ -241,6 +242,7 @@ async def test_recovery(master_settings: MasterSettings, aiohttp_client: Any, ca
         "trial": trial.state.value, "restarts": trial.restarts,
         "experiment": exp["state"], "gc_pending": gc_pending, "checkpoints": checkpoints,
     }
+    assert not inconsistencies(settings.db_target)  # what every committed state must hold
     case.check(seen)
 
 

@@ -205,14 +205,13 @@ async def read_metrics(request: web.Request) -> web.StreamResponse:
     if want <= STREAM_CHUNK:
         rows, _ = await db.call(read, db.conn, limit=want) if want else ([], None)
         items = await offload.cpu(_metric_items, rows, True)
-        return web.Response(body=b'{"metrics": [' + items + b'], "pagination": ' +
-                            json.dumps(window.pagination()).encode() + b"}",
+        return web.Response(body=METRICS_HEAD + items + _metrics_tail(window.pagination()),
                             content_type="application/json")
     # A long read (a million reports) goes out in pieces: read, encoded and written one after
     # another, so neither the loop nor the master's memory holds the whole of it.
     resp = web.StreamResponse(headers={"Content-Type": "application/json"})
     await resp.prepare(request)
-    await resp.write(b'{"metrics": [')
+    await resp.write(METRICS_HEAD)
     key: tuple[int, int] | None = None
     sent = 0
     while sent < want:
@@ -221,10 +220,16 @@ async def read_metrics(request: web.Request) -> web.StreamResponse:
             break  # archived since it was counted
         await resp.write(await offload.cpu(_metric_items, rows, sent == 0))
         sent += len(rows)
-    pagination = {**window.pagination(), "endIndex": window.start + sent}
-    await resp.write(b'], "pagination": ' + json.dumps(pagination).encode() + b"}")
+    await resp.write(_metrics_tail({**window.pagination(), "endIndex": window.start + sent}))
     await resp.write_eof()
     return resp
+
+
+METRICS_HEAD = b'{"metrics": ['
+
+
+def _metrics_tail(pagination: dict[str, int]) -> bytes:
+    return b'], "pagination": ' + json.dumps(pagination).encode() + b"}"
 
 
 def _metric_items(rows: list[Metric], first: bool) -> bytes:
@@ -261,27 +266,30 @@ async def workloads(request: web.Request) -> web.Response:
     group = request.query.get("group")
     if group:  # only training and validation reports are workloads
         kinds = kinds & {group, "checkpoint"}
-    items: list[Metric | Checkpoint] = []
-    if kinds & {"training", "validation"}:
-        items += [m for m in await db.run(metric_store.for_trial, trial_id) if m.group in kinds]
+    reports = await db.run(metric_store.for_trial, trial_id) \
+        if kinds & {"training", "validation"} else []
+    ckpts: list[Checkpoint] = []
     if "checkpoint" in kinds:
         drop_deleted = query_bool(request, "removeDeletedCheckpoints") or False
-        items += [c for c in await db.run(ckpt_store.for_trial, trial_id)
-                  if not (drop_deleted and c.state is CheckpointState.DELETED)]
+        ckpts = [c for c in await db.run(ckpt_store.for_trial, trial_id)
+                 if not (drop_deleted and c.state is CheckpointState.DELETED)]
     key = request.query.get("sortKey") or "batches"
     metric_group = METRIC_TYPES.get(request.query.get("metricType", ""), "validation")
     desc = request.query.get("orderBy") == "ORDER_BY_DESC"
     batch_metrics = query_bool(request, "includeBatchMetrics") or False
     # sorted, paged and encoded on the CPU pool: a trial may have a million reports
-    body = await offload.cpu(_workloads, items, key, metric_group, desc, page_of(request),
-                             batch_metrics)
+    body = await offload.cpu(_workloads, reports, kinds, ckpts, key, metric_group, desc,
+                             page_of(request), batch_metrics)
     return web.Response(body=body, content_type="application/json")
 
 
-def _workloads(items: list[Metric | Checkpoint], key: str, metric_group: str, desc: bool,
-               want: Page, batch_metrics: bool) -> bytes:
-    """A page of a trial's workloads by batches, or by a metric (`sortKey`) of `metric_group`
-    (reports without it go last, either way), as Determined's JSON."""
+def _workloads(reports: list[Metric], kinds: set[str], ckpts: list[Checkpoint], key: str,
+               metric_group: str, desc: bool, want: Page, batch_metrics: bool) -> bytes:
+    """A page of a trial's workloads (its reports of `kinds` and `ckpts`) by batches, or by a
+    metric (`sortKey`) of `metric_group` (reports without it go last, either way), as
+    Determined's JSON."""
+    items: list[Metric | Checkpoint] = [m for m in reports if m.group in kinds]
+    items += ckpts
     sign = -1 if desc else 1
 
     def order(item: Metric | Checkpoint) -> tuple[int, float, int, float]:

@@ -12,8 +12,6 @@ from typing import Any
 from dettui import metric
 from dettui.errors import DettuiError, InvalidArgument, NotFound
 from dettui.master import summary
-from dettui.master.store import page as pages
-from dettui.master.store.page import Page, Window
 from dettui.master.store.records import Metric, columns, typed_config
 from dettui.master.store.tx import transaction
 
@@ -191,30 +189,23 @@ def _refresh_stale(conn: sqlite3.Connection, table: str, flag: str,
     """`refresh` the rows of `table` flagged stale, by id from `after`, until `budget` seconds
     have gone (at least one row): a backfill the start-up runs chunk by chunk while the master
     serves, so that no request waits behind more than one chunk."""
-    deadline = time.monotonic() + budget
-    done = 0
-
-    def next_ids() -> list[int]:
+    def stale_ids() -> list[int]:
         return [r[0] for r in conn.execute(
             f"SELECT id FROM {table} WHERE {flag}=1 AND id>? ORDER BY id LIMIT 20", (after,))]
 
-    ids = next_ids()
-    if not ids:
+    if not stale_ids():
         return 0, None  # (no empty commit: nothing was stale)
+    deadline = time.monotonic() + budget
+    done = 0
     with transaction(conn):
-        while time.monotonic() < deadline or not done:
-            if not ids:
-                ids = next_ids()
-            if not ids:
-                return done, None
+        while ids := stale_ids():
             for row_id in ids:
                 refresh(conn, row_id)
                 done += 1
                 after = row_id
                 if time.monotonic() >= deadline:
-                    break
-            ids = []
-    return done, after
+                    return done, after
+    return done, None
 
 
 def refresh_best(conn: sqlite3.Connection, exp_id: int) -> None:
@@ -370,22 +361,6 @@ def reports(conn: sqlite3.Connection, trial_id: int) -> list[tuple[str, dict[str
     rows = conn.execute("SELECT grp, metrics FROM metrics WHERE trial_id=? AND archived=0 "
                         "ORDER BY id", (trial_id,))
     return [(r["grp"], json.loads(r["metrics"])) for r in rows]
-
-
-def page(conn: sqlite3.Connection, trial_id: int, group: str | None, want: Page, *,
-         after_steps: int = -1) -> tuple[list[Metric], Window]:
-    """A page of the trial's live reports (of `group`), by steps, through an index on
-    (trial, [group,] steps); `after_steps` is a reader's cursor (only later steps)."""
-    where = "trial_id=? AND archived=0 AND steps_completed>?"
-    args: list[Any] = [trial_id, after_steps]
-    if group:
-        where += " AND grp=?"
-        args.append(group)
-    way = "DESC" if want.desc else "ASC"
-    rows, window = pages.read(conn, want, f"SELECT COUNT(*) FROM metrics WHERE {where}",
-                              f"{FROM_METRICS} WHERE {where} "
-                              f"ORDER BY steps_completed {way}, id {way}", args)
-    return [Metric.from_row(r) for r in rows], window
 
 
 def count(conn: sqlite3.Connection, trial_id: int, group: str | None,

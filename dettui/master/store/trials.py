@@ -217,9 +217,28 @@ def allocate(
     `parts`, chief first): run id + 1, its tokens (kept as hashes) and its owner's session.
     None, with nothing changed, if the trial is no longer waiting for slots (QUEUED, of an
     ACTIVE experiment): a pause, cancel or kill committed since the scheduling pass read it."""
+    parts = parts or [(agent_id, slots)]
     with transaction(conn):
-        alloc_id = _allocate(conn, Placement(trial_id, agent_id, slots, parts, port), mint)
-    return None if alloc_id is None else allocation(conn, alloc_id)
+        trial = get(conn, trial_id)
+        exp = conn.execute("SELECT state, owner_id FROM experiments WHERE id=?",
+                           (trial.experiment_id,)).fetchone()
+        if trial.state is not TrialState.QUEUED or exp is None or \
+                exp["state"] != ExperimentState.ACTIVE.value:
+            return None
+        run_id = trial.run_id + 1
+        alloc_id = f"{trial.task_id}.{run_id}"
+        conn.execute("UPDATE trials SET run_id=?, state=? WHERE id=?",
+                     (run_id, TrialState.RUNNING.value, trial_id))
+        conn.execute(
+            "INSERT INTO allocations (id, trial_id, run_id, state, token, agent_id, slots, "
+            "start_time, parts, port) VALUES (?,?,?,?,?,?,?,?,?,?)",
+            (alloc_id, trial_id, run_id, AllocationState.ASSIGNED.value,
+             users.token_hash(mint.allocation(alloc_id)), parts[0][0],
+             json.dumps(parts[0][1]), time.time(),
+             json.dumps([[a, list(s)] for a, s in parts]), port),
+        )
+        users.add_task_session(conn, exp["owner_id"], alloc_id, mint.task_user(alloc_id))
+    return allocation(conn, alloc_id)
 
 
 class Placement(NamedTuple):
@@ -240,32 +259,7 @@ def allocate_many(conn: sqlite3.Connection, placements: Sequence[Placement], *,
     Each start is still its own commit: how many commits a run makes does not depend on how
     its trials fell into passes (the crash-point harness replays a run commit by commit). A
     trial that stopped waiting since the pass read the queue gets None; the others start."""
-    return [allocate(conn, p.trial_id, p.agent_id, p.slots, p.parts, p.port, mint=mint)
-            for p in placements]
-
-
-def _allocate(conn: sqlite3.Connection, p: Placement, mint: Mint) -> str | None:
-    parts = p.parts or [(p.agent_id, p.slots)]
-    trial = get(conn, p.trial_id)
-    exp = conn.execute("SELECT state, owner_id FROM experiments WHERE id=?",
-                       (trial.experiment_id,)).fetchone()
-    if trial.state is not TrialState.QUEUED or exp is None or \
-            exp["state"] != ExperimentState.ACTIVE.value:
-        return None
-    run_id = trial.run_id + 1
-    alloc_id = f"{trial.task_id}.{run_id}"
-    conn.execute("UPDATE trials SET run_id=?, state=? WHERE id=?",
-                 (run_id, TrialState.RUNNING.value, p.trial_id))
-    conn.execute(
-        "INSERT INTO allocations (id, trial_id, run_id, state, token, agent_id, slots, "
-        "start_time, parts, port) VALUES (?,?,?,?,?,?,?,?,?,?)",
-        (alloc_id, p.trial_id, run_id, AllocationState.ASSIGNED.value,
-         users.token_hash(mint.allocation(alloc_id)), parts[0][0],
-         json.dumps(parts[0][1]), time.time(),
-         json.dumps([[a, list(s)] for a, s in parts]), p.port),
-    )
-    users.add_task_session(conn, exp["owner_id"], alloc_id, mint.task_user(alloc_id))
-    return alloc_id
+    return [allocate(conn, *p, mint=mint) for p in placements]
 
 
 def allocation(conn: sqlite3.Connection, alloc_id: str) -> Allocation:
