@@ -10,10 +10,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from dettui.config import load_config
+from dettui.master.cluster import waiting as waiting_cluster
+from dettui.master.cluster.waiting import Waiting
 from dettui.master.settings import MasterSettings
-from dettui.master.store import control, experiments, trials, users
+from dettui.master.store import control, exits, experiments, trials, users, waiting
 from dettui.master.store import db as dbmod
+from dettui.master.store.tx import transaction
 from dettui.models import ExperimentState, TrialState
 from tests.master.conftest import SIMPLE_CONFIG, TEST_MINT
 
@@ -318,14 +323,12 @@ def test_a_stale_backfill_goes_in_chunks_that_resume_after_their_cursor(
     assert last["avg_metrics"]["loss"]["last"] == 4.0
 
 
-def test_a_scheduling_pass_reads_the_first_trials_of_each_job_and_counts_the_rest(
-        store_target: Path | str) -> None:
-    conn = dbmod.connect(store_target)
+def _experiments(conn: sqlite3.Connection, *sizes: int) -> list[tuple[int, list[int]]]:
     users.ensure_default_users(conn, "")
     owner = users.by_name(conn, "determined")
     assert owner is not None
     made = []
-    for n in (5, 1, 3):
+    for n in sizes:
         new = experiments.NewExperiment(
             name="x", description=None, labels=[], owner_id=owner.id,
             config=load_config(SIMPLE_CONFIG).to_expconf(), original_config="name: x",
@@ -333,18 +336,99 @@ def test_a_scheduling_pass_reads_the_first_trials_of_each_job_and_counts_the_res
             max_slots=None, context=None)
         exp, ts = experiments.create(conn, new, [({"lr": i}, i) for i in range(n)])
         made.append((exp.id, ts))
-    (a, a_trials), (b, b_trials), (c, c_trials) = made
+    return made
+
+
+def test_a_scheduling_pass_reads_the_first_trials_of_each_job_and_counts_the_rest(
+        store_target: Path | str) -> None:
+    conn = dbmod.connect(store_target)
+    (a, a_trials), (b, b_trials), (c, c_trials) = _experiments(conn, 5, 1, 3)
     trials.allocate(conn, a_trials[0], "agent-1", [0], mint=TEST_MINT)  # running: not pending
-    heads, counts = trials.pending_heads(conn, 2)
-    assert heads == sorted([(t, a) for t in a_trials[1:3]] + [(b_trials[0], b)]
-                           + [(t, c) for t in c_trials[:2]])
-    assert counts == {a: 4, b: 1, c: 3}
-    assert len(trials.pending_heads(conn, 100)[0]) == 8
-    assert trials.pending_heads(conn, 1) == (
-        [(a_trials[1], a), (b_trials[0], b), (c_trials[0], c)], {a: 4, b: 1, c: 3})
+    read = waiting.read(conn, None, (), 2)
+    assert read.whole and set(read.jobs) == read.ids == {a, b, c}
+    assert read.heads == {a: a_trials[1:3], b: b_trials[:1], c: c_trials[:2]}
+    assert read.counts == {a: 4, b: 1, c: 3}
+    assert sum(map(len, waiting.read(conn, None, (), 100).heads.values())) == 8
+    assert waiting.read(conn, None, (), 1).heads == {a: [a_trials[1]], b: [b_trials[0]],
+                                                     c: [c_trials[0]]}
     control.stop(conn, c, ExperimentState.PAUSED)  # a paused job's trials wait for nothing
-    assert trials.pending_heads(conn, 1)[1] == {a: 4, b: 1}
-    assert trials.pending_heads(conn, 2)[1] == {a: 4, b: 1}
+    read = waiting.read(conn, None, (), 1)
+    assert read.counts == {a: 4, b: 1} and read.jobs[c].state is ExperimentState.PAUSED
+
+
+def _kept_equals_whole(conn: sqlite3.Connection, kept: Waiting, seen: waiting.Watch,
+                       per_job: int) -> waiting.Read:
+    """Bring `kept` up to date as a pass does, and check it against a whole read."""
+    also, limit, _ = kept.wants(per_job, 0.0)
+    read = waiting.read(conn, seen, also, limit)
+    kept.apply(read, 0.0)
+    fresh = Waiting()
+    fresh.apply(waiting.read(conn, None, (), limit, whole=True), 0.0)
+    assert kept.jobs == fresh.jobs
+    assert kept.counts == fresh.counts
+    assert {e: [r.key for r in h[:per_job]] for e, h in kept.heads.items()} == \
+        {e: [r.key for r in h[:per_job]] for e, h in fresh.heads.items()}
+    assert sorted(kept.requests(per_job)[0]) == sorted(fresh.requests(per_job)[0])
+    assert kept.requests(per_job)[1] == fresh.requests(per_job)[1]
+    assert {t: e for t, e in kept.experiment_of.items()
+            if any(r.key == t for r in kept.heads[e][:per_job])} == \
+        {t: e for t, e in fresh.experiment_of.items()
+         if any(r.key == t for r in fresh.heads[e][:per_job])}
+    return read
+
+
+def test_the_queue_kept_between_passes_is_a_whole_read_after_every_kind_of_change(
+        store_target: Path | str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The scheduler keeps the queue between passes and reads again only what the store marked
+    as changed: after each kind of change it equals a whole read, and reads no more than the
+    experiments changed."""
+    monkeypatch.setattr(waiting_cluster, "HEADS", 2)  # jobs read short, and read on when needed
+    conn = dbmod.connect(store_target)
+    seen = waiting.watch(conn)
+    if seen is None:  # PostgreSQL: nothing marks changes, every pass reads the whole queue
+        assert waiting.read(conn, None, (), 1).whole
+        return
+    (a, a_trials), (b, b_trials), (c, c_trials) = _experiments(conn, 5, 1, 3)
+    kept = Waiting()
+    first = waiting.read(conn, seen, (), 2, whole=True)
+    kept.apply(first, 0.0)
+    assert kept.short == {a: 2, c: 2}
+
+    alloc = trials.allocate(conn, a_trials[0], "agent-1", [0], mint=TEST_MINT)
+    assert alloc is not None
+    assert _kept_equals_whole(conn, kept, seen, 1).ids == {a}  # only the changed job is read
+    assert _kept_equals_whole(conn, kept, seen, 1).ids == set()  # nothing changed since
+    assert _kept_equals_whole(conn, kept, seen, 4).ids == {a, c}  # 4 free: read on, short ones
+    assert kept.short == {}
+    control.stop(conn, c, ExperimentState.PAUSED)
+    assert _kept_equals_whole(conn, kept, seen, 2).ids == {c}
+    assert c not in kept.heads and kept.jobs[c].state is ExperimentState.PAUSED
+    control.activate(conn, c)
+    _kept_equals_whole(conn, kept, seen, 2)
+    experiments.update_fields(conn, b, priority=7)
+    assert _kept_equals_whole(conn, kept, seen, 2).ids == {b}
+    assert kept.heads[b][0].priority == 7
+    experiments.update_fields(conn, b, name="renamed", progress=0.5)  # not what places a job
+    assert _kept_equals_whole(conn, kept, seen, 2).ids == set()
+    experiments.add_trial(conn, b, {"lr": 9}, 9)
+    assert _kept_equals_whole(conn, kept, seen, 2).ids == {b}
+    exits.end(conn, alloc.id, 1, "error")  # the trial fails, or goes back to the queue
+    _kept_equals_whole(conn, kept, seen, 2)
+    with pytest.raises(RuntimeError), transaction(conn):  # rolled back: marks, changes nothing
+        conn.execute("UPDATE trials SET state=? WHERE experiment_id=?",
+                     (TrialState.CANCELED.value, b))
+        raise RuntimeError
+    _kept_equals_whole(conn, kept, seen, 2)
+    control.stop(conn, a, ExperimentState.STOPPING_KILLED)
+    _kept_equals_whole(conn, kept, seen, 2)
+    assert a not in kept.heads
+    control.stop(conn, c, ExperimentState.STOPPING_CANCELED)
+    _kept_equals_whole(conn, kept, seen, 2)
+    experiments.delete(conn, c)
+    _kept_equals_whole(conn, kept, seen, 2)
+    assert c not in kept.jobs
+    assert set(kept.jobs) == {b} and [r.key for r in kept.heads[b]] == [b_trials[0],
+                                                                        max(kept.experiment_of)]
 
 
 def test_an_agents_live_allocations_are_read_alone(store_target: Path | str) -> None:

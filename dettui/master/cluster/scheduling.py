@@ -11,8 +11,9 @@ import time
 from dettui.master import offload, scheduler
 from dettui.master.cluster.allocations import Allocations
 from dettui.master.cluster.hub import Hub
-from dettui.master.store import experiments as exp_store
+from dettui.master.cluster.waiting import Waiting
 from dettui.master.store import trials as trial_store
+from dettui.master.store import waiting as waiting_store
 from dettui.master.store.records import Allocation, Job
 from dettui.models import ExperimentState
 
@@ -22,25 +23,24 @@ PORTS_PER_ALLOCATION = 4
 MIN_GAP = 0.01  # seconds between two scheduling passes, at least
 
 
-def _request(trial_id: int, job: Job) -> scheduler.Request:
-    return scheduler.Request(
-        key=trial_id, job_id=job.job_id, slots=job.slots_per_trial, priority=job.priority,
-        queue_position=job.queue_position, pool=job.resource_pool, weight=job.weight,
-        max_slots=job.max_slots)
-
-
-def _plan(pending: list[tuple[int, int]], counts: dict[int, int], per_job: int,
-          jobs: dict[int, Job], agents: list[scheduler.AgentView],
-          running: list[scheduler.Running],
-          policies: dict[str, scheduler.PoolPolicy]) -> tuple[scheduler.Decision,
-                                                              dict[str, int]]:
-    """A pass's decision over the (trial id, experiment id) of the queued trials it read, and
-    the slots of each job's trials it did not read (fair share counts them as demand)."""
-    requests = [_request(trial_id, jobs[exp_id]) for trial_id, exp_id in pending
-                if exp_id in jobs]
-    unread = {jobs[e].job_id: jobs[e].slots_per_trial * (n - per_job)
-              for e, n in counts.items() if n > per_job and e in jobs}
-    return scheduler.schedule(requests, agents, running, policies, unread=unread), unread
+def _running(live: list[Allocation], experiment_of: dict[int, int], jobs: dict[int, Job],
+             preempting: set[str]) -> list[scheduler.Running]:
+    """The live allocations of active jobs, as the scheduler weighs them."""
+    out = []
+    for alloc in live:
+        if alloc.kill_requested:
+            continue
+        exp = jobs.get(experiment_of.get(alloc.trial_id, -1))
+        if exp is None or exp.state is not ExperimentState.ACTIVE:
+            continue
+        out.append(scheduler.Running(
+            key=alloc.id, job_id=exp.job_id, slots=exp.slots_per_trial,
+            priority=exp.priority, queue_position=exp.queue_position,
+            pool=exp.resource_pool, started=alloc.start_time, weight=exp.weight,
+            max_slots=exp.max_slots,
+            placement=tuple((a, tuple(sl)) for a, sl in alloc.parts),
+            preempting=alloc.id in preempting))
+    return out
 
 
 class Scheduling:
@@ -49,6 +49,9 @@ class Scheduling:
         self.db = hub.db
         self.allocations = allocations
         self._next_port = 30000 + (int(time.time()) % 1250) * PORTS_PER_ALLOCATION
+        self.waiting = Waiting()
+        self.watch: waiting_store.Watch | None = None  # set up by the first pass
+        self.watching = False
 
     async def loop(self) -> None:
         loop = asyncio.get_running_loop()
@@ -67,23 +70,34 @@ class Scheduling:
     async def once(self) -> None:
         if self.hub.draining:
             return
-        live = await self.db.run(trial_store.live_allocations)
+        if not self.watching:
+            self.watch = await self.db.run(waiting_store.watch)
+            self.watching = True
+        live, experiment_of = await self.db.run(waiting_store.running)
         agents = self.hub.links.views(live)
         # No pass starts more trials of a job than there are free slots (plus one, to learn
         # whether the rest fit): the others are counted, not read.
         per_job = sum(len(a.free) for a in agents if a.enabled) + 1
-        pending, counts = await self.db.run(trial_store.pending_heads, per_job)
-        if not pending and not live:
+        now = time.monotonic()
+        also, limit, whole = self.waiting.wants(per_job, now)
+        if self.watch is None:  # nothing marks changes (PostgreSQL): read it all, no more
+            limit = per_job
+        try:
+            read = await self.db.run(waiting_store.read, self.watch, also, limit, whole)
+            # Applying a read and planning are CPU work that grows with what changed and with
+            # the requests (10,000 jobs: 0.4 s): on the CPU pool, so the loop keeps answering
+            # requests and heartbeats meanwhile.
+            planned = await offload.cpu(self._plan, read, now, per_job, live, experiment_of,
+                                        agents, set(self.hub.preempting))
+        except BaseException:
+            self.waiting.reset()  # the changes it took are not in the queue it keeps
+            raise
+        if planned is None:
             if self.hub.unschedulable:
                 self.hub.notify("jobs")
             self.hub.unschedulable = {}
             return
-        jobs = await self.db.run(exp_store.live_jobs)
-        running = await self._running(live, jobs)
-        # The plan is CPU work that grows with the queue (10,000 jobs: 0.4 s): on the CPU
-        # pool, so the loop keeps answering requests and heartbeats meanwhile.
-        decision, unread = await offload.cpu(_plan, pending, counts, per_job, jobs, agents,
-                                             running, self.hub.settings.policies)
+        decision, unread = planned
         if unread and decision.start:
             self.hub.kick()  # trials not read this pass (zero-slot ones) may start next
         if dict(decision.unschedulable) != self.hub.unschedulable:
@@ -94,26 +108,22 @@ class Scheduling:
                 log.info("preempting allocation %s for a more urgent job", alloc_id)
                 await self.allocations.preempt(alloc_id)
         if decision.start:
-            await self._start(list(decision.start), dict(pending))
+            await self._start(list(decision.start),
+                              {a.key: self.waiting.experiment_of[a.key] for a in decision.start})
 
-    async def _running(self, live: list[Allocation],
-                       jobs: dict[int, Job]) -> list[scheduler.Running]:
-        exp_of = await self.db.run(trial_store.experiment_ids, [a.trial_id for a in live])
-        out = []
-        for alloc in live:
-            if alloc.kill_requested:
-                continue
-            exp = jobs.get(exp_of.get(alloc.trial_id, -1))
-            if exp is None or exp.state is not ExperimentState.ACTIVE:
-                continue
-            out.append(scheduler.Running(
-                key=alloc.id, job_id=exp.job_id, slots=exp.slots_per_trial,
-                priority=exp.priority, queue_position=exp.queue_position,
-                pool=exp.resource_pool, started=alloc.start_time, weight=exp.weight,
-                max_slots=exp.max_slots,
-                placement=tuple((a, tuple(sl)) for a, sl in alloc.parts),
-                preempting=alloc.id in self.hub.preempting))
-        return out
+    def _plan(self, read: waiting_store.Read, now: float, per_job: int, live: list[Allocation],
+              experiment_of: dict[int, int], agents: list[scheduler.AgentView],
+              preempting: set[str]) -> tuple[scheduler.Decision, dict[str, int]] | None:
+        """The queue kept brought up to date with `read`, then the pass's decision over it
+        (None: nothing waits and nothing runs)."""
+        self.waiting.apply(read, now)
+        if not self.waiting.heads and not live:
+            return None
+        running = _running(live, experiment_of, self.waiting.jobs, preempting)
+        requests, unread = self.waiting.requests(per_job)
+        decision = scheduler.schedule(requests, agents, running, self.hub.settings.policies,
+                                      unread=unread)
+        return decision, unread
 
     async def _start(self, assignments: list[scheduler.Assignment],
                      experiment_of: dict[int, int]) -> int:

@@ -185,7 +185,7 @@ def page(
     return [Experiment.from_row(r) for r in rows], window
 
 
-def _live_where() -> tuple[str, list[str]]:
+def live_where() -> tuple[str, list[str]]:
     """Not terminal, as `state IN (...)` (the experiments_state index serves it), managed."""
     alive = [s.value for s in ExperimentState if not s.is_terminal()]
     return f"e.state IN ({','.join('?' * len(alive))}) AND e.unmanaged=0", alive
@@ -194,7 +194,7 @@ def _live_where() -> tuple[str, list[str]]:
 def live(conn: sqlite3.Connection) -> list[Experiment]:
     """Experiments that are jobs in the queue (not terminal). Unmanaged (detached) experiments
     are never jobs: their scripts run outside the cluster."""
-    where, args = _live_where()
+    where, args = live_where()
     rows = conn.execute(f"{SELECT} WHERE {where} ORDER BY e.id", args)
     return [Experiment.from_row(r) for r in rows]
 
@@ -202,7 +202,7 @@ def live(conn: sqlite3.Connection) -> list[Experiment]:
 def live_jobs(conn: sqlite3.Connection) -> dict[int, Job]:
     """The live experiments as the scheduler sees them, by id: columns only (a scheduling pass
     runs after every change; decoding 10,000 configs each time made it the master's hot spot)."""
-    where, args = _live_where()
+    where, args = live_where()
     return {r[0]: Job.from_row(r) for r in conn.execute(
         f"SELECT {columns(JOB_COLUMNS, 'e')} FROM experiments e WHERE {where}", args)}
 
@@ -228,7 +228,7 @@ def live_keys(conn: sqlite3.Connection, pool: str | None = None,
               ) -> list[tuple[int, int, float]]:
     """(id, priority, queue position) of the live experiments (of `pool`): what orders the
     queue, without reading their configs."""
-    where, args = _live_where()
+    where, args = live_where()
     if pool:
         where += " AND e.resource_pool=?"
         args.append(pool)
@@ -241,7 +241,7 @@ def queue_ids(conn: sqlite3.Connection, page: Page, pool: str | None = None,
     """A page of the live experiments' ids (of `pool`; `with_requests`: only those with a
     trial queued or running, Determined's queue) in queue order (priority, queue position, id;
     reversed for a descending page), walked in the experiments_queue index."""
-    where, args = _live_where()
+    where, args = live_where()
     if pool:
         where += " AND e.resource_pool=?"
         args.append(pool)

@@ -136,36 +136,6 @@ def pending(conn: sqlite3.Connection) -> list[Trial]:
     return [Trial.from_row(r) for r in rows]
 
 
-def pending_heads(conn: sqlite3.Connection,
-                  per_job: int) -> tuple[list[tuple[int, int]], dict[int, int]]:
-    """(trial id, experiment id) of the first `per_job` trials `pending` gives of each
-    experiment, and how many each experiment has in all. A pass can start no more trials than
-    there are free slots: the other 99,000 of 100,000 queued trials would only be read, sorted
-    and found not to fit. With one a job (a full cluster), a grouping in the trials_state index
-    (3x faster than the window at 100,000 queued)."""
-    live = "(SELECT id FROM experiments WHERE state=? AND unmanaged=0)"
-    args = (TrialState.QUEUED.value, ExperimentState.ACTIVE.value)
-    if per_job <= 1:
-        rows = conn.execute(
-            "SELECT MIN(id), experiment_id, COUNT(*) FROM trials "
-            f"WHERE state=? AND experiment_id IN {live} GROUP BY experiment_id", args)
-    else:
-        rows = conn.execute(
-            "SELECT id, experiment_id, n FROM ("
-            " SELECT id, experiment_id,"
-            "  ROW_NUMBER() OVER (PARTITION BY experiment_id ORDER BY id) AS rn,"
-            "  COUNT(*) OVER (PARTITION BY experiment_id) AS n"
-            f" FROM trials WHERE state=? AND experiment_id IN {live}) q "
-            "WHERE rn <= ?", (*args, per_job))
-    heads: list[tuple[int, int]] = []
-    counts: dict[int, int] = {}
-    for trial_id, exp_id, n in rows:
-        heads.append((trial_id, exp_id))
-        counts[exp_id] = n
-    heads.sort()
-    return heads, counts
-
-
 def experiment_ids(conn: sqlite3.Connection, trial_ids: list[int]) -> dict[int, int]:
     """trial id -> its experiment's id, for the trials of `trial_ids` that exist."""
     out: dict[int, int] = {}

@@ -1,0 +1,80 @@
+"""The queue as the scheduler sees it, kept between passes: the live jobs and, for each active
+one, its first queued trials as requests. A pass reads again only the experiments the store
+marked as changed since the last pass (store/waiting.py), so its cost follows what changed,
+not the size of the queue; a whole read happens at the first pass, after a failed one, when
+many changed at once, and every RESYNC seconds all the same.
+
+Touched by one pass at a time (on the CPU pool's thread), never concurrently.
+"""
+
+from __future__ import annotations
+
+from dettui.master import scheduler
+from dettui.master.store.records import Job
+from dettui.master.store.waiting import Read
+
+HEADS = 64  # queued trials read of a job at least, so that free slots come and go unread
+RESYNC = 300.0  # seconds between whole reads (a safety net: the store marks every change)
+
+
+def request(trial_id: int, job: Job) -> scheduler.Request:
+    return scheduler.Request(
+        key=trial_id, job_id=job.job_id, slots=job.slots_per_trial, priority=job.priority,
+        queue_position=job.queue_position, pool=job.resource_pool, weight=job.weight,
+        max_slots=job.max_slots)
+
+
+class Waiting:
+    def __init__(self) -> None:
+        self.jobs: dict[int, Job] = {}  # live experiments (active, paused, stopping) by id
+        self.heads: dict[int, tuple[scheduler.Request, ...]] = {}  # active, with queued trials
+        self.counts: dict[int, int] = {}  # how many each of those has queued in all
+        self.short: dict[int, int] = {}  # jobs with more queued than read -> how many read
+        self.experiment_of: dict[int, int] = {}  # queued trial read -> its experiment
+        self.whole_at: float | None = None  # when the last whole read was (monotonic)
+
+    def reset(self) -> None:
+        """Read the whole queue at the next pass (a pass failed after taking the changes)."""
+        self.whole_at = None
+
+    def wants(self, per_job: int, now: float) -> tuple[list[int], int, bool]:
+        """What the next read must cover for a pass that may start `per_job` trials of a job:
+        the jobs read short of that, how many trials to read of each, whether to read all."""
+        also = [e for e, n in self.short.items() if n < per_job]
+        whole = self.whole_at is None or now - self.whole_at >= RESYNC
+        return also, max(per_job, HEADS), whole
+
+    def apply(self, read: Read, now: float) -> None:
+        if read.whole:
+            self.jobs, self.heads, self.counts, self.short = {}, {}, {}, {}
+            self.experiment_of = {}
+            self.whole_at = now
+        else:
+            for exp_id in read.ids:
+                self.jobs.pop(exp_id, None)
+                self.counts.pop(exp_id, None)
+                self.short.pop(exp_id, None)
+                for req in self.heads.pop(exp_id, ()):
+                    self.experiment_of.pop(req.key, None)
+        self.jobs.update(read.jobs)
+        for exp_id, first in read.heads.items():
+            job = read.jobs[exp_id]
+            self.heads[exp_id] = tuple(request(t, job) for t in first)
+            self.counts[exp_id] = n = read.counts[exp_id]
+            if n > len(first):
+                self.short[exp_id] = len(first)
+            for t in first:
+                self.experiment_of[t] = exp_id
+
+    def requests(self, per_job: int) -> tuple[list[scheduler.Request], dict[str, int]]:
+        """The first `per_job` queued trials of each active job, and the slots of each job's
+        trials left out (fair share counts them as demand)."""
+        out: list[scheduler.Request] = []
+        unread: dict[str, int] = {}
+        for exp_id, heads in self.heads.items():
+            out += heads[:per_job]
+            n = self.counts[exp_id]
+            if n > per_job:
+                job = self.jobs[exp_id]
+                unread[job.job_id] = job.slots_per_trial * (n - per_job)
+        return out, unread
