@@ -133,6 +133,7 @@ class Bench:
         self.agents: Lines | None = None
         self.held: dict[str, dict[str, Any]] = {}
         self.exp_ids: list[int] = []
+        self.big_ids: list[int] = []  # the experiments with the largest contexts
         self.agent_stats: list[dict[str, Any]] = []
 
     # --- set-up ----------------------------------------------------------------------------
@@ -348,6 +349,7 @@ class Bench:
         big = await create_experiments(
             api, [f"bigctx-{i}" for i in range(s.big_contexts)], s.trials, 1,
             context_files(s.big_context_mib * 2**20))
+        self.big_ids = list(big.ids)
         r.add("create", f"experiments with a {s.big_context_mib} MiB context: {s.big_contexts}",
               f"{big.seconds / s.big_contexts:.1f} s each (upload and store)"
               + (f", {len(big.failures)} failed: {big.failures[0][:200]}"
@@ -422,7 +424,8 @@ class Bench:
         await self.reads(api)
         print(f"\n[4] stream: {s.marks} changes to {s.dashboards} dashboards", flush=True)
         sent: dict[int, float] = {}
-        shown = sorted(self.exp_ids)[-ApiScreen.WINDOW:]  # the dashboards' experiments window
+        # the dashboards' experiments window: the newest, the big-context ones among them
+        shown = sorted([*self.exp_ids, *self.big_ids])[-ApiScreen.WINDOW:]
         for n in range(s.marks):
             exp_id = random.choice(shown)
             sent[n] = time.monotonic()

@@ -52,6 +52,7 @@ class Scheduling:
         self.waiting = Waiting()
         self.watch: waiting_store.Watch | None = None  # set up by the first pass
         self.watching = False
+        self.passing = asyncio.Lock()  # held by a pass (a test holds it to see the kept queue)
 
     async def loop(self) -> None:
         loop = asyncio.get_running_loop()
@@ -60,7 +61,8 @@ class Scheduling:
             self.hub.kicked.clear()
             started = loop.time()
             try:
-                await self.once()
+                async with self.passing:
+                    await self.once()
             except Exception:  # noqa: BLE001
                 log.exception("scheduling pass failed")
             # A pass reads the whole queue: kicks that come faster than passes take (a burst
