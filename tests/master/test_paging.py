@@ -328,6 +328,14 @@ async def test_stream_windows_and_client_pages(api: Api) -> None:
         assert [e["id"] for e in every] == [1, 2, 3, 4]
         jobs_read = await client.paged("/api/v1/job-queues-v2", "jobs", page_size=1)
         assert [j["full"]["entityId"] for j in jobs_read] == ["1", "2", "3", "4"]
+        import dettui.client
+
+        at_once, dettui.client.PAGES_AT_ONCE = dettui.client.PAGES_AT_ONCE, 2
+        try:  # pages asked two at a time after the first, then on from the last one's end
+            every = await client.paged("/api/v1/experiments", "experiments", page_size=1)
+            assert [e["id"] for e in every] == [1, 2, 3, 4]
+        finally:
+            dettui.client.PAGES_AT_ONCE = at_once
 
 
 async def test_dettuis_clients_list_experiments_without_their_configs(api: Api) -> None:
@@ -366,3 +374,14 @@ async def test_lists_and_tokens_are_read_beside_a_busy_store_thread(api: Api) ->
         await held
     with pytest.raises(sqlite3.OperationalError, match="readonly"):
         await db.read(lambda conn: conn.execute("DELETE FROM users"))
+
+    def name_twice(conn: sqlite3.Connection) -> tuple[str, str]:
+        """A read whose two statements frame a commit of the store thread between them."""
+        name = "SELECT name FROM experiments WHERE id=1"
+        first = conn.execute(name).fetchone()[0]
+        db.run_sync(exp_store.update_fields, 1, name="renamed")
+        return first, conn.execute(name).fetchone()[0]
+
+    first, second = await db.read(name_twice)
+    assert first == second != "renamed"  # one snapshot for the whole read
+    assert (await db.read(exp_store.get, 1)).name == "renamed"  # the next read sees it

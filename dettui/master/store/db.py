@@ -132,8 +132,8 @@ class Database:
 
     async def read(self, fn: Callable[..., T], *args: object, **kwargs: object) -> T:
         """Run a store function that only reads, `fn(conn, *args, **kwargs)`, on a reader
-        connection (a committed snapshot; any write there fails), or on the store thread where
-        there are no readers."""
+        connection, in one read transaction (a committed snapshot; any write there fails), or
+        on the store thread where there are no readers."""
         if self._readers is None:
             return await self.run(fn, *args, **kwargs)
         loop = asyncio.get_running_loop()
@@ -150,7 +150,13 @@ class Database:
             conn.execute("PRAGMA busy_timeout=5000")
             self._local.conn = conn
             self._reader_conns.append(conn)
-        return fn(conn, *args, **kwargs)
+        # One read transaction: every statement of `fn` sees the same committed snapshot (a
+        # count and the page it frames must agree while the store thread commits meanwhile).
+        conn.execute("BEGIN")
+        try:
+            return fn(conn, *args, **kwargs)
+        finally:
+            conn.execute("COMMIT")
 
     def run_sync(self, fn: Callable[..., T], *args: object, **kwargs: object) -> T:
         """The same, from outside the event loop (start-up, tests)."""
