@@ -153,14 +153,14 @@ async def _principal(request: web.Request) -> Principal | None:
     if token is None and request.path in QUERY_TOKEN_PATHS:
         token = request.query.get("token") or None
     if task_token:
-        found = await db.read(_live_allocation, task_token)
+        found = await db.run(_live_allocation, task_token)
         if found is not None:
             return Principal(found[1], task_token, found[0])
     if token and token.startswith(credentials.PREFIX):
-        cred = await db.read(credentials.for_secret, token)
+        cred = await db.run(credentials.for_secret, token)
         return Principal(None, token, agent=cred) if cred is not None else None
     if token:
-        user = await db.read(users.user_for_token, token)
+        user = await db.run(users.user_for_token, token)
         if user is not None:
             return Principal(user, token)
     return None
@@ -178,7 +178,7 @@ def _live_allocation(conn: sqlite3.Connection, token: str) -> tuple[Allocation, 
         "JOIN users u ON u.id = e.owner_id WHERE t.id=?",
         (alloc.trial_id,),
     ).fetchone()
-    return (alloc, User.from_row(row)) if row is not None else None  # deleted meanwhile
+    return alloc, User.from_row(row)
 
 
 def principal(request: web.Request) -> Principal:

@@ -3,18 +3,15 @@ LIMIT/OFFSET through an index), and downsampled metric series for charts."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import random
 import sqlite3
-import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from dettui import series
-from dettui.master import keys
 from dettui.master.store import checkpoints as ckpt_store
 from dettui.master.store import db as store_db
 from dettui.master.store import experiments as exp_store
@@ -352,36 +349,3 @@ async def test_dettuis_clients_list_experiments_without_their_configs(api: Api) 
         assert part == {k: v for k, v in whole.items() if k not in ("config", "originalConfig")}
         assert part["hyperparameters"] == whole["hyperparameters"]
 
-
-async def test_lists_and_tokens_are_read_beside_a_busy_store_thread(api: Api) -> None:
-    """While the store thread is held (a long write), the lists and the token checks are
-    answered from the reader connections; a reader cannot write."""
-    await create(api)
-    db = api.client.server.app[keys.DB]
-    if getattr(db.conn, "dialect", "") != "sqlite":
-        assert await db.read(exp_store.get, 1)  # PostgreSQL: read is the store thread's run
-        return
-    release = threading.Event()
-    held = asyncio.ensure_future(db.call(release.wait, 60))
-    try:
-        for path in ("/api/v1/experiments?limit=10", "/api/v1/job-queues-v2?includeIdle=true",
-                     "/api/v1/experiments/1/trials?limit=10",
-                     "/api/v1/trials/1/metrics?limit=10"):
-            await asyncio.wait_for(api.call("GET", path), 20)
-        assert not held.done()  # the store thread was held all along
-    finally:
-        release.set()
-        await held
-    with pytest.raises(sqlite3.OperationalError, match="readonly"):
-        await db.read(lambda conn: conn.execute("DELETE FROM users"))
-
-    def name_twice(conn: sqlite3.Connection) -> tuple[str, str]:
-        """A read whose two statements frame a commit of the store thread between them."""
-        name = "SELECT name FROM experiments WHERE id=1"
-        first = conn.execute(name).fetchone()[0]
-        db.run_sync(exp_store.update_fields, 1, name="renamed")
-        return first, conn.execute(name).fetchone()[0]
-
-    first, second = await db.read(name_twice)
-    assert first == second != "renamed"  # one snapshot for the whole read
-    assert (await db.read(exp_store.get, 1)).name == "renamed"  # the next read sees it

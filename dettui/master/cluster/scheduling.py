@@ -65,8 +65,9 @@ class Scheduling:
                     await self.once()
             except Exception:  # noqa: BLE001
                 log.exception("scheduling pass failed")
-            # A pass reads the whole queue: kicks that come faster than passes take (a burst
-            # of creations at 10,000 queued) share one, so passes use at most half the time.
+            # A pass plans over the whole queue (it reads only what changed, but the plan sees
+            # every request): kicks that come faster than passes take (a burst of creations at
+            # 10,000 queued) share one, so passes use at most half the time.
             await asyncio.sleep(max(MIN_GAP, loop.time() - started))
 
     async def once(self) -> None:

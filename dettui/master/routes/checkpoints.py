@@ -328,7 +328,7 @@ async def source_metrics(request: web.Request) -> web.Response:
     for trial_id in await db.run(ckpt_store.linked_trials, ckpt.uuid, kind):
         if mine is not None and (await db.run(trial_store.get, trial_id)).experiment_id != mine:
             continue  # as Determined: trials the caller may not see are left out
-        rows = await db.read(metric_store.for_trial, trial_id, group, limit=MAX_SOURCE_METRICS)
+        rows = await db.run(metric_store.for_trial, trial_id, group, limit=MAX_SOURCE_METRICS)
         out.extend(metrics_report(m, i) for i, m in enumerate(rows))
     return await big_json_response({"metrics": out})
 

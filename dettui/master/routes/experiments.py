@@ -156,19 +156,19 @@ async def experiment_objects(db: Database,
     shows them."""
     if ids is not None and not ids:
         return []
-    return [serialize.experiment(e) for e in await db.read(exp_store.list_, ids=ids)]
+    return [serialize.experiment(e) for e in await db.run(exp_store.list_, ids=ids)]
 
 
 async def trial_objects(db: Database, exp_id: int,
                         ids: list[int] | None = None) -> list[dict[str, Any]]:
     """Every trial of an experiment (or those of `ids`) as GET /api/v1/experiments/{id}/trials
     shows them."""
-    exp = await db.read(exp_store.get, exp_id)
+    exp = await db.run(exp_store.get, exp_id)
     if ids is None:
-        rows = await db.read(trial_store.for_experiment, exp_id)
+        rows = await db.run(trial_store.for_experiment, exp_id)
     else:
-        rows = await db.read(trial_store.of_experiment, exp_id, ids)
-    return list(await db.read(trial_views, exp, rows))
+        rows = await db.run(trial_store.of_experiment, exp_id, ids)
+    return list(await db.call(trial_views, db.conn, exp, rows))
 
 
 @routes.get("/api/v1/experiments")
@@ -178,7 +178,7 @@ async def list_(request: web.Request) -> web.Response:
     """A page of experiments, read with LIMIT/OFFSET (Determined's pagination). dettui's own
     clients ask with `omitConfig=true` (not Determined's): without `config` and
     `originalConfig`, two thirds of each experiment's JSON that a list does not show."""
-    exps, window = await request.app[keys.DB].read(
+    exps, window = await request.app[keys.DB].run(
         exp_store.page, page_of(request), archived=query_bool(request, "archived"),
         users=request.query.getall("users", []) or None,
         states=request.query.getall("states", []) or None,
@@ -405,11 +405,11 @@ async def trials(request: web.Request) -> web.Response:
     """A page of the experiment's trials, read with LIMIT/OFFSET."""
     exp_id = path_int(request, "id")
     db = request.app[keys.DB]
-    exp = await db.read(exp_store.get, exp_id)
-    rows, window = await db.read(trial_store.page, exp_id, page_of(request),
-                                 states=request.query.getall("states", []) or None,
-                                 sort_by=request.query.get("sortBy") or None)
-    views = await db.read(trial_views, exp, rows)
+    exp = await db.run(exp_store.get, exp_id)
+    rows, window = await db.run(trial_store.page, exp_id, page_of(request),
+                                states=request.query.getall("states", []) or None,
+                                sort_by=request.query.get("sortBy") or None)
+    views = await db.call(trial_views, db.conn, exp, rows)
     return await big_json_response({"trials": views, "pagination": window.pagination()})
 
 

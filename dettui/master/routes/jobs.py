@@ -150,28 +150,28 @@ async def queue_page(app: web.Application, want: Page, pool: str | None = None,
     db = app[keys.DB]
     backfilled = app[keys.CLUSTER].scheduling.backfilled_trials()
     if not states:  # a walk of the queue's index (Determined's queue: the jobs with requests)
-        ids, window = await db.read(exp_store.queue_ids, want, pool, only_requests)
+        ids, window = await db.run(exp_store.queue_ids, want, pool, only_requests)
         places = range(window.start, window.end)
         if want.desc:
             places = range(window.total - 1 - window.start, window.total - 1 - window.end, -1)
         ahead = dict(zip(ids, places, strict=True))
-        running = await db.read(trial_store.running_of, ids)
+        running = await db.run(trial_store.running_of, ids)
     else:
         ids, window, ahead, running = await _filtered(app, want, pool, only_requests, states,
                                                       backfilled)
-    exps = await db.read(exp_store.job_views, ids)
+    exps = await db.run(exp_store.job_views, ids)
     on_page = set(ids)
     runs: dict[int, list[int]] = {}
     for trial_id, eid in running:
         if eid in on_page:
             runs.setdefault(eid, []).append(trial_id)
     reasons = app[keys.CLUSTER].scheduling.waiting_reasons()
-    owner = await db.read(trial_store.experiment_ids, list(reasons)) if reasons else {}
+    owner = await db.run(trial_store.experiment_ids, list(reasons)) if reasons else {}
     first: dict[int, int] = {}  # per experiment once, not a scan of `owner` per job
     for t, e in owner.items():
         if e in on_page and t < first.get(e, t + 1):
             first[e] = t
-    requests = Requests(runs, await db.read(trial_store.queued_counts, ids), reasons, first)
+    requests = Requests(runs, await db.run(trial_store.queued_counts, ids), reasons, first)
     fair = {p for p, pol in app[keys.SETTINGS].policies.items() if pol.scheduler == FAIR_SHARE}
     rows = job_rows(exps, requests, fair, backfilled, only_requests, ahead)
     place = {eid: i for i, eid in enumerate(ids)}
@@ -185,8 +185,8 @@ async def _filtered(app: web.Application, want: Page, pool: str | None, only_req
     """A page of the jobs with a request (`only_requests`) or in `states`: the page's ids,
     its window, each job's place in the whole queue, and the running trials."""
     db = app[keys.DB]
-    live = await db.read(exp_store.live_keys, pool)
-    running, queued = await db.read(trial_store.active)
+    live = await db.run(exp_store.live_keys, pool)
+    running, queued = await db.run(trial_store.active)
     state: dict[int, str] = {eid: JobState.QUEUED.value for eid in queued}
     for trial_id, eid in running:
         if state.get(eid) != JobState.SCHEDULED_BACKFILLED.value:

@@ -187,23 +187,23 @@ async def read_metrics(request: web.Request) -> web.StreamResponse:
     trial_id = path_int(request, "id")
     check_trial(request, trial_id)
     db = request.app[keys.DB]
-    await db.read(trial_store.get, trial_id)
+    await db.run(trial_store.get, trial_id)
     group = request.query.get("group") or None
     after = query_int(request, "afterSteps", -1)
     if "maxPoints" in request.query:
         n = query_int(request, "maxPoints", 0)
         if not 2 <= n <= MAX_POINTS or group is None:
             raise InvalidArgument(f"maxPoints: must be between 2 and {MAX_POINTS}, with a group")
-        raw = await db.read(metric_store.raw_series, trial_id, group, after)
+        raw = await db.run(metric_store.raw_series, trial_id, group, after)
         found = await offload.cpu(series.of_reports, raw, n, request.query.get("metric"))
         return web.json_response({"group": group, "series": found, "reports": len(raw),
                                   "lastSteps": raw[-1][0] if raw else None})
-    window = page_of(request).window(await db.read(metric_store.count, trial_id, group, after))
+    window = page_of(request).window(await db.run(metric_store.count, trial_id, group, after))
     want = window.end - window.start
     read = functools.partial(metric_store.chunk, trial_id=trial_id, group=group,
                              after_steps=after, desc=window.page.desc, offset=window.start)
     if want <= STREAM_CHUNK:
-        rows, _ = await db.read(read, limit=want) if want else ([], None)
+        rows, _ = await db.call(read, db.conn, limit=want) if want else ([], None)
         items = await offload.cpu(_metric_items, rows, True)
         return web.Response(body=METRICS_HEAD + items + _metrics_tail(window.pagination()),
                             content_type="application/json")
@@ -215,7 +215,7 @@ async def read_metrics(request: web.Request) -> web.StreamResponse:
     key: tuple[int, int] | None = None
     sent = 0
     while sent < want:
-        rows, key = await db.read(read, key=key, limit=min(STREAM_CHUNK, want - sent))
+        rows, key = await db.call(read, db.conn, key=key, limit=min(STREAM_CHUNK, want - sent))
         if not rows:
             break  # archived since it was counted
         await resp.write(await offload.cpu(_metric_items, rows, sent == 0))
@@ -257,7 +257,7 @@ async def workloads(request: web.Request) -> web.Response:
     `sortKey` names a metric (`metricType` says of which group; reports without it go last)."""
     trial_id = path_int(request, "id")
     db = request.app[keys.DB]
-    await db.read(trial_store.get, trial_id)
+    await db.run(trial_store.get, trial_id)
     kinds = WORKLOAD_FILTERS.get(request.query.get("filter", ""))
     if kinds is None:
         raise InvalidArgument(f"query parameter filter: unknown option "
@@ -266,7 +266,7 @@ async def workloads(request: web.Request) -> web.Response:
     group = request.query.get("group")
     if group:  # only training and validation reports are workloads
         kinds = kinds & {group, "checkpoint"}
-    reports = await db.read(metric_store.for_trial, trial_id) \
+    reports = await db.run(metric_store.for_trial, trial_id) \
         if kinds & {"training", "validation"} else []
     ckpts: list[Checkpoint] = []
     if "checkpoint" in kinds:

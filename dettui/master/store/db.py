@@ -4,12 +4,6 @@ migrations, and the single store thread.
 Every store call runs on one dedicated thread (`Database.call`), so the event loop never blocks
 on the database and writes are serialised. A change is committed before the call returns, so
 anything the master acknowledges survives a SIGKILL.
-
-Long reads that only list (pages of experiments, jobs and trials, a trial's metrics) can go to
-`Database.read` instead: on SQLite, reader threads with connections of their own, opened
-query-only, read committed snapshots beside the store thread (WAL lets readers and the writer
-work at once), so a burst of lists does not queue the scheduler's passes and the agents'
-reports behind it. On PostgreSQL `read` is `run`.
 """
 
 from __future__ import annotations
@@ -18,7 +12,6 @@ import asyncio
 import functools
 import hashlib
 import sqlite3
-import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
@@ -29,7 +22,6 @@ from dettui.master.store import pg, tx
 
 P = ParamSpec("P")
 T = TypeVar("T")
-READERS = 2  # reader threads (each with its own connection) beside the store thread
 
 
 def _migrations() -> list[tuple[int, str, str]]:
@@ -115,12 +107,6 @@ class Database:
             self._executor.shutdown(wait=False)
             raise
         tx.adopt_plan(self.conn)  # tests only: a simulated crash at a planned commit
-        self._readers: ThreadPoolExecutor | None = None
-        self._reader_conns: list[sqlite3.Connection] = []
-        self._local = threading.local()
-        if isinstance(self.conn, sqlite3.Connection):
-            self._readers = ThreadPoolExecutor(max_workers=READERS,
-                                               thread_name_prefix="dettui-reader")
 
     async def call(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         loop = asyncio.get_running_loop()
@@ -130,45 +116,11 @@ class Database:
         """Run a store function `fn(conn, *args, **kwargs)` on the store thread."""
         return await self.call(fn, self.conn, *args, **kwargs)
 
-    async def read(self, fn: Callable[..., T], *args: object, **kwargs: object) -> T:
-        """Run a store function that only reads, `fn(conn, *args, **kwargs)`, on a reader
-        connection, in one read transaction (a committed snapshot; any write there fails), or
-        on the store thread where there are no readers."""
-        if self._readers is None:
-            return await self.run(fn, *args, **kwargs)
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(
-            self._readers, functools.partial(self._on_reader, fn, *args, **kwargs))
-
-    def _on_reader(self, fn: Callable[..., T], *args: object, **kwargs: object) -> T:
-        conn = getattr(self._local, "conn", None)
-        if conn is None:
-            conn = sqlite3.connect(self.target, check_same_thread=False, isolation_level=None,
-                                   factory=tx.Connection)
-            conn.row_factory = sqlite3.Row
-            conn.execute("PRAGMA query_only=1")
-            conn.execute("PRAGMA busy_timeout=5000")
-            self._local.conn = conn
-            self._reader_conns.append(conn)
-        # One read transaction: every statement of `fn` sees the same committed snapshot (a
-        # count and the page it frames must agree while the store thread commits meanwhile).
-        conn.execute("BEGIN")
-        try:
-            return fn(conn, *args, **kwargs)
-        finally:
-            conn.execute("COMMIT")
-
     def run_sync(self, fn: Callable[..., T], *args: object, **kwargs: object) -> T:
         """The same, from outside the event loop (start-up, tests)."""
         return self._executor.submit(functools.partial(fn, self.conn, *args, **kwargs)).result()
 
     def close(self) -> None:
-        if self._readers is not None:
-            self._readers.shutdown(wait=True)
-            for conn in self._reader_conns:
-                conn.close()
-            self._reader_conns.clear()
-
         def _close() -> None:
             if isinstance(self.conn, sqlite3.Connection):
                 self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
