@@ -96,6 +96,9 @@ def test_the_id_high_water_mark_starts_from_existing_rows(tmp_path: Path) -> Non
 
     assert ids.next_id(conn, "experiments") == 8
     assert ids.next_id(conn, "trials") == 1
+    assert ids.next_ids(conn, "trials", 3) == [2, 3, 4]  # a block: one read, one write
+    assert ids.next_ids(conn, "trials", 0) == []
+    assert ids.next_id(conn, "trials") == 5  # none of the block given again
     conn.close()
 
 

@@ -77,7 +77,9 @@ def create(
         if new.context is not None:
             conn.execute("INSERT INTO contexts (experiment_id, targz) VALUES (?, ?)",
                          (exp_id, new.context))
-        trial_ids = [_insert_trial(conn, exp_id, hp, seed, trial_state, now) for hp, seed in trials]
+        trial_ids = [_insert_trial(conn, exp_id, hp, seed, trial_state, now, tid)
+                     for (hp, seed), tid in zip(trials, ids.next_ids(conn, "trials", len(trials)),
+                                                strict=True)]
         if searcher:
             from dettui.master.store import search
 
@@ -87,10 +89,9 @@ def create(
 
 def _insert_trial(
     conn: sqlite3.Connection, exp_id: int, hparams: dict[str, Any], seed: int,
-    state: TrialState, now: float,
+    state: TrialState, now: float, trial_id: int,
 ) -> int:
     request_id = str(uuid.uuid4())
-    trial_id = ids.next_id(conn, "trials")
     conn.execute(
         "INSERT INTO trials (id, experiment_id, request_id, task_id, hparams, seed, state, "
         "start_time) VALUES (?,?,?,?,?,?,?,?)",
@@ -105,7 +106,8 @@ def add_trial(
     state: TrialState = TrialState.QUEUED,
 ) -> Trial:
     with transaction(conn):
-        tid = _insert_trial(conn, exp_id, hparams, seed, state, time.time())
+        tid = _insert_trial(conn, exp_id, hparams, seed, state, time.time(),
+                            ids.next_id(conn, "trials"))
     return _trial(conn, tid)
 
 

@@ -71,9 +71,9 @@ def _trial_progress(conn: sqlite3.Connection, exp_id: int) -> dict[int, float]:
 
 
 def insert_trial(conn: sqlite3.Connection, exp_id: int, create: search.Create,
-                 state: TrialState, now: float) -> int:
+                 state: TrialState, now: float, trial_id: int) -> int:
+    """Insert the trial a searcher asked for, as `trial_id` (from `ids.next_ids`)."""
     request_id = str(uuid.uuid4())
-    trial_id = ids.next_id(conn, "trials")
     conn.execute(
         "INSERT INTO trials (id, experiment_id, request_id, task_id, hparams, seed, state, "
         "start_time, search_id) VALUES (?,?,?,?,?,?,?,?,?)",
@@ -95,9 +95,11 @@ def _apply(conn: sqlite3.Connection, exp: Experiment, actions: list[search.Actio
     out = Outcome()
     state = TrialState.QUEUED if exp.state is ExperimentState.ACTIVE else TrialState.PAUSED
     now = time.time()
+    trial_ids = iter(ids.next_ids(conn, "trials",
+                                  sum(isinstance(a, search.Create) for a in actions)))
     for action in actions:
         if isinstance(action, search.Create):
-            out.created.append(insert_trial(conn, exp.id, action, state, now))
+            out.created.append(insert_trial(conn, exp.id, action, state, now, next(trial_ids)))
             continue
         row = conn.execute("SELECT id, state FROM trials WHERE experiment_id=? AND search_id=?",
                            (exp.id, action.request_id)).fetchone()
