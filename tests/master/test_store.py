@@ -438,15 +438,7 @@ def test_an_agents_live_allocations_are_read_alone(store_target: Path | str) -> 
     """What a heartbeat reconciles: the live allocations with a part on that agent (a chief
     or any other part), not its neighbours' (a LIKE wildcard in the id matches no more)."""
     conn = dbmod.connect(store_target)
-    users.ensure_default_users(conn, "")
-    owner = users.by_name(conn, "determined")
-    assert owner is not None
-    new = experiments.NewExperiment(
-        name="x", description=None, labels=[], owner_id=owner.id,
-        config=load_config(SIMPLE_CONFIG).to_expconf(), original_config="name: x",
-        searcher_type="single", resource_pool="default", priority=42, weight=1.0,
-        max_slots=None, context=None)
-    _, made = experiments.create(conn, new, [({"lr": i}, i) for i in range(3)])
+    ((_, made),) = _experiments(conn, 3)
     one = trials.allocate(conn, made[0], "w_1", [0], mint=TEST_MINT)
     two = trials.allocate(conn, made[1], "wx1", [0], [("wx1", [0]), ("w_1", [1])], 30000,
                           mint=TEST_MINT)

@@ -18,7 +18,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 
 from dettui.master.store import trials
-from dettui.master.store.experiments import live_where
+from dettui.master.store.experiments import live_jobs, live_where
 from dettui.master.store.records import JOB_COLUMNS, Allocation, Job, columns
 from dettui.models import ExperimentState, TrialState
 
@@ -129,9 +129,7 @@ def _jobs(conn: sqlite3.Connection, ids: Collection[int]) -> dict[int, Job]:
 
 
 def _whole(conn: sqlite3.Connection, limit: int) -> Read:
-    where, args = live_where()
-    jobs = {r[0]: Job.from_row(r) for r in conn.execute(
-        f"SELECT {columns(JOB_COLUMNS, 'e')} FROM experiments e WHERE {where}", args)}
+    jobs = live_jobs(conn)
     rows = conn.execute(
         "SELECT id, experiment_id, n FROM ("
         " SELECT id, experiment_id,"
