@@ -22,6 +22,7 @@ from dettui.config.schema import ExperimentSchema
 from dettui.errors import InvalidArgument, TooLarge
 from dettui.master.bodies import CreateExperimentBody, parse_obj
 from dettui.master.middleware import decode_json
+from dettui.master.store.search import Opening, opening
 from dettui.paths import exposure
 from dettui.storage import storage_paths
 
@@ -32,6 +33,7 @@ class Intake:
     conf: dict[str, Any]  # the full config
     warnings: list[str]
     targz: bytes | None  # the packed context (None: unmanaged, or validate only)
+    opening: Opening | None = None  # its first trials and searcher state (None: as targz)
 
 
 def read_create(raw: bytes, checkpoint_root: str, state_dir: str,
@@ -55,8 +57,10 @@ def read_create(raw: bytes, checkpoint_root: str, state_dir: str,
     if ctx.size_of([f for f in files if isinstance(f, dict)]) > ctx.MAX_CONTEXT_SIZE:
         raise TooLarge("model definition exceeds the maximum allowed size 95.0MB")
     files = ctx.validate_v1files(files)
-    check_searcher(conf)
-    return Intake(body, conf, warnings, None if body.validate_only else ctx.to_targz(files))
+    first = check_searcher(conf)
+    if body.validate_only:
+        return Intake(body, conf, warnings, None)
+    return Intake(body, conf, warnings, ctx.to_targz(files), first)
 
 
 def expconf(text: str, checkpoint_root: str, managed: bool,
@@ -93,12 +97,14 @@ def unmanaged_config(text: str) -> str:
     return str(yaml.safe_dump(data, sort_keys=False))
 
 
-def check_searcher(conf: dict[str, Any]) -> None:
-    """Refuse a searcher that cannot be built (e.g. ASHA without a time metric) up front."""
+def check_searcher(conf: dict[str, Any]) -> Opening:
+    """Refuse a searcher that cannot be built (e.g. ASHA without a time metric) up front; the
+    experiment's first trials and searcher state (here, in the worker process, not on the
+    store thread)."""
     from dettui.master import searcher
 
     try:
-        searcher.for_experiment(ExperimentSchema.model_validate(conf))
+        return opening(ExperimentSchema.model_validate(conf))
     except (searcher.SearcherError, ValueError) as exc:
         raise InvalidArgument(f"invalid experiment configuration: {exc}") from exc
 

@@ -81,6 +81,16 @@ def build_start(
         cuda_devices=cuda, entrypoint=exp.conf.entrypoint, env=env, session_token=token)
 
 
+def build_starts(
+    conn: sqlite3.Connection, parts: list[tuple[Allocation, Agent, dict[str, Agent]]],
+    cluster_id: str, settings: MasterSettings, mint: Mint,
+) -> list[StartWork]:
+    """`build_start` of each (allocation, agent, peers), in one store call: a pass that starts
+    a hundred trials waits once behind the store's queue, not a hundred times."""
+    return [build_start(conn, alloc, agent, peers, cluster_id, settings, mint)
+            for alloc, agent, peers in parts]
+
+
 def user_environment(config: dict[str, Any], device: str) -> dict[str, str]:
     """`environment.environment_variables`: a list of K=V, or one list per device type."""
     raw = (config.get("environment") or {}).get("environment_variables") or []

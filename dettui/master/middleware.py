@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-import sqlite3
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
@@ -19,10 +18,9 @@ from dettui.errors import (
 )
 from dettui.master import keys, offload, unsupported
 from dettui.master.openapi import op_of
-from dettui.master.store import credentials, trials, users
+from dettui.master.store import callers, credentials
 from dettui.master.store.credentials import AgentCredential
-from dettui.master.store.records import Allocation, User, columns
-from dettui.models import AllocationState
+from dettui.master.store.records import Allocation, User
 
 log = logging.getLogger("dettui.master")
 
@@ -146,39 +144,27 @@ async def auth(request: web.Request, handler: Handler) -> web.StreamResponse:
 
 async def _principal(request: web.Request) -> Principal | None:
     """Who is calling: a trial's allocation (revoked once the allocation exits), an agent (its
-    credential), or a user (an unexpired session)."""
+    credential), or a user (an unexpired session). Callers the store has read before are
+    remembered (`store.callers`) until a change to them, so most requests skip the store."""
     db = request.app[keys.DB]
+    known = db.callers
     task_token = _bearer(request.headers.get("Grpc-Metadata-x-allocation-token"))
     token = _bearer(request.headers.get("Authorization"))
     if token is None and request.path in QUERY_TOKEN_PATHS:
         token = request.query.get("token") or None
     if task_token:
-        found = await db.run(_live_allocation, task_token)
+        found = (known and known.task(task_token)) or await db.run(callers.task, known,
+                                                                   task_token)
         if found is not None:
             return Principal(found[1], task_token, found[0])
     if token and token.startswith(credentials.PREFIX):
-        cred = await db.run(credentials.for_secret, token)
+        cred = (known and known.agent(token)) or await db.run(callers.agent, known, token)
         return Principal(None, token, agent=cred) if cred is not None else None
     if token:
-        user = await db.run(users.user_for_token, token)
+        user = (known and known.user(token)) or await db.run(callers.user, known, token)
         if user is not None:
             return Principal(user, token)
     return None
-
-
-def _live_allocation(conn: sqlite3.Connection, token: str) -> tuple[Allocation, User] | None:
-    """The allocation a task token belongs to, unless it has exited, with the user who owns
-    its experiment (one store call: trials report on every step)."""
-    alloc = trials.allocation_by_token(conn, token)
-    if alloc is None or alloc.state is AllocationState.EXITED:
-        return None
-    row = conn.execute(
-        f"SELECT {columns(User.COLUMNS, 'u')} FROM trials t "
-        "JOIN experiments e ON e.id = t.experiment_id "
-        "JOIN users u ON u.id = e.owner_id WHERE t.id=?",
-        (alloc.trial_id,),
-    ).fetchone()
-    return alloc, User.from_row(row)
 
 
 def principal(request: web.Request) -> Principal:

@@ -37,10 +37,13 @@ async def _check_kept(api: Api) -> None:
     async with scheduling.passing:
         also, limit, _ = kept.wants(per_job, time.monotonic())
 
-        def whole(conn: Any) -> tuple[set[int], waiting_store.Read]:
-            return set(seen.changed), waiting_store.read(conn, None, (), limit, whole=True)
+        def whole(conn: Any) -> tuple[set[int], waiting_store.Read, Any, Any]:
+            return (set(seen.changed), waiting_store.read(conn, None, (), limit, whole=True),
+                    waiting_store.running(conn, seen), waiting_store.running(conn))
 
-        marked, read = await app[keys.DB].run(whole)
+        marked, read, (live, live_of), (all_live, all_of) = await app[keys.DB].run(whole)
+        assert {a.id: a for a in live} == {a.id: a for a in all_live}  # kept too
+        assert live_of == all_of
         fresh = Waiting()
         fresh.apply(read, 0.0)
         for exp_id in (set(fresh.jobs) | set(kept.jobs)) - marked - set(also):

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from dettui.config import load_config
+from dettui.master import scheduler
 from dettui.master.cluster import waiting as waiting_cluster
 from dettui.master.cluster.waiting import Waiting
 from dettui.master.settings import MasterSettings
@@ -371,7 +372,13 @@ def _kept_equals_whole(conn: sqlite3.Connection, kept: Waiting, seen: waiting.Wa
     assert kept.counts == fresh.counts
     assert {e: [r.key for r in h[:per_job]] for e, h in kept.heads.items()} == \
         {e: [r.key for r in h[:per_job]] for e, h in fresh.heads.items()}
-    assert sorted(kept.requests(per_job)[0]) == sorted(fresh.requests(per_job)[0])
+    assert kept.order == fresh.order
+    live, experiment_of = waiting.running(conn, seen)  # the live allocations kept the same way
+    whole_live, whole_of = waiting.running(conn)
+    assert {a.id: a for a in live} == {a.id: a for a in whole_live} and len(live) == len(whole_live)
+    assert experiment_of == whole_of
+    assert kept.requests(per_job)[0] == fresh.requests(per_job)[0] == \
+        scheduler.order(fresh.requests(per_job)[0])  # in the scheduler's order, unsorted
     assert kept.requests(per_job)[1] == fresh.requests(per_job)[1]
     assert {t: e for t, e in kept.experiment_of.items()
             if any(r.key == t for r in kept.heads[e][:per_job])} == \

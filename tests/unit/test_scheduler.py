@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
+from dettui.master.cluster.waiting import Waiting
 from dettui.master.scheduler import (
     FAIR_SHARE,
     AgentView,
@@ -11,9 +14,13 @@ from dettui.master.scheduler import (
     PoolPolicy,
     Request,
     Running,
+    order,
     schedule,
     shares,
 )
+from dettui.master.store.records import Job
+from dettui.master.store.waiting import Read
+from dettui.models import ExperimentState
 
 
 def req(key: int, slots: int = 1, priority: int = 42, pos: float | None = None,
@@ -183,3 +190,65 @@ def test_the_free_index_counts_its_free_slots_through_takes_gives_and_copies() -
     assert full.total == 0
     assert fit(req(1), full) is None
     assert fit(req(2, slots=0), full) == (("a", ()),)  # zero-slot: still fits
+
+
+def _job(exp_id: int, priority: int, position: float, slots: int = 1) -> Job:
+    return Job(exp_id, f"job-{exp_id}", ExperimentState.ACTIVE, "default", priority, 1.0, None,
+               position, slots)
+
+
+def _read(jobs: dict[int, Job], heads: dict[int, list[int]], whole: bool,
+          ids: set[int] | None = None) -> Read:
+    return Read(whole, set(jobs) if ids is None else ids, jobs, heads,
+                {e: len(h) + 2 for e, h in heads.items()}, 64)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_the_kept_queue_hands_requests_over_in_order(seed: int) -> None:
+    """The queue kept between passes keeps its jobs in the scheduler's order as they come,
+    change priority and go, so a pass hands over its requests sorted (ties between jobs queued
+    at the same place go by trial id): the same requests, in the same order, as sorting them,
+    and the same decision as a pass that sorts."""
+    rng = random.Random(seed)
+    kept = Waiting()
+    jobs: dict[int, Job] = {}
+    heads: dict[int, list[int]] = {}
+    next_trial = iter(range(1, 10**6))
+
+    def new_job(exp_id: int) -> None:
+        jobs[exp_id] = _job(exp_id, rng.choice((10, 42, 42, 50)), float(rng.randrange(6)),
+                            rng.choice((1, 1, 2)))
+        heads[exp_id] = [next(next_trial) for _ in range(rng.randrange(1, 4))]
+
+    for exp_id in range(1, 40):
+        new_job(exp_id)
+    kept.apply(_read(dict(jobs), dict(heads), whole=True), 0.0)
+    for _ in range(60):
+        changed = set(rng.sample(sorted(jobs), 3)) | {max(jobs) + 1}
+        for exp_id in changed:
+            if exp_id in jobs and rng.random() < 0.3:
+                del jobs[exp_id], heads[exp_id]  # ended
+            else:
+                new_job(exp_id)  # new, or its priority, place or trials changed
+        kept.apply(_read({e: jobs[e] for e in changed if e in jobs},
+                         {e: heads[e] for e in changed if e in heads}, False, changed), 0.0)
+        for per_job in (1, 2, 64):
+            got, _ = kept.requests(per_job)
+            assert got == order(got)
+            assert sorted(r.key for r in got) == sorted(t for h in heads.values()
+                                                        for t in h[:per_job])
+            agents = [agent(f"a{i}", 2, used=tuple(range(rng.randrange(3)))) for i in range(4)]
+            assert schedule(got, agents, ordered=True) == schedule(got[::-1], agents)
+
+
+def test_a_full_pool_ends_the_pass_early_with_the_same_decision() -> None:
+    """Once every slot is taken nothing more can start: a pass stops there (with 100,000
+    queued trials it used to try every one)."""
+    reqs = [req(i, slots=1 + i % 2) for i in range(1, 2001)]
+    agents = [agent("a", 4), agent("b", 2, used=(0,))]
+    decision = schedule(reqs, agents, ordered=True)
+    assert [a.key for a in decision.start] == [1, 2, 3]
+    assert decision == schedule(reqs[:10], agents, ordered=True)
+    # a zero-slot trial further on needs no slot: it still starts
+    late = schedule([*reqs, req(5000, slots=0)], agents, ordered=True)
+    assert [a.key for a in late.start] == [1, 2, 3, 5000]

@@ -112,23 +112,29 @@ class Agents:
         live = {a.id: a for a in await self.db.run(trial_store.live_allocations_of, me)
                 if me not in a.part_exits}
         link.running = running
-        for alloc_id in running - live.keys():
+        unknown = running - live.keys()
+        if unknown:  # but those whose exit it reported since it listed them
+            unknown -= await self.db.run(trial_store.exits_reported, me, sorted(unknown))
+        for alloc_id in sorted(unknown):
             link.send(kill_message(alloc_id, "unknown allocation"))
         now = time.monotonic()
+        assigned, resend = [], []
         for alloc in live.values():
             if alloc.id in running:
                 if registering and (alloc.kill_requested or
                                     alloc.state is AllocationState.TERMINATING):
                     link.send(kill_message(alloc.id, "killed"))  # lost with an earlier master?
-                    continue
-                if alloc.state is AllocationState.ASSIGNED and \
-                        await self.db.run(trial_store.mark_running, alloc.id):
-                    self.hub.notify(f"trial:{alloc.trial_id}")  # its allocation runs now
+                elif alloc.state is AllocationState.ASSIGNED:
+                    assigned.append(alloc.id)
                 continue
             if registering and alloc.state is not AllocationState.ASSIGNED:
                 await self.allocations.lose(alloc, "agent restarted without it")
             elif now - link.sent_at.get(alloc.id, 0.0) > RESEND_AFTER:
-                await self.hub.send_start(link, alloc)
+                resend.append((link, alloc))
+        if assigned:
+            for alloc_id in await self.db.run(trial_store.mark_running, *assigned):
+                self.hub.notify(f"trial:{live[alloc_id].trial_id}")  # its allocation runs now
+        await self.hub.send_starts(resend)
 
     async def poll_work(self, agent_id: str, timeout: float) -> list[StartWork | KillWork]:
         link = self.hub.links.require(agent_id)

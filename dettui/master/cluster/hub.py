@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from dettui.master import checkpoint_gc
 from dettui.master.cluster.links import AgentLink, Links
 from dettui.master.events import Notifier
-from dettui.master.launch_spec import build_start
+from dettui.master.launch_spec import build_starts
 from dettui.master.settings import MasterSettings
 from dettui.master.store import Database, exits
 from dettui.master.store.records import Allocation
@@ -55,11 +55,22 @@ class Hub:
 
     async def send_start(self, link: AgentLink, alloc: Allocation) -> None:
         """The start message of `link`'s part of `alloc`, built from committed records."""
-        peers = {a: peer.agent for a in alloc.agents if (peer := self.links.get(a))}
-        message = await self.db.call(build_start, self.db.conn, alloc, link.agent, peers,
-                                     self.cluster_id, self.settings, self.mint)
-        link.sent_at[alloc.id] = time.monotonic()
-        link.send(message)
+        await self.send_starts([(link, alloc)])
+
+    async def send_starts(self, parts: list[tuple[AgentLink, Allocation]]) -> None:
+        """The start messages of these (link, allocation) parts, built from committed records
+        in one store call, then sent."""
+        if not parts:
+            return
+        items = [(alloc, link.agent, {a: peer.agent for a in alloc.agents
+                                      if (peer := self.links.get(a))})
+                 for link, alloc in parts]
+        messages = await self.db.call(build_starts, self.db.conn, items, self.cluster_id,
+                                      self.settings, self.mint)
+        now = time.monotonic()
+        for (link, alloc), message in zip(parts, messages, strict=True):
+            link.sent_at[alloc.id] = now
+            link.send(message)
 
     async def collect(self, exp_id: int) -> None:
         """Apply an ended experiment's GC policy, then clear its `gc_pending`."""

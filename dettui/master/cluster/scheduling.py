@@ -76,7 +76,7 @@ class Scheduling:
         if not self.watching:
             self.watch = await self.db.run(waiting_store.watch)
             self.watching = True
-        live, experiment_of = await self.db.run(waiting_store.running)
+        live, experiment_of = await self.db.run(waiting_store.running, self.watch)
         agents = self.hub.links.views(live)
         # No pass starts more trials of a job than there are free slots (plus one, to learn
         # whether the rest fit): the others are counted, not read.
@@ -125,7 +125,7 @@ class Scheduling:
         running = _running(live, experiment_of, self.waiting.jobs, preempting)
         requests, unread = self.waiting.requests(per_job)
         decision = scheduler.schedule(requests, agents, running, self.hub.settings.policies,
-                                      unread=unread)
+                                      unread=unread, ordered=True)
         return decision, unread
 
     async def _start(self, assignments: list[scheduler.Assignment],
@@ -139,6 +139,7 @@ class Scheduling:
             placements.append(trial_store.Placement(
                 a.key, a.agent_id, list(a.slots), parts, self._port() if parts else None))
         allocs = await self.db.run(trial_store.allocate_many, placements, mint=self.hub.mint)
+        starts = []
         for assignment, alloc in zip(assignments, allocs, strict=True):
             if alloc is None:
                 log.info("trial %s stopped waiting before it could start", assignment.key)
@@ -148,10 +149,9 @@ class Scheduling:
                 self.hub.backfilled[alloc.id] = alloc.trial_id
             self.hub.experiment_changed(experiment_of[alloc.trial_id], alloc.trial_id,
                                         jobs=True)
-            for agent_id in alloc.agents:
-                link = self.hub.links.get(agent_id)
-                if link is not None:
-                    await self.hub.send_start(link, alloc)
+            starts += [(link, alloc) for agent_id in alloc.agents
+                       if (link := self.hub.links.get(agent_id)) is not None]
+        await self.hub.send_starts(starts)
         return sum(a is not None for a in allocs)
 
     def waiting_reasons(self) -> dict[int, str]:

@@ -9,12 +9,18 @@ Touched by one pass at a time (on the CPU pool's thread), never concurrently.
 
 from __future__ import annotations
 
+import operator
+from bisect import bisect_left, insort
+
 from dettui.master import scheduler
 from dettui.master.store.records import Job
 from dettui.master.store.waiting import Read
 
 HEADS = 64  # queued trials read of a job at least, so that free slots come and go unread
 RESYNC = 300.0  # seconds between whole reads (a safety net: the store marks every change)
+
+
+_KEY = operator.attrgetter("key")
 
 
 def request(trial_id: int, job: Job) -> scheduler.Request:
@@ -32,6 +38,10 @@ class Waiting:
         self.short: dict[int, int] = {}  # jobs with more queued than read -> how many read
         self.experiment_of: dict[int, int] = {}  # queued trial read -> its experiment
         self.whole_at: float | None = None  # when the last whole read was (monotonic)
+        # The jobs of `heads` in the scheduler's order, (priority, queue position, id), sorted:
+        # kept as jobs change, so a pass hands its requests over in order, unsorted.
+        self.order: list[tuple[int, float, int]] = []
+        self.place: dict[int, tuple[int, float, int]] = {}  # job -> its entry in `order`
 
     def reset(self) -> None:
         """Read the whole queue at the next pass (a pass failed after taking the changes)."""
@@ -47,7 +57,7 @@ class Waiting:
     def apply(self, read: Read, now: float) -> None:
         if read.whole:
             self.jobs, self.heads, self.counts, self.short = {}, {}, {}, {}
-            self.experiment_of = {}
+            self.experiment_of, self.order, self.place = {}, [], {}
             self.whole_at = now
         else:
             for exp_id in read.ids:
@@ -56,6 +66,8 @@ class Waiting:
                 self.short.pop(exp_id, None)
                 for req in self.heads.pop(exp_id, ()):
                     self.experiment_of.pop(req.key, None)
+                if (place := self.place.pop(exp_id, None)) is not None:
+                    del self.order[bisect_left(self.order, place)]
         self.jobs.update(read.jobs)
         for exp_id, first in read.heads.items():
             job = read.jobs[exp_id]
@@ -65,16 +77,33 @@ class Waiting:
                 self.short[exp_id] = len(first)
             for t in first:
                 self.experiment_of[t] = exp_id
+            self.place[exp_id] = place = (job.priority, job.queue_position, exp_id)
+            if not read.whole:
+                insort(self.order, place)
+        if read.whole:
+            self.order = sorted(self.place.values())
 
     def requests(self, per_job: int) -> tuple[list[scheduler.Request], dict[str, int]]:
-        """The first `per_job` queued trials of each active job, and the slots of each job's
-        trials left out (fair share counts them as demand)."""
+        """The first `per_job` queued trials of each active job, in the scheduler's order
+        (`scheduler.order`), and the slots of each job's trials left out (fair share counts
+        them as demand)."""
         out: list[scheduler.Request] = []
         unread: dict[str, int] = {}
-        for exp_id, heads in self.heads.items():
-            out += heads[:per_job]
-            n = self.counts[exp_id]
-            if n > per_job:
-                job = self.jobs[exp_id]
-                unread[job.job_id] = job.slots_per_trial * (n - per_job)
+        order, heads, counts = self.order, self.heads, self.counts
+        i, end = 0, len(order)
+        while i < end:
+            priority, position, exp_id = order[i]
+            j = i + 1
+            while j < end and order[j][0] == priority and order[j][1] == position:
+                j += 1
+            if j == i + 1:  # a job's requests are in trial id order already
+                out += heads[exp_id][:per_job]
+            else:  # jobs queued at the same place: their trials by id, as `order` sorts them
+                out += sorted((r for _, _, e in order[i:j] for r in heads[e][:per_job]),
+                              key=_KEY)
+            for _, _, e in order[i:j]:
+                if (n := counts[e]) > per_job:
+                    job = self.jobs[e]
+                    unread[job.job_id] = job.slots_per_trial * (n - per_job)
+            i = j
         return out, unread

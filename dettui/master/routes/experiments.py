@@ -88,7 +88,7 @@ async def create(request: web.Request) -> web.Response:
     if got.body.validate_only:
         return web.json_response({"experiment": _preview(new, user.username), "config": None,
                                   "warnings": [], "configWarnings": got.warnings})
-    exp, _ = await request.app[keys.DB].run(exp_store.create, new, searcher=True)
+    exp, _ = await request.app[keys.DB].run(exp_store.create, new, opening=got.opening)
     request.app[keys.NOTIFIER].experiment_changed(exp.id, jobs=True)
     request.app[keys.CLUSTER].kick()
     return web.json_response({"experiment": serialize.experiment(exp), "config": exp.config,

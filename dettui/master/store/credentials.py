@@ -50,12 +50,6 @@ def get(conn: sqlite3.Connection, cred_id: int) -> AgentCredential:
     return AgentCredential.from_row(row)
 
 
-def for_secret(conn: sqlite3.Connection, secret: str) -> AgentCredential | None:
-    row = conn.execute(f"SELECT {COLUMNS} FROM agent_credentials WHERE token_hash=? AND revoked=0",
-                       (token_hash(secret),)).fetchone()
-    return AgentCredential.from_row(row) if row else None
-
-
 def bind(conn: sqlite3.Connection, cred_id: int, agent_id: str) -> AgentCredential:
     """The agent registering with a credential: the first one owns it from then on."""
     with transaction(conn):

@@ -18,7 +18,7 @@ from importlib import resources
 from pathlib import Path
 from typing import ParamSpec, TypeVar, cast
 
-from dettui.master.store import pg, tx
+from dettui.master.store import callers, pg, tx
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -107,6 +107,7 @@ class Database:
             self._executor.shutdown(wait=False)
             raise
         tx.adopt_plan(self.conn)  # tests only: a simulated crash at a planned commit
+        self.callers = self._executor.submit(callers.watch, self.conn).result()
 
     async def call(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         loop = asyncio.get_running_loop()

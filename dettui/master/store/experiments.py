@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dettui.errors import InvalidArgument, NotFound
-from dettui.master.store import ids
+from dettui.master.store import ids, search
 from dettui.master.store import page as pages
 from dettui.master.store.page import Page, Window
 from dettui.master.store.records import JOB_COLUMNS, Experiment, Job, JobView, Trial, columns
@@ -52,12 +52,13 @@ def not_found(exp_id: int) -> NotFound:
 
 def create(
     conn: sqlite3.Connection, new: NewExperiment,
-    trials: list[tuple[dict[str, Any], int]] | None = None, *, searcher: bool = False,
+    trials: list[tuple[dict[str, Any], int]] | None = None, *,
+    opening: search.Opening | None = None,
 ) -> tuple[Experiment, list[int]]:
     """Store the experiment, its first trials and its job, in one commit: the given
-    (hparams, seed) pairs, or with `searcher` the searcher's initial trials. The experiment and
-    its trials' ids."""
-    trials = trials or []
+    (hparams, seed) pairs, or the searcher's `opening` (its first trials and state, worked
+    out before: `search.opening`). The experiment and its trials' ids."""
+    first = opening or search.Opening.of(trials or [])
     now = time.time()
     state = ExperimentState.ACTIVE if new.activate else ExperimentState.PAUSED
     trial_state = TrialState.QUEUED if new.activate else TrialState.PAUSED
@@ -66,24 +67,25 @@ def create(
         conn.execute(
             "INSERT INTO experiments (id, name, description, labels, state, owner_id, config, "
             "original_config, searcher_type, job_id, resource_pool, priority, weight, max_slots, "
-            "queue_position, start_time, unmanaged, best_stale, slots_per_trial) "
-            "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,0,?)",
+            "queue_position, start_time, unmanaged, best_stale, slots_per_trial, "
+            "searcher_state, progress) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,0,?,?,?)",
             (exp_id, new.name, new.description,
              json.dumps(new.labels), state.value, new.owner_id, json.dumps(new.config),
              new.original_config, new.searcher_type, str(uuid.uuid4()), new.resource_pool,
              new.priority, new.weight, new.max_slots, now * 1e6, now, int(new.unmanaged),
-             slots_of(new.config)),
+             slots_of(new.config), first.state, first.progress),
         )
         if new.context is not None:
             conn.execute("INSERT INTO contexts (experiment_id, targz) VALUES (?, ?)",
                          (exp_id, new.context))
-        trial_ids = [_insert_trial(conn, exp_id, hp, seed, trial_state, now, tid)
-                     for (hp, seed), tid in zip(trials, ids.next_ids(conn, "trials", len(trials)),
-                                                strict=True)]
-        if searcher:
-            from dettui.master.store import search
-
-            trial_ids += search.initial(conn, get(conn, exp_id))
+        trial_ids = ids.next_ids(conn, "trials", len(first.trials))
+        conn.executemany(
+            "INSERT INTO trials (id, experiment_id, request_id, task_id, hparams, seed, state, "
+            "start_time, search_id) VALUES (?,?,?,?,?,?,?,?,?)",
+            [(tid, exp_id, request_id, f"{exp_id}.{request_id}", hparams, seed,
+              trial_state.value, now, search_id)
+             for tid, (request_id, hparams, seed, search_id) in zip(trial_ids, first.trials,
+                                                                    strict=True)])
     return get(conn, exp_id), trial_ids
 
 

@@ -15,6 +15,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from dettui.config.schema import ExperimentSchema
 from dettui.master import searcher as search
 from dettui.master.store import ids
 from dettui.master.store import trials as trial_store
@@ -82,13 +83,30 @@ def insert_trial(conn: sqlite3.Connection, exp_id: int, create: search.Create,
     return trial_id
 
 
-def initial(conn: sqlite3.Connection, exp: Experiment) -> list[int]:
-    """The first trials of a new experiment (call inside the creating transaction)."""
-    s, extra = _searcher(conn, exp)
-    actions = s.initial()
-    out = _apply(conn, exp, actions)
-    _save(conn, exp.id, s, extra)
-    return out.created
+@dataclass(frozen=True)
+class Opening:
+    """A new experiment's first trials and its searcher's state, worked out before its
+    transaction: a fresh searcher reads nothing stored, so this runs where the request is read
+    (a worker process), and the store thread only inserts what it gives."""
+
+    trials: list[tuple[str, str, int, int | None]]  # (request id, hparams JSON, seed, search id)
+    state: str | None = None  # the searcher's state, as stored (None: no searcher)
+    progress: float | None = None
+
+    @classmethod
+    def of(cls, trials: list[tuple[dict[str, Any], int]]) -> Opening:
+        """Given (hparams, seed) trials, with no searcher."""
+        return cls([(str(uuid.uuid4()), json.dumps(hp), seed, None) for hp, seed in trials])
+
+
+def opening(conf: ExperimentSchema) -> Opening:
+    """The searcher of `conf`, new: its first trials and the state to save with them."""
+    s = search.for_experiment(conf)
+    creates = [a for a in s.initial() if isinstance(a, search.Create)]
+    return Opening([(str(uuid.uuid4()), json.dumps(c.hparams), c.seed, c.request_id)
+                    for c in creates],
+                   json.dumps({**s.snapshot(), SEEN: {}, ENDED: []}),
+                   s.progress({c.request_id: 0.0 for c in creates}))
 
 
 def _apply(conn: sqlite3.Connection, exp: Experiment, actions: list[search.Action]) -> Outcome:

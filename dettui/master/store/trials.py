@@ -254,6 +254,18 @@ def live_allocations(conn: sqlite3.Connection) -> list[Allocation]:
 _PLAIN_ID = re.compile(r"[A-Za-z0-9._:@-]+")
 
 
+def live_allocations_in(conn: sqlite3.Connection, alloc_ids: list[str]) -> list[Allocation]:
+    """Those of `alloc_ids` that are live."""
+    out: list[Allocation] = []
+    for start in range(0, len(alloc_ids), 500):
+        chunk = alloc_ids[start:start + 500]
+        rows = conn.execute(f"{FROM_ALLOCATIONS} WHERE state != ? AND id IN "
+                            f"({','.join('?' * len(chunk))})",
+                            [AllocationState.EXITED.value, *chunk])
+        out += [Allocation.from_row(r) for r in rows]
+    return out
+
+
 def live_allocations_of(conn: sqlite3.Connection, agent_id: str) -> list[Allocation]:
     """The live allocations with a part on `agent_id` (what each heartbeat reconciles: reading
     all 800 live allocations of 100 agents per heartbeat was the master's hot spot)."""
@@ -264,6 +276,18 @@ def live_allocations_of(conn: sqlite3.Connection, agent_id: str) -> list[Allocat
         "ORDER BY start_time",
         (AllocationState.EXITED.value, agent_id, f'%"{agent_id}"%'))
     return [a for a in (Allocation.from_row(r) for r in rows) if agent_id in a.agents]
+
+
+def exits_reported(conn: sqlite3.Connection, agent_id: str, alloc_ids: list[str]) -> set[str]:
+    """Of `alloc_ids`, those whose part on `agent_id` has reported its exit (the agent told
+    the master itself: a heartbeat that still lists one crossed that report)."""
+    found: set[str] = set()
+    for start in range(0, len(alloc_ids), 500):
+        chunk = alloc_ids[start:start + 500]
+        rows = conn.execute(f"SELECT id, part_exits FROM allocations WHERE id IN "
+                            f"({','.join('?' * len(chunk))})", chunk)
+        found.update(r["id"] for r in rows if agent_id in json.loads(r["part_exits"]))
+    return found
 
 
 def allocations_for_trial(conn: sqlite3.Connection, trial_id: int) -> list[Allocation]:
@@ -303,8 +327,10 @@ def ack_preempt(conn: sqlite3.Connection, alloc_id: str) -> bool:
     return _guarded(conn, "preempt_acked=1", _LIVE, (alloc_id,))
 
 
-def mark_running(conn: sqlite3.Connection, alloc_id: str) -> bool:
-    """The agent runs the allocation: ASSIGNED becomes RUNNING; False if it is no longer
-    ASSIGNED (killed meanwhile, or exited)."""
-    return _guarded(conn, "state=?", "WHERE id=? AND state=?",
-                    (AllocationState.RUNNING.value, alloc_id, AllocationState.ASSIGNED.value))
+def mark_running(conn: sqlite3.Connection, *alloc_ids: str) -> list[str]:
+    """The agent runs these allocations: each ASSIGNED one becomes RUNNING (one commit); those
+    that did (not one that is no longer ASSIGNED: killed meanwhile, or exited)."""
+    with transaction(conn):
+        return [a for a in alloc_ids if conn.execute(
+            "UPDATE allocations SET state=? WHERE id=? AND state=?",
+            (AllocationState.RUNNING.value, a, AllocationState.ASSIGNED.value)).rowcount > 0]

@@ -118,14 +118,6 @@ def end_task_sessions(conn: sqlite3.Connection, alloc_id: str) -> None:
     conn.execute("DELETE FROM user_sessions WHERE allocation_id=?", (alloc_id,))
 
 
-def user_for_token(conn: sqlite3.Connection, token: str) -> User | None:
-    """The user of an unexpired session."""
-    row = conn.execute(
-        "SELECT users.* FROM user_sessions JOIN users ON users.id = user_sessions.user_id "
-        "WHERE token_hash=? AND expires_at > ?", (token_hash(token), time.time())).fetchone()
-    return User.from_row(row) if row else None
-
-
 def drop_session(conn: sqlite3.Connection, token: str) -> None:
     with transaction(conn):
         conn.execute("DELETE FROM user_sessions WHERE token_hash=? OR expires_at <= ?",

@@ -13,7 +13,9 @@ PostgreSQL has no per-connection triggers here: there every pass reads the whole
 
 from __future__ import annotations
 
+import operator
 import sqlite3
+import time
 from collections.abc import Collection
 from dataclasses import dataclass
 
@@ -24,6 +26,7 @@ from dettui.models import ExperimentState, TrialState
 
 FULL = 400  # more experiments to read than this: one read of the whole queue is cheaper
 _CHUNK = 500
+_STARTED = operator.attrgetter("start_time")
 # What places an experiment in the queue: any change to these re-reads it.
 _JOB_FIELDS = "state, unmanaged, job_id, resource_pool, priority, weight, max_slots, " \
               "queue_position, slots_per_trial"
@@ -37,18 +40,33 @@ _TRIGGERS = (
     f"AFTER UPDATE OF {_JOB_FIELDS} ON main.experiments "
     "BEGIN SELECT dettui_waiting(OLD.id), dettui_waiting(NEW.id); END",
     "AFTER DELETE ON main.experiments BEGIN SELECT dettui_waiting(OLD.id); END",
+    # and the live allocations (what runs where), kept the same way
+    "AFTER INSERT ON main.allocations BEGIN SELECT dettui_allocation(NEW.id); END",
+    "AFTER UPDATE ON main.allocations "
+    "BEGIN SELECT dettui_allocation(OLD.id), dettui_allocation(NEW.id); END",
+    "AFTER DELETE ON main.allocations BEGIN SELECT dettui_allocation(OLD.id); END",
 )
+LIVE_RESYNC = 300.0  # seconds between whole reads of the live allocations (a safety net)
 
 
 class Watch:
-    """The experiments marked since the last `take` (touched on the store thread only)."""
+    """The experiments marked since the last `take`, and the live allocations kept with the
+    ids of those changed since (touched on the store thread only)."""
 
     def __init__(self) -> None:
         self.changed: set[int] = set()
+        self.allocations: set[str] = set()  # changed since `live` was brought up to date
+        self.live: dict[str, Allocation] | None = None  # None: read them all next time
+        self.live_at = 0.0  # when they were last read whole (monotonic)
+        self.experiment_of: dict[int, int] = {}  # the trials of `live` -> their experiments
 
     def mark(self, exp_id: int | None) -> None:
         if exp_id is not None:
             self.changed.add(exp_id)
+
+    def mark_allocation(self, alloc_id: str | None) -> None:
+        if alloc_id is not None:
+            self.allocations.add(alloc_id)
 
     def take(self) -> set[int]:
         taken, self.changed = self.changed, set()
@@ -62,6 +80,7 @@ def watch(conn: sqlite3.Connection) -> Watch | None:
         return None
     seen = Watch()
     conn.create_function("dettui_waiting", 1, seen.mark)
+    conn.create_function("dettui_allocation", 1, seen.mark_allocation)
     for n, body in enumerate(_TRIGGERS):
         conn.execute(f"DROP TRIGGER IF EXISTS temp.dettui_waiting_{n}")
         conn.execute(f"CREATE TEMP TRIGGER dettui_waiting_{n} {body}")
@@ -109,10 +128,35 @@ def read(conn: sqlite3.Connection, seen: Watch | None, also: Collection[int], li
     return Read(False, ids, jobs, heads, counts, limit)
 
 
-def running(conn: sqlite3.Connection) -> tuple[list[Allocation], dict[int, int]]:
-    """The live allocations, and the experiment of each one's trial."""
-    live = trials.live_allocations(conn)
-    return live, trials.experiment_ids(conn, [a.trial_id for a in live])
+def running(conn: sqlite3.Connection, seen: Watch | None = None,
+            ) -> tuple[list[Allocation], dict[int, int]]:
+    """The live allocations (oldest first), and the experiment of each one's trial. With
+    `seen`, those kept from the last call, brought up to date by reading again only the ones
+    a statement changed since (800 live allocations read whole were a pass's largest read);
+    a whole read the first time, after a failure, and every LIVE_RESYNC seconds."""
+    if seen is None:
+        live = trials.live_allocations(conn)
+        return live, trials.experiment_ids(conn, [a.trial_id for a in live])
+    try:
+        now = time.monotonic()
+        if seen.live is None or now - seen.live_at >= LIVE_RESYNC:
+            seen.allocations.clear()
+            seen.live = {a.id: a for a in trials.live_allocations(conn)}
+            seen.live_at, seen.experiment_of = now, {}
+        elif seen.allocations:
+            changed, seen.allocations = sorted(seen.allocations), set()
+            for alloc_id in changed:
+                seen.live.pop(alloc_id, None)
+            seen.live.update((a.id, a) for a in trials.live_allocations_in(conn, changed))
+        live = sorted(seen.live.values(), key=_STARTED)
+        wanted = {a.trial_id for a in live}
+        seen.experiment_of = {t: e for t, e in seen.experiment_of.items() if t in wanted}
+        seen.experiment_of.update(trials.experiment_ids(
+            conn, sorted(wanted - seen.experiment_of.keys())))
+        return live, dict(seen.experiment_of)
+    except BaseException:
+        seen.live = None  # read them all next time
+        raise
 
 
 def _jobs(conn: sqlite3.Connection, ids: Collection[int]) -> dict[int, Job]:
