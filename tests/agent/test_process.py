@@ -7,12 +7,21 @@ import os
 import subprocess
 import sys
 import time
+import uuid
 
 import psutil
 import pytest
 
 from dettui import lifeline
 from dettui.agent import process
+
+RUN = uuid.uuid4().hex[:12]  # this run's allocations: another suite on the machine has its own
+
+
+def aid(name: str) -> str:
+    """An allocation id of this run: members are found machine-wide by their mark, so a fixed
+    id would find (and end) another suite's processes."""
+    return f"{name}-{RUN}"
 
 
 def spawn_tree(alloc_id: str) -> subprocess.Popen[bytes]:
@@ -32,35 +41,35 @@ def wait_members(root: int, alloc_id: str, n: int) -> list[psutil.Process]:
 
 
 def test_members_include_processes_in_other_sessions() -> None:
-    root = spawn_tree("alloc-a")
+    root = spawn_tree(aid("alloc-a"))
     try:
         deadline = time.monotonic() + 10
         while True:  # setsid(1) forks before it calls setsid(): wait until it has
-            found = wait_members(root.pid, "alloc-a", 3)
+            found = wait_members(root.pid, aid("alloc-a"), 3)
             sessions = {os.getsid(p.pid) for p in found}
             if len(sessions) >= 2 or time.monotonic() > deadline:
                 break
             time.sleep(0.05)
         assert len(sessions) >= 2, "one sleeper runs in a session of its own"
-        assert process.members(None, "alloc-a"), "found by their mark alone, without the root"
-        assert not process.members(None, "alloc-b")
+        assert process.members(None, aid("alloc-a")), "found by their mark alone, without the root"
+        assert not process.members(None, aid("alloc-b"))
     finally:
-        process.terminate(process.members(root.pid, "alloc-a"), {root.pid}, grace=1)
+        process.terminate(process.members(root.pid, aid("alloc-a")), {root.pid}, grace=1)
         root.wait(5)
 
 
 def test_two_agents_on_one_machine_only_find_their_own_part() -> None:
     """Two agents on one host may run parts of the same multi-node allocation."""
     parts = [subprocess.Popen(["sleep", "300"], env=dict(
-        os.environ, **{process.MARK: "alloc-m", process.AGENT_MARK: agent}))
+        os.environ, **{process.MARK: aid("alloc-m"), process.AGENT_MARK: agent}))
         for agent in ("node-a", "node-b")]
     try:
         deadline = time.monotonic() + 10
-        while len(process.members(None, "alloc-m")) < 2 and time.monotonic() < deadline:
+        while len(process.members(None, aid("alloc-m"))) < 2 and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert [p.pid for p in process.members(None, "alloc-m", agent_id="node-a")] == \
+        assert [p.pid for p in process.members(None, aid("alloc-m"), agent_id="node-a")] == \
             [parts[0].pid]
-        assert [p.pid for p in process.members(None, "alloc-m", agent_id="node-b")] == \
+        assert [p.pid for p in process.members(None, aid("alloc-m"), agent_id="node-b")] == \
             [parts[1].pid]
     finally:
         for p in parts:
@@ -69,37 +78,37 @@ def test_two_agents_on_one_machine_only_find_their_own_part() -> None:
 
 
 def test_terminate_leaves_nothing() -> None:
-    root = spawn_tree("alloc-c")
-    found = wait_members(root.pid, "alloc-c", 3)
+    root = spawn_tree(aid("alloc-c"))
+    found = wait_members(root.pid, aid("alloc-c"), 3)
     survivors = process.terminate(found, {root.pid}, grace=2)
     root.wait(5)
     assert survivors == []
-    assert process.members(None, "alloc-c") == []
+    assert process.members(None, aid("alloc-c")) == []
 
 
 def test_terminate_escalates_to_sigkill() -> None:
-    env = dict(os.environ, **{process.MARK: "alloc-d"})
+    env = dict(os.environ, **{process.MARK: aid("alloc-d")})
     code = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); " \
            "print('ok', flush=True); time.sleep(300)"
     proc = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE)
     assert proc.stdout is not None and proc.stdout.readline().strip() == b"ok"
     t0 = time.monotonic()
-    survivors = process.terminate(process.members(proc.pid, "alloc-d"), {proc.pid}, grace=0.5)
+    survivors = process.terminate(process.members(proc.pid, aid("alloc-d")), {proc.pid}, grace=0.5)
     assert survivors == []
     assert proc.wait(5) == -9
     assert time.monotonic() - t0 < 5
 
 
 def test_strays_are_found_by_agent_mark() -> None:
-    env = dict(os.environ, **{process.AGENT_MARK: "agent-x"})
+    env = dict(os.environ, **{process.AGENT_MARK: aid("agent-x")})
     proc = subprocess.Popen(["sleep", "300"], env=env)
     try:
         deadline = time.monotonic() + 5
-        while not process.strays("agent-x"):
+        while not process.strays(aid("agent-x")):
             assert time.monotonic() < deadline
             time.sleep(0.05)
-        assert [p.pid for p in process.strays("agent-x")] == [proc.pid]
-        assert process.strays("agent-y") == []
+        assert [p.pid for p in process.strays(aid("agent-x"))] == [proc.pid]
+        assert process.strays(aid("agent-y")) == []
     finally:
         proc.kill()
         proc.wait()
@@ -107,17 +116,17 @@ def test_strays_are_found_by_agent_mark() -> None:
 
 def test_a_live_agent_with_the_same_id_keeps_its_processes() -> None:
     """Two clusters on one machine may both name their agent after the host."""
-    live = dict(os.environ, **{process.AGENT_MARK: "agent-z",
+    live = dict(os.environ, **{process.AGENT_MARK: aid("agent-z"),
                                process.INSTANCE_MARK: process.instance()})
-    dead = dict(os.environ, **{process.AGENT_MARK: "agent-z",
+    dead = dict(os.environ, **{process.AGENT_MARK: aid("agent-z"),
                                process.INSTANCE_MARK: "999999999:1.000"})
     procs = [subprocess.Popen(["sleep", "300"], env=env) for env in (live, dead)]
     try:
         deadline = time.monotonic() + 5
-        while not process.strays("agent-z"):
+        while not process.strays(aid("agent-z")):
             assert time.monotonic() < deadline
             time.sleep(0.05)
-        assert [p.pid for p in process.strays("agent-z")] == [procs[1].pid]
+        assert [p.pid for p in process.strays(aid("agent-z"))] == [procs[1].pid]
     finally:
         for p in procs:
             p.kill()

@@ -328,9 +328,9 @@ def ack_preempt(conn: sqlite3.Connection, alloc_id: str) -> bool:
 
 
 def mark_running(conn: sqlite3.Connection, *alloc_ids: str) -> list[str]:
-    """The agent runs these allocations: each ASSIGNED one becomes RUNNING (one commit); those
-    that did (not one that is no longer ASSIGNED: killed meanwhile, or exited)."""
-    with transaction(conn):
-        return [a for a in alloc_ids if conn.execute(
-            "UPDATE allocations SET state=? WHERE id=? AND state=?",
-            (AllocationState.RUNNING.value, a, AllocationState.ASSIGNED.value)).rowcount > 0]
+    """The agent runs these allocations: each ASSIGNED one becomes RUNNING, a commit each (as
+    every transition), in one store call; those that did (not one that is no longer ASSIGNED:
+    killed meanwhile, or exited)."""
+    return [a for a in alloc_ids
+            if _guarded(conn, "state=?", "WHERE id=? AND state=?",
+                        (AllocationState.RUNNING.value, a, AllocationState.ASSIGNED.value))]
