@@ -12,7 +12,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from dettui.master import keys, middleware, offload, routes
+from dettui.master import collector, keys, middleware, offload, routes
 from dettui.master.cluster import Cluster
 from dettui.master.events import Notifier
 from dettui.master.ingest import GroupCommit
@@ -60,7 +60,8 @@ async def _lifetime(app: web.Application) -> AsyncIterator[None]:
         app[keys.INGEST] = GroupCommit(db)
         await cluster.start()
         try:
-            yield
+            async with collector.old_generation_on_a_timer():
+                yield
         finally:
             await cluster.stop()
     finally:

@@ -23,6 +23,7 @@ COLUMNS = ("id", "name", "description", "labels", "state", "archived", "owner_id
            "original_config", "searcher_type", "job_id", "resource_pool", "priority", "weight",
            "max_slots", "queue_position", "start_time", "end_time", "progress", "unmanaged",
            "external_id", "best_value", "best_trial_id")
+_ROWS_AT_ONCE = 100  # rows of one INSERT (9 values each: far below SQLite's 32,766 variables)
 NUM_TRIALS = "(SELECT COUNT(*) FROM trials t WHERE t.experiment_id = e.id)"
 SELECT = (  # every column a record needs, by name: never the context (its own table)
     f"SELECT {', '.join('e.' + c for c in COLUMNS)}, u.username, {NUM_TRIALS} AS num_trials "
@@ -63,7 +64,8 @@ def create(
     state = ExperimentState.ACTIVE if new.activate else ExperimentState.PAUSED
     trial_state = TrialState.QUEUED if new.activate else TrialState.PAUSED
     with transaction(conn):
-        exp_id = ids.next_id(conn, "experiments")
+        given = ids.reserve(conn, {"experiments": 1, "trials": len(first.trials)})
+        exp_id, trial_ids = given["experiments"][0], given["trials"]
         conn.execute(
             "INSERT INTO experiments (id, name, description, labels, state, owner_id, config, "
             "original_config, searcher_type, job_id, resource_pool, priority, weight, max_slots, "
@@ -78,14 +80,17 @@ def create(
         if new.context is not None:
             conn.execute("INSERT INTO contexts (experiment_id, targz) VALUES (?, ?)",
                          (exp_id, new.context))
-        trial_ids = ids.next_ids(conn, "trials", len(first.trials))
-        conn.executemany(
-            "INSERT INTO trials (id, experiment_id, request_id, task_id, hparams, seed, state, "
-            "start_time, search_id) VALUES (?,?,?,?,?,?,?,?,?)",
-            [(tid, exp_id, request_id, f"{exp_id}.{request_id}", hparams, seed,
-              trial_state.value, now, search_id)
-             for tid, (request_id, hparams, seed, search_id) in zip(trial_ids, first.trials,
-                                                                    strict=True)])
+        rows = [(tid, exp_id, request_id, f"{exp_id}.{request_id}", hparams, seed,
+                 trial_state.value, now, search_id)
+                for tid, (request_id, hparams, seed, search_id) in zip(trial_ids, first.trials,
+                                                                       strict=True)]
+        for start in range(0, len(rows), _ROWS_AT_ONCE):  # a statement per 100 trials, not each
+            chunk = rows[start:start + _ROWS_AT_ONCE]
+            conn.execute(
+                "INSERT INTO trials (id, experiment_id, request_id, task_id, hparams, seed, "
+                "state, start_time, search_id) VALUES "
+                + ",".join(["(?,?,?,?,?,?,?,?,?)"] * len(chunk)),
+                [v for row in chunk for v in row])
     return get(conn, exp_id), trial_ids
 
 

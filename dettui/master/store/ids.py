@@ -15,16 +15,31 @@ def next_id(conn: sqlite3.Connection, table: str) -> int:
 
 
 def next_ids(conn: sqlite3.Connection, table: str, n: int) -> list[int]:
-    """Ids for `n` new rows of `table`, in one read and one write of the last id given (an
-    experiment's ten trials took thirty statements one by one; inside the inserting
-    transaction)."""
-    assert table in TABLES and n >= 0
-    if n == 0:
-        return []
-    key = f"last_id:{table}"
-    row = conn.execute("SELECT value FROM cluster WHERE key=?", (key,)).fetchone()
-    biggest = conn.execute(f"SELECT COALESCE(MAX(id), 0) FROM {table}").fetchone()[0]
-    first = max(int(row[0]) if row else 0, int(biggest)) + 1
-    conn.execute("INSERT INTO cluster (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE "
-                 "SET value=excluded.value", (key, str(first + n - 1)))
-    return list(range(first, first + n))
+    """Ids for `n` new rows of `table` (inside the inserting transaction)."""
+    return reserve(conn, {table: n})[table]
+
+
+def reserve(conn: sqlite3.Connection, wanted: dict[str, int]) -> dict[str, list[int]]:
+    """Ids for new rows of several tables at once (table -> how many), in one read and one
+    write of the last ids given (an experiment and its ten trials took thirty statements one by
+    one; inside the inserting transaction)."""
+    assert set(wanted) <= set(TABLES) and all(n >= 0 for n in wanted.values())
+    tables = [t for t, n in wanted.items() if n]
+    out: dict[str, list[int]] = {t: [] for t in wanted}
+    if not tables:
+        return out
+    keys = [f"last_id:{t}" for t in tables]
+    given = dict(conn.execute(f"SELECT key, value FROM cluster WHERE key IN "
+                              f"({','.join('?' * len(keys))})", keys).fetchall())
+    biggest = conn.execute("SELECT " + ", ".join(f"(SELECT COALESCE(MAX(id), 0) FROM {t})"
+                                                  for t in tables)).fetchone()
+    last: list[tuple[str, str]] = []
+    for table, key, big in zip(tables, keys, biggest, strict=True):
+        first = max(int(given.get(key, 0)), int(big)) + 1
+        out[table] = list(range(first, first + wanted[table]))
+        last.append((key, str(first + wanted[table] - 1)))
+    conn.execute("INSERT INTO cluster (key, value) VALUES "
+                 + ",".join(["(?, ?)"] * len(last))
+                 + " ON CONFLICT(key) DO UPDATE SET value=excluded.value",
+                 [v for pair in last for v in pair])
+    return out
