@@ -22,7 +22,7 @@ import queue
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
@@ -54,12 +54,14 @@ async def isolated(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
     return await _isolated(fn, args, kwargs, None)
 
 
-async def isolated_body(fn: Callable[Concatenate[bytes, P], T], body: Sequence[bytes],
+async def isolated_body(fn: Callable[Concatenate[bytes, P], T], body: list[bytes],
                         *args: P.args, **kwargs: P.kwargs) -> T:
     """`fn(b"".join(body), *args, **kwargs)` in a worker process, the body joined there: its
     chunks go down the pipe as they are (a write releases the GIL), not joined or pickled
-    here, which for a 130 MB request body would hold the event loop for over 100 ms."""
-    return await _isolated(fn, args, kwargs, list(body))
+    here, which for a 130 MB request body would hold the event loop for over 100 ms. The
+    list is emptied once sent (whoever else holds it, the request's cache too): the body is
+    the worker's from then on."""
+    return await _isolated(fn, args, kwargs, body)
 
 
 async def _isolated(fn: Callable[..., T], args: tuple[Any, ...], kwargs: dict[str, Any],
@@ -101,6 +103,7 @@ class _Worker:
             write_frame(self.stdin, request)
             if body is not None:
                 write_chunks(self.stdin, body)
+                body.clear()  # sent: the master need not hold 130 MB while the worker works
         except (BrokenPipeError, OSError):
             return None
         return read_frame(self.stdout)
@@ -173,6 +176,7 @@ class _Pool:
                                    "it died (it needed more memory than this machine gave it)")
         self.idle.put(worker)
         result: tuple[bool, Any] = pickle.loads(answer)
+        del answer  # a 95 MiB context came in it: not kept while the caller stores it
         return result
 
 

@@ -4,6 +4,7 @@ of older versions (a PostgreSQL store starts at its baseline: tests/master/test_
 
 from __future__ import annotations
 
+import os
 import re
 import sqlite3
 from collections.abc import Callable
@@ -485,3 +486,21 @@ def test_a_scheduling_pass_starts_its_trials_in_one_call(store_target: Path | st
     assert [trials.get(conn, t).state for t in (first, ids[1], ids[2])] == [
         TrialState.RUNNING, TrialState.CANCELED, TrialState.RUNNING]
     assert trials.allocation_by_token(conn, TEST_MINT.allocation(got[2].id)) == got[2]
+
+
+def test_a_large_context_is_stored_in_pieces_and_read_back_whole(store_target: Path | str) -> None:
+    """A context over one piece (4 MiB) goes into its row piece by piece on SQLite (bound whole
+    SQLite would copy all of it first); read back, it is the same bytes."""
+    conn = dbmod.connect(store_target)
+    users.ensure_default_users(conn, "")
+    owner = users.by_name(conn, "determined")
+    assert owner is not None
+    for size in (10, experiments._PIECE, 2 * experiments._PIECE + 12345):
+        data = os.urandom(size)
+        new = experiments.NewExperiment(
+            name="ctx", description=None, labels=[], owner_id=owner.id,
+            config=load_config(SIMPLE_CONFIG).to_expconf(), original_config="name: ctx",
+            searcher_type="single", resource_pool="default", priority=42, weight=1.0,
+            max_slots=None, context=data)
+        exp, _ = experiments.create(conn, new, [({"lr": 0.1}, 1)])
+        assert experiments.context(conn, exp.id) == data

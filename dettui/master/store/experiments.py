@@ -23,6 +23,7 @@ COLUMNS = ("id", "name", "description", "labels", "state", "archived", "owner_id
            "original_config", "searcher_type", "job_id", "resource_pool", "priority", "weight",
            "max_slots", "queue_position", "start_time", "end_time", "progress", "unmanaged",
            "external_id", "best_value", "best_trial_id")
+_PIECE = 4 * 2**20  # bytes of a large context written into its row at a time
 _ROWS_AT_ONCE = 100  # rows of one INSERT (9 values each: far below SQLite's 32,766 variables)
 NUM_TRIALS = "(SELECT COUNT(*) FROM trials t WHERE t.experiment_id = e.id)"
 SELECT = (  # every column a record needs, by name: never the context (its own table)
@@ -78,8 +79,7 @@ def create(
              slots_of(new.config), first.state, first.progress),
         )
         if new.context is not None:
-            conn.execute("INSERT INTO contexts (experiment_id, targz) VALUES (?, ?)",
-                         (exp_id, new.context))
+            _put_context(conn, exp_id, new.context)
         rows = [(tid, exp_id, request_id, f"{exp_id}.{request_id}", hparams, seed,
                  trial_state.value, now, search_id)
                 for tid, (request_id, hparams, seed, search_id) in zip(trial_ids, first.trials,
@@ -92,6 +92,21 @@ def create(
                 + ",".join(["(?,?,?,?,?,?,?,?,?)"] * len(chunk)),
                 [v for row in chunk for v in row])
     return get(conn, exp_id), trial_ids
+
+
+def _put_context(conn: sqlite3.Connection, exp_id: int, targz: bytes) -> None:
+    """Store a context. On SQLite a large one is written into its row in pieces: bound whole,
+    SQLite would first copy all of it (95 MiB more of the master's memory at once)."""
+    if getattr(conn, "dialect", "sqlite") != "sqlite" or len(targz) <= _PIECE:
+        conn.execute("INSERT INTO contexts (experiment_id, targz) VALUES (?, ?)",
+                     (exp_id, targz))
+        return
+    conn.execute("INSERT INTO contexts (experiment_id, targz) VALUES (?, zeroblob(?))",
+                 (exp_id, len(targz)))
+    view = memoryview(targz)
+    with conn.blobopen("contexts", "targz", exp_id) as blob:
+        for start in range(0, len(view), _PIECE):
+            blob.write(view[start:start + _PIECE])
 
 
 def _insert_trial(
