@@ -24,7 +24,6 @@ COLUMNS = ("id", "name", "description", "labels", "state", "archived", "owner_id
            "max_slots", "queue_position", "start_time", "end_time", "progress", "unmanaged",
            "external_id", "best_value", "best_trial_id")
 _PIECE = 4 * 2**20  # bytes of a large context written into its row at a time
-_ROWS_AT_ONCE = 100  # rows of one INSERT (9 values each: far below SQLite's 32,766 variables)
 NUM_TRIALS = "(SELECT COUNT(*) FROM trials t WHERE t.experiment_id = e.id)"
 SELECT = (  # every column a record needs, by name: never the context (its own table)
     f"SELECT {', '.join('e.' + c for c in COLUMNS)}, u.username, {NUM_TRIALS} AS num_trials "
@@ -80,17 +79,7 @@ def create(
         )
         if new.context is not None:
             _put_context(conn, exp_id, new.context)
-        rows = [(tid, exp_id, request_id, f"{exp_id}.{request_id}", hparams, seed,
-                 trial_state.value, now, search_id)
-                for tid, (request_id, hparams, seed, search_id) in zip(trial_ids, first.trials,
-                                                                       strict=True)]
-        for start in range(0, len(rows), _ROWS_AT_ONCE):  # a statement per 100 trials, not each
-            chunk = rows[start:start + _ROWS_AT_ONCE]
-            conn.execute(
-                "INSERT INTO trials (id, experiment_id, request_id, task_id, hparams, seed, "
-                "state, start_time, search_id) VALUES "
-                + ",".join(["(?,?,?,?,?,?,?,?,?)"] * len(chunk)),
-                [v for row in chunk for v in row])
+        search.insert_trials(conn, exp_id, trial_ids, first.trials, trial_state, now)
     return get(conn, exp_id), trial_ids
 
 
@@ -109,27 +98,14 @@ def _put_context(conn: sqlite3.Connection, exp_id: int, targz: bytes) -> None:
             blob.write(view[start:start + _PIECE])
 
 
-def _insert_trial(
-    conn: sqlite3.Connection, exp_id: int, hparams: dict[str, Any], seed: int,
-    state: TrialState, now: float, trial_id: int,
-) -> int:
-    request_id = str(uuid.uuid4())
-    conn.execute(
-        "INSERT INTO trials (id, experiment_id, request_id, task_id, hparams, seed, state, "
-        "start_time) VALUES (?,?,?,?,?,?,?,?)",
-        (trial_id, exp_id, request_id, f"{exp_id}.{request_id}",
-         json.dumps(hparams), seed, state.value, now),
-    )
-    return trial_id
-
-
 def add_trial(
     conn: sqlite3.Connection, exp_id: int, hparams: dict[str, Any], seed: int,
     state: TrialState = TrialState.QUEUED,
 ) -> Trial:
     with transaction(conn):
-        tid = _insert_trial(conn, exp_id, hparams, seed, state, time.time(),
-                            ids.next_id(conn, "trials"))
+        tid, = search.insert_trials(conn, exp_id, [ids.next_id(conn, "trials")],
+                                    search.Opening.of([(hparams, seed)]).trials, state,
+                                    time.time())
     return _trial(conn, tid)
 
 

@@ -23,6 +23,7 @@ from dettui.master.store.records import Experiment, Trial
 from dettui.master.store.tx import transaction
 from dettui.models import AllocationState, ExperimentState, TrialState
 
+_ROWS_AT_ONCE = 100  # rows of one INSERT (9 values each: far below SQLite's 32,766 variables)
 SEEN = "_seen_steps"  # per search id: the last validation step applied
 ENDED = "_ended"  # search ids whose end was applied
 
@@ -71,16 +72,22 @@ def _trial_progress(conn: sqlite3.Connection, exp_id: int) -> dict[int, float]:
     return {int(r[0]): float(r[1] or 0.0) for r in rows}
 
 
-def insert_trial(conn: sqlite3.Connection, exp_id: int, create: search.Create,
-                 state: TrialState, now: float, trial_id: int) -> int:
-    """Insert the trial a searcher asked for, as `trial_id` (from `ids.next_ids`)."""
-    request_id = str(uuid.uuid4())
-    conn.execute(
-        "INSERT INTO trials (id, experiment_id, request_id, task_id, hparams, seed, state, "
-        "start_time, search_id) VALUES (?,?,?,?,?,?,?,?,?)",
-        (trial_id, exp_id, request_id, f"{exp_id}.{request_id}",
-         json.dumps(create.hparams), create.seed, state.value, now, create.request_id))
-    return trial_id
+def insert_trials(conn: sqlite3.Connection, exp_id: int, trial_ids: list[int],
+                  trials: list[tuple[str, str, int, int | None]], state: TrialState,
+                  now: float) -> list[int]:
+    """Insert an experiment's new trials as `trial_ids` (from `ids`): each (request id,
+    hparams JSON, seed, search id), a statement per 100 of them; their ids."""
+    rows = [(tid, exp_id, request_id, f"{exp_id}.{request_id}", hparams, seed, state.value,
+             now, search_id)
+            for tid, (request_id, hparams, seed, search_id) in zip(trial_ids, trials,
+                                                                   strict=True)]
+    for start in range(0, len(rows), _ROWS_AT_ONCE):
+        chunk = rows[start:start + _ROWS_AT_ONCE]
+        conn.execute("INSERT INTO trials (id, experiment_id, request_id, task_id, hparams, seed, "
+                     "state, start_time, search_id) VALUES "
+                     + ",".join(["(?,?,?,?,?,?,?,?,?)"] * len(chunk)),
+                     [v for row in chunk for v in row])
+    return trial_ids
 
 
 @dataclass(frozen=True)
@@ -117,7 +124,9 @@ def _apply(conn: sqlite3.Connection, exp: Experiment, actions: list[search.Actio
                                   sum(isinstance(a, search.Create) for a in actions)))
     for action in actions:
         if isinstance(action, search.Create):
-            out.created.append(insert_trial(conn, exp.id, action, state, now, next(trial_ids)))
+            out.created += insert_trials(conn, exp.id, [next(trial_ids)], [
+                (str(uuid.uuid4()), json.dumps(action.hparams), action.seed, action.request_id)],
+                state, now)
             continue
         row = conn.execute("SELECT id, state FROM trials WHERE experiment_id=? AND search_id=?",
                            (exp.id, action.request_id)).fetchone()
