@@ -182,7 +182,8 @@ async def test_no_list_or_pass_reads_a_context(master_settings: MasterSettings,
             "config": SIMPLE_CONFIG, "modelDefinition": files, "activate": True})
     db = client.server.app[keys.DB]
     reads: list[str] = []
-    stop = await db.call(_watch_contexts, db.conn, reads)
+    # the store connection and every reader connection (lists are read on those)
+    stops = [await db.call(_watch_contexts, conn, reads) for conn in (db.conn, *db.readers)]
     try:
         for path in ("/api/v1/experiments", "/api/v1/experiments/2", "/api/v1/job-queues-v2",
                      "/api/v1/experiments/2/trials", "/api/v1/trials/2", "/api/v1/agents"):
@@ -193,7 +194,8 @@ async def test_no_list_or_pass_reads_a_context(master_settings: MasterSettings,
         await api.call("GET", "/api/v1/experiments/2/model_def")
         assert "targz" in reads  # the watch sees a context read when there is one
     finally:
-        await db.call(stop)
+        for stop in stops:
+            await db.call(stop)
 
 
 def test_contexts_move_to_their_own_table_with_migration_12(tmp_path: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 import time
 from typing import Any
 
@@ -27,6 +28,7 @@ from dettui.master.store import credentials
 from dettui.master.store import experiments as exp_store
 from dettui.master.store import logs as log_store
 from dettui.master.store import trials as trial_store
+from dettui.master.store.records import Allocation, Experiment, Trial
 from dettui.master.wire import path_int, query_float, ts
 from dettui.protocol import (
     AgentLogsBody,
@@ -88,7 +90,7 @@ async def agent_objects(app: web.Application) -> list[dict[str, Any]]:
     """Every connected agent as GET /api/v1/agents shows them, ordered by id."""
     cluster = app[keys.CLUSTER]
     used: dict[str, dict[int, str]] = {}
-    for alloc in await app[keys.DB].run(trial_store.live_allocations):
+    for alloc in await app[keys.DB].read(trial_store.live_allocations):
         for agent_id, slots in alloc.parts:
             for s in slots:
                 used.setdefault(agent_id, {})[s] = alloc.container_id(agent_id)
@@ -179,14 +181,23 @@ async def disable_slot(request: web.Request) -> web.Response:
     return await _slot(request, False)
 
 
+def _live_tasks(conn: sqlite3.Connection) -> list[tuple[Allocation, Trial, Experiment]]:
+    """Each live allocation with its trial and experiment (one snapshot, one read each)."""
+    out = []
+    exps: dict[int, Experiment] = {}
+    for alloc in trial_store.live_allocations(conn):
+        trial = trial_store.get(conn, alloc.trial_id)
+        if trial.experiment_id not in exps:
+            exps[trial.experiment_id] = exp_store.get(conn, trial.experiment_id)
+        out.append((alloc, trial, exps[trial.experiment_id]))
+    return out
+
+
 @routes.get("/api/v1/tasks")
 async def tasks(request: web.Request) -> web.Response:
     """Running allocations with their slots and agents (Determined's allocationIdToSummary)."""
-    db = request.app[keys.DB]
     out = {}
-    for alloc in await db.run(trial_store.live_allocations):
-        trial = await db.run(trial_store.get, alloc.trial_id)
-        exp = await db.run(exp_store.get, trial.experiment_id)
+    for alloc, trial, exp in await request.app[keys.DB].read(_live_tasks):
         out[alloc.id] = {
             "taskId": trial.task_id, "allocationId": alloc.id, "name": f"Trial {trial.id}",
             "registeredTime": ts(alloc.start_time), "resourcePool": exp.resource_pool,
@@ -243,7 +254,7 @@ async def allocation_exit(request: web.Request) -> web.Response:
     require_agent(request, request.match_info["agentId"])
     body = await parse(request, AllocationExitBody)
     alloc_id = request.match_info["allocationId"]
-    alloc = await request.app[keys.DB].run(trial_store.allocation, alloc_id)
+    alloc = await request.app[keys.DB].read(trial_store.allocation, alloc_id)
     agent_id = request.match_info["agentId"]
     if agent_id not in alloc.agents:
         raise NotFound(f"allocation {alloc_id} does not run on this agent")
@@ -273,10 +284,10 @@ async def agent_logs(request: web.Request) -> web.Response:
     rows = []
     for line in body.logs:
         if line.allocation_id not in trial_of:
-            alloc = await db.run(trial_store.allocation, line.allocation_id)
+            alloc = await db.read(trial_store.allocation, line.allocation_id)
             if agent_id not in alloc.agents:
                 raise PermissionDenied(f"allocation {alloc.id} has no part on agent {agent_id}")
-            trial = await db.run(trial_store.get, alloc.trial_id)
+            trial = await db.read(trial_store.get, alloc.trial_id)
             trial_of[line.allocation_id] = (trial.id, trial.task_id)
             containers[line.allocation_id] = alloc.container_id(agent_id)
         trial_id, task_id = trial_of[line.allocation_id]
@@ -313,7 +324,7 @@ async def issue_credential(request: web.Request) -> web.Response:
 @routes.get("/api/v1/agent-credentials")
 async def list_credentials(request: web.Request) -> web.Response:
     require_admin(request)
-    found = await request.app[keys.DB].run(credentials.list_)
+    found = await request.app[keys.DB].read(credentials.list_)
     return web.json_response({"credentials": [credential_json(c) for c in found]})
 
 
@@ -377,10 +388,10 @@ async def mark_daemon(request: web.Request) -> web.Response:
             body.resources_id not in (None, "", resources_id):
         raise InvalidArgument("allocationId and resourcesId must match the path")
     db = request.app[keys.DB]
-    alloc = await db.run(trial_store.allocation, alloc_id)
-    trial = await db.run(trial_store.get, alloc.trial_id)
+    alloc = await db.read(trial_store.allocation, alloc_id)
+    trial = await db.read(trial_store.get, alloc.trial_id)
     if principal(request).allocation is None:
-        exp = await db.run(exp_store.get, trial.experiment_id)
+        exp = await db.read(exp_store.get, trial.experiment_id)
         require_owner(request, exp.owner_id, f"allocation {alloc_id}")
     agent_id = alloc.agent_of(resources_id)
     if agent_id is None:
@@ -409,6 +420,6 @@ async def slurm_start(request: web.Request) -> web.Response:
     check_allocation(request, alloc_id)
     if principal(request).allocation is None:
         raise PermissionDenied("this needs the allocation's token")
-    alloc = await request.app[keys.DB].run(trial_store.allocation, alloc_id)
+    alloc = await request.app[keys.DB].read(trial_store.allocation, alloc_id)
     start = await request.app[keys.CLUSTER].slurm_start(alloc)
     return web.json_response(start.wire())

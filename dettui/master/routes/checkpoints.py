@@ -50,7 +50,7 @@ async def report(request: web.Request) -> web.Response:
     if body.state not in (None, "STATE_COMPLETED", "STATE_UNSPECIFIED"):
         raise InvalidArgument("invalid state for reported checkpoint")
     db = request.app[keys.DB]
-    trial = await db.run(trial_store.by_task_id, body.task_id)
+    trial = await db.read(trial_store.by_task_id, body.task_id)
     p = principal(request)
     if p.allocation is not None and p.allocation.trial_id != trial.id:
         raise PermissionDenied("an allocation token may only report its own trial's checkpoints")
@@ -72,10 +72,10 @@ routes.post("/api/v1/checkpoints")(report)
 async def _readable(request: web.Request, uuid: str) -> Checkpoint:
     """The checkpoint, if the caller may read it (an allocation: only its experiment's)."""
     db = request.app[keys.DB]
-    ckpt = await db.run(ckpt_store.get, checkpoint_uuid(uuid))
+    ckpt = await db.read(ckpt_store.get, checkpoint_uuid(uuid))
     p = principal(request)
     if p.allocation is not None and ckpt.trial_id is not None:
-        mine = await db.run(trial_store.get, p.allocation.trial_id)
+        mine = await db.read(trial_store.get, p.allocation.trial_id)
         if ckpt.experiment_id != mine.experiment_id:
             raise PermissionDenied("an allocation token may only read its experiment's checkpoints")
     return ckpt
@@ -85,7 +85,7 @@ async def _readable(request: web.Request, uuid: str) -> Checkpoint:
 async def get(request: web.Request) -> web.Response:
     ckpt = await _readable(request, request.match_info["uuid"])
     db = request.app[keys.DB]
-    return web.json_response({"checkpoint": await db.call(checkpoint_views.view, db.conn, ckpt)})
+    return web.json_response({"checkpoint": await db.read(checkpoint_views.view, ckpt)})
 
 
 routes.get("/api/v1/checkpoints/{uuid}")(get)
@@ -104,15 +104,15 @@ async def patch(request: web.Request) -> web.Response:
     left = [_left(item, i) for i, item in enumerate(items)]
     db = request.app[keys.DB]
     p = principal(request)
-    mine = (await db.run(trial_store.get, p.allocation.trial_id)).experiment_id \
+    mine = (await db.read(trial_store.get, p.allocation.trial_id)).experiment_id \
         if p.allocation is not None else None
     for uuid, _ in left:
-        ckpt = await db.run(ckpt_store.get, uuid)
+        ckpt = await db.read(ckpt_store.get, uuid)
         if p.allocation is not None and ckpt.experiment_id != mine:
             raise PermissionDenied("an allocation token may only change its experiment's "
                                    "checkpoints")
         if p.allocation is None and ckpt.experiment_id is not None:
-            exp = await db.run(exp_store.get, ckpt.experiment_id)
+            exp = await db.read(exp_store.get, ckpt.experiment_id)
             require_owner(request, exp.owner_id, f"checkpoint {uuid}")
     await db.run(ckpt_store.set_resources_many, left)
     return web.json_response({})
@@ -142,11 +142,11 @@ async def delete(request: web.Request) -> web.Response:
     db = request.app[keys.DB]
     by_exp: dict[int, list[Checkpoint]] = {}
     for i, raw in enumerate(body.checkpoint_uuids):
-        ckpt = await db.run(ckpt_store.get, checkpoint_uuid(raw, f"checkpointUuids[{i}]"))
+        ckpt = await db.read(ckpt_store.get, checkpoint_uuid(raw, f"checkpointUuids[{i}]"))
         if ckpt.experiment_id is None:
             raise FailedPrecondition(f"checkpoint {ckpt.uuid} belongs to no experiment")
         by_exp.setdefault(ckpt.experiment_id, []).append(ckpt)
-    exps = {eid: await db.run(exp_store.get, eid) for eid in by_exp}
+    exps = {eid: await db.read(exp_store.get, eid) for eid in by_exp}
     for eid, ckpts in by_exp.items():
         require_owner(request, exps[eid].owner_id, f"checkpoint {ckpts[0].uuid}")
     for eid, ckpts in by_exp.items():
@@ -175,7 +175,7 @@ async def remove_files(request: web.Request) -> web.Response:
     found, missing = [], []
     for uuid in dict.fromkeys(uuids):
         try:
-            found.append(await db.run(ckpt_store.get, uuid))
+            found.append(await db.read(ckpt_store.get, uuid))
         except NotFound:
             missing.append(uuid)
     if missing:
@@ -198,7 +198,7 @@ async def _owned_by_experiment(request: web.Request, ckpts: list[Checkpoint],
         groups.setdefault(ckpt.experiment_id, []).append(ckpt)
     out = []
     for exp_id, group in groups.items():
-        exp = await request.app[keys.DB].run(exp_store.get, exp_id)
+        exp = await request.app[keys.DB].read(exp_store.get, exp_id)
         require_owner(request, exp.owner_id, f"checkpoint {group[0].uuid}")
         out.append((exp, group))
     return out
@@ -215,7 +215,7 @@ async def post_metadata(request: web.Request) -> web.Response:
         raise InvalidArgument(f"checkpoint.uuid: {body.checkpoint.uuid[:40]!r} does not match "
                               f"the checkpoint {uuid} in the path")
     db = request.app[keys.DB]
-    ckpt = await db.run(ckpt_store.get, uuid)
+    ckpt = await db.read(ckpt_store.get, uuid)
     p = principal(request)
     if p.allocation is not None:
         if ckpt.trial_id != p.allocation.trial_id:
@@ -224,12 +224,12 @@ async def post_metadata(request: web.Request) -> web.Response:
     elif ckpt.experiment_id is None:
         require_admin(request)
     else:
-        exp = await db.run(exp_store.get, ckpt.experiment_id)
+        exp = await db.read(exp_store.get, ckpt.experiment_id)
         require_owner(request, exp.owner_id, f"checkpoint {uuid}")
     ckpt = await db.run(ckpt_store.set_metadata, uuid, body.checkpoint.metadata)
     if ckpt.experiment_id is not None:
         request.app[keys.NOTIFIER].notify(f"experiment:{ckpt.experiment_id}")
-    return web.json_response({"checkpoint": await db.call(checkpoint_views.view, db.conn, ckpt)})
+    return web.json_response({"checkpoint": await db.read(checkpoint_views.view, ckpt)})
 
 
 routes.post("/api/v1/checkpoints/{uuid}/metadata")(post_metadata)
@@ -244,7 +244,7 @@ async def download(request: web.Request) -> web.StreamResponse:
     if ckpt.state not in (CheckpointState.COMPLETED, CheckpointState.PARTIALLY_DELETED):
         raise FailedPrecondition(f"checkpoint {ckpt.uuid} is {ckpt.state.value}: only "
                                  "COMPLETED or PARTIALLY_DELETED checkpoints can be downloaded")
-    exp = await request.app[keys.DB].run(exp_store.get, ckpt.experiment_id)
+    exp = await request.app[keys.DB].read(exp_store.get, ckpt.experiment_id)
     root = await asyncio.to_thread(checkpoint_files.directory, exp.config, ckpt.uuid)
     return await checkpoint_files.stream(request, root, ckpt.uuid)
 
@@ -259,8 +259,8 @@ LIST_QUERY = {"sortByAttr": str, "sortByMetric": str, "orderBy": str, "states": 
 async def trial_checkpoints(request: web.Request) -> web.Response:
     trial_id = path_int(request, "id")
     db = request.app[keys.DB]
-    trial = await db.run(trial_store.get, trial_id)
-    exp = await db.run(exp_store.get, trial.experiment_id)
+    trial = await db.read(trial_store.get, trial_id)
+    exp = await db.read(exp_store.get, trial.experiment_id)
     return await listed(request, exp, trial_id=trial_id)
 
 
@@ -271,8 +271,8 @@ async def listed(request: web.Request, exp: Experiment,
     db = request.app[keys.DB]
     q = request.query
     where = {"trial_id": trial_id} if trial_id is not None else {"experiment_id": exp.id}
-    out, window = await db.call(
-        checkpoint_views.page, db.conn, page_of(request), exp.searcher_metric,
+    out, window = await db.read(
+        checkpoint_views.page, page_of(request), exp.searcher_metric,
         exp.smaller_is_better, **where, sort_attr=q.get("sortByAttr") or None,
         sort_metric=q.get("sortByMetric") or None, states=q.getall("states", []),
         order=q.get("orderBy"))
@@ -296,9 +296,9 @@ async def report_source(request: web.Request) -> web.Response:
     uuid = checkpoint_uuid(info.checkpoint_uuid, "trialSourceInfo.checkpointUuid")
     check_trial(request, info.trial_id)
     db = request.app[keys.DB]
-    trial = await db.run(trial_store.get, info.trial_id)
+    trial = await db.read(trial_store.get, info.trial_id)
     if principal(request).allocation is None:
-        exp = await db.run(exp_store.get, trial.experiment_id)
+        exp = await db.read(exp_store.get, trial.experiment_id)
         require_owner(request, exp.owner_id, f"trial {trial.id}")
     await db.run(ckpt_store.link_trial, trial.id, uuid, info.trial_source_info_type,
                  info.model_id, info.model_version)
@@ -322,13 +322,13 @@ async def source_metrics(request: web.Request) -> web.Response:
     group = request.query.get("metricGroup") or None
     db = request.app[keys.DB]
     p = principal(request)
-    mine = (await db.run(trial_store.get, p.allocation.trial_id)).experiment_id \
+    mine = (await db.read(trial_store.get, p.allocation.trial_id)).experiment_id \
         if p.allocation is not None else None
     out = []
-    for trial_id in await db.run(ckpt_store.linked_trials, ckpt.uuid, kind):
-        if mine is not None and (await db.run(trial_store.get, trial_id)).experiment_id != mine:
+    for trial_id in await db.read(ckpt_store.linked_trials, ckpt.uuid, kind):
+        if mine is not None and (await db.read(trial_store.get, trial_id)).experiment_id != mine:
             continue  # as Determined: trials the caller may not see are left out
-        rows = await db.run(metric_store.for_trial, trial_id, group, limit=MAX_SOURCE_METRICS)
+        rows = await db.read(metric_store.for_trial, trial_id, group, limit=MAX_SOURCE_METRICS)
         out.extend(metrics_report(m, i) for i, m in enumerate(rows))
     return await big_json_response({"metrics": out})
 

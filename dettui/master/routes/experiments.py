@@ -156,19 +156,19 @@ async def experiment_objects(db: Database,
     shows them."""
     if ids is not None and not ids:
         return []
-    return [serialize.experiment(e) for e in await db.run(exp_store.list_, ids=ids)]
+    return [serialize.experiment(e) for e in await db.read(exp_store.list_, ids=ids)]
 
 
 async def trial_objects(db: Database, exp_id: int,
                         ids: list[int] | None = None) -> list[dict[str, Any]]:
     """Every trial of an experiment (or those of `ids`) as GET /api/v1/experiments/{id}/trials
     shows them."""
-    exp = await db.run(exp_store.get, exp_id)
+    exp = await db.read(exp_store.get, exp_id)
     if ids is None:
-        rows = await db.run(trial_store.for_experiment, exp_id)
+        rows = await db.read(trial_store.for_experiment, exp_id)
     else:
-        rows = await db.run(trial_store.of_experiment, exp_id, ids)
-    return list(await db.call(trial_views, db.conn, exp, rows))
+        rows = await db.read(trial_store.of_experiment, exp_id, ids)
+    return list(await db.read(trial_views, exp, rows))
 
 
 @routes.get("/api/v1/experiments")
@@ -178,7 +178,7 @@ async def list_(request: web.Request) -> web.Response:
     """A page of experiments, read with LIMIT/OFFSET (Determined's pagination). dettui's own
     clients ask with `omitConfig=true` (not Determined's): without `config` and
     `originalConfig`, two thirds of each experiment's JSON that a list does not show."""
-    exps, window = await request.app[keys.DB].run(
+    exps, window = await request.app[keys.DB].read(
         exp_store.page, page_of(request), archived=query_bool(request, "archived"),
         users=request.query.getall("users", []) or None,
         states=request.query.getall("states", []) or None,
@@ -200,8 +200,8 @@ def _list_body(exps: list[Experiment], pagination: dict[str, int], config: bool)
 @routes.get("/api/v1/experiments/{id}")
 async def get(request: web.Request) -> web.Response:
     db = request.app[keys.DB]
-    exp = await db.run(exp_store.get, path_int(request, "id"))
-    view = serialize.experiment(exp) | await db.call(extras, db.conn, exp)
+    exp = await db.read(exp_store.get, path_int(request, "id"))
+    view = serialize.experiment(exp) | await db.read(extras, exp)
     return web.json_response({"experiment": view, "config": exp.config, "jobSummary": None})
 
 
@@ -213,7 +213,7 @@ async def patch(request: web.Request) -> web.Response:
     body = parse_obj(raw, PatchExperimentBody)
     assert isinstance(raw, dict)
     db = request.app[keys.DB]
-    exp = await db.run(exp_store.get, exp_id)
+    exp = await db.read(exp_store.get, exp_id)
     require_owner(request, exp.owner_id, f"experiment {exp_id}")
     fields: dict[str, Any] = {}
     if body.name is not None:
@@ -266,11 +266,11 @@ async def preview_gc(request: web.Request) -> web.Response:
     """What a policy would delete (`det e set gc-policy` without --yes)."""
     exp_id = path_int(request, "id")
     db = request.app[keys.DB]
-    exp = await db.run(exp_store.get, exp_id)
+    exp = await db.read(exp_store.get, exp_id)
     old = checkpoint_gc.policy_of(exp)
     policy = GcPolicy(*(query_int(request, k, getattr(old, k)) for k in (
         "save_experiment_best", "save_trial_best", "save_trial_latest")))
-    doomed = await db.run(checkpoint_gc.plan, exp, policy)
+    doomed = await db.read(checkpoint_gc.plan, exp, policy)
     return web.json_response({
         "checkpoints": [_go_checkpoint(c) for c in doomed],
         "metric_name": exp.searcher_metric})
@@ -308,7 +308,7 @@ async def _action(request: web.Request, action: str) -> web.Response:
     exp_id = path_int(request, "id")
     db = request.app[keys.DB]
     cluster = request.app[keys.CLUSTER]
-    exp = await db.run(exp_store.get, exp_id)
+    exp = await db.read(exp_store.get, exp_id)
     require_owner(request, exp.owner_id, f"experiment {exp_id}")
     if action in ("pause", "activate") and exp.state.is_terminal():
         raise FailedPrecondition("experiment in terminal state")
@@ -343,7 +343,7 @@ async def continue_experiment(request: web.Request) -> web.Response:
     latest checkpoints, with the override merged into its config."""
     body = await parse(request, ContinueExperimentBody)
     db = request.app[keys.DB]
-    exp = await db.run(exp_store.get, body.id)
+    exp = await db.read(exp_store.get, body.id)
     require_owner(request, exp.owner_id, f"experiment {exp.id}")
     if exp.unmanaged:
         raise FailedPrecondition(f"experiment {exp.id} is unmanaged: run its script again")
@@ -351,7 +351,7 @@ async def continue_experiment(request: web.Request) -> web.Response:
     await db.run(control.continue_experiment, exp.id, conf)
     request.app[keys.NOTIFIER].notify(f"experiment:{exp.id}", "experiments", "jobs")
     request.app[keys.CLUSTER].kick()
-    exp = await db.run(exp_store.get, exp.id)
+    exp = await db.read(exp_store.get, exp.id)
     return web.json_response({"experiment": serialize.experiment(exp), "config": exp.config})
 
 
@@ -378,7 +378,7 @@ async def delete(request: web.Request) -> web.Response:
     fewer files, and deleting again finishes the job."""
     exp_id = path_int(request, "id")
     db = request.app[keys.DB]
-    exp = await db.run(exp_store.get, exp_id)
+    exp = await db.read(exp_store.get, exp_id)
     require_owner(request, exp.owner_id, f"experiment {exp_id}")
     if not exp.state.is_terminal():
         raise FailedPrecondition(
@@ -405,11 +405,11 @@ async def trials(request: web.Request) -> web.Response:
     """A page of the experiment's trials, read with LIMIT/OFFSET."""
     exp_id = path_int(request, "id")
     db = request.app[keys.DB]
-    exp = await db.run(exp_store.get, exp_id)
-    rows, window = await db.run(trial_store.page, exp_id, page_of(request),
+    exp = await db.read(exp_store.get, exp_id)
+    rows, window = await db.read(trial_store.page, exp_id, page_of(request),
                                 states=request.query.getall("states", []) or None,
                                 sort_by=request.query.get("sortBy") or None)
-    views = await db.call(trial_views, db.conn, exp, rows)
+    views = await db.read(trial_views, exp, rows)
     return await big_json_response({"trials": views, "pagination": window.pagination()})
 
 
@@ -418,13 +418,13 @@ async def trials(request: web.Request) -> web.Response:
 async def checkpoints(request: web.Request) -> web.Response:
     exp_id = path_int(request, "id")
     db = request.app[keys.DB]
-    exp = await db.run(exp_store.get, exp_id)
+    exp = await db.read(exp_store.get, exp_id)
     return await ckpt_routes.listed(request, exp)
 
 
 @routes.get("/api/v1/experiments/{id}/model_def")
 async def model_def(request: web.Request) -> web.Response:
-    data = await request.app[keys.DB].run(exp_store.context, path_int(request, "id"))
+    data = await request.app[keys.DB].read(exp_store.context, path_int(request, "id"))
     return await b64_response("b64Tgz", data)
 
 
@@ -433,14 +433,14 @@ async def best_validation(request: web.Request) -> web.Response:
     exp_id = path_int(request, "id")
     db = request.app[keys.DB]
     p = principal(request)
-    exp = await db.run(exp_store.get, exp_id)
+    exp = await db.read(exp_store.get, exp_id)
     if p.allocation is not None:
-        trial = await db.run(trial_store.get, p.allocation.trial_id)
+        trial = await db.read(trial_store.get, p.allocation.trial_id)
         if trial.experiment_id != exp_id:
             from dettui.errors import PermissionDenied
 
             raise PermissionDenied("this allocation's token is not valid for that experiment")
-    best = await db.call(best_metric, db.conn, exp)
+    best = await db.read(best_metric, exp)
     if best is None:
         from dettui.errors import NotFound
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,7 +60,7 @@ async def resource_pools(request: web.Request) -> web.Response:
     names = list(dict.fromkeys([*settings.pools,
                                 *(lk.agent.pool for lk in cluster.agents.connected())]))
     used: dict[str, int] = {}
-    for alloc in await request.app[keys.DB].run(trial_store.live_allocations):
+    for alloc in await request.app[keys.DB].read(trial_store.live_allocations):
         for agent_id, slots in alloc.parts:
             pool = cluster.agents.pool_of(agent_id)
             if pool is not None:
@@ -146,47 +147,65 @@ async def queue_page(app: web.Application, want: Page, pool: str | None = None,
                      only_requests: bool = False, states: list[str] | None = None,
                      ) -> tuple[list[dict[str, Any]], Window]:
     """A page of the queue: ordered from the live experiments' ordering keys and the trials
-    that run or wait (no config read), then only the page's jobs read in full."""
-    db = app[keys.DB]
+    that run or wait (no config read), then only the page's jobs read in full; every read in
+    one snapshot, on a reader connection."""
     backfilled = app[keys.CLUSTER].scheduling.backfilled_trials()
+    reasons = app[keys.CLUSTER].scheduling.waiting_reasons()
+    got = await app[keys.DB].read(_read_queue, want, pool, only_requests, states, backfilled,
+                                  list(reasons))
+    on_page = set(got.ids)
+    runs: dict[int, list[int]] = {}
+    for trial_id, eid in got.running:
+        if eid in on_page:
+            runs.setdefault(eid, []).append(trial_id)
+    first: dict[int, int] = {}  # per experiment once, not a scan of `owner` per job
+    for t, e in got.owner.items():
+        if e in on_page and t < first.get(e, t + 1):
+            first[e] = t
+    requests = Requests(runs, got.queued, reasons, first)
+    fair = {p for p, pol in app[keys.SETTINGS].policies.items() if pol.scheduler == FAIR_SHARE}
+    rows = job_rows(got.exps, requests, fair, backfilled, only_requests, got.ahead)
+    place = {eid: i for i, eid in enumerate(got.ids)}
+    rows.sort(key=lambda r: place[int(r["entityId"])])
+    return rows, got.window
+
+
+@dataclass(frozen=True)
+class _QueueRead:
+    ids: list[int]  # the page's experiments
+    window: Window
+    ahead: dict[int, int]  # experiment -> its place in the whole queue
+    running: list[tuple[int, int]]  # (trial, experiment) of the running trials
+    exps: list[JobView]
+    owner: dict[int, int]  # trial with a waiting reason -> its experiment
+    queued: dict[int, int]  # experiment -> how many of its trials are QUEUED
+
+
+def _read_queue(conn: sqlite3.Connection, want: Page, pool: str | None, only_requests: bool,
+                states: list[str] | None, backfilled: set[int],
+                reasons: list[int]) -> _QueueRead:
     if not states:  # a walk of the queue's index (Determined's queue: the jobs with requests)
-        ids, window = await db.run(exp_store.queue_ids, want, pool, only_requests)
+        ids, window = exp_store.queue_ids(conn, want, pool, only_requests)
         places = range(window.start, window.end)
         if want.desc:
             places = range(window.total - 1 - window.start, window.total - 1 - window.end, -1)
         ahead = dict(zip(ids, places, strict=True))
-        running = await db.run(trial_store.running_of, ids)
+        running = trial_store.running_of(conn, ids)
     else:
-        ids, window, ahead, running = await _filtered(app, want, pool, only_requests, states,
-                                                      backfilled)
-    exps = await db.run(exp_store.job_views, ids)
-    on_page = set(ids)
-    runs: dict[int, list[int]] = {}
-    for trial_id, eid in running:
-        if eid in on_page:
-            runs.setdefault(eid, []).append(trial_id)
-    reasons = app[keys.CLUSTER].scheduling.waiting_reasons()
-    owner = await db.run(trial_store.experiment_ids, list(reasons)) if reasons else {}
-    first: dict[int, int] = {}  # per experiment once, not a scan of `owner` per job
-    for t, e in owner.items():
-        if e in on_page and t < first.get(e, t + 1):
-            first[e] = t
-    requests = Requests(runs, await db.run(trial_store.queued_counts, ids), reasons, first)
-    fair = {p for p, pol in app[keys.SETTINGS].policies.items() if pol.scheduler == FAIR_SHARE}
-    rows = job_rows(exps, requests, fair, backfilled, only_requests, ahead)
-    place = {eid: i for i, eid in enumerate(ids)}
-    rows.sort(key=lambda r: place[int(r["entityId"])])
-    return rows, window
+        ids, window, ahead, running = _filtered(conn, want, pool, only_requests, states,
+                                                backfilled)
+    return _QueueRead(ids, window, ahead, running, exp_store.job_views(conn, ids),
+                      trial_store.experiment_ids(conn, reasons) if reasons else {},
+                      trial_store.queued_counts(conn, ids))
 
 
-async def _filtered(app: web.Application, want: Page, pool: str | None, only_requests: bool,
-                    states: list[str] | None, backfilled: set[int],
-                    ) -> tuple[list[int], Window, dict[int, int], list[tuple[int, int]]]:
+def _filtered(conn: sqlite3.Connection, want: Page, pool: str | None, only_requests: bool,
+              states: list[str], backfilled: set[int],
+              ) -> tuple[list[int], Window, dict[int, int], list[tuple[int, int]]]:
     """A page of the jobs with a request (`only_requests`) or in `states`: the page's ids,
     its window, each job's place in the whole queue, and the running trials."""
-    db = app[keys.DB]
-    live = await db.run(exp_store.live_keys, pool)
-    running, queued = await db.run(trial_store.active)
+    live = exp_store.live_keys(conn, pool)
+    running, queued = trial_store.active(conn)
     state: dict[int, str] = {eid: JobState.QUEUED.value for eid in queued}
     for trial_id, eid in running:
         if state.get(eid) != JobState.SCHEDULED_BACKFILLED.value:
@@ -230,7 +249,7 @@ async def update_jobs(request: web.Request) -> web.Response:
         if not isinstance(upd, dict) or not isinstance(upd.get("jobId"), str):
             raise InvalidArgument(f"updates[{i}].jobId: must be a string")
         try:
-            exp = await db.run(exp_store.by_job_id, upd["jobId"])
+            exp = await db.read(exp_store.by_job_id, upd["jobId"])
             require_owner(request, exp.owner_id, f"job {upd['jobId']}")
             fields = await _job_update(request, exp, upd, i)
             await db.run(exp_store.update_fields, exp.id, **fields)
@@ -280,7 +299,7 @@ async def _job_update(request: web.Request, exp: Experiment, upd: dict[str, Any]
 
 async def _moved(request: web.Request, exp: Experiment, anchor_id: str,
                  ahead: bool) -> dict[str, Any]:
-    exps = list((await request.app[keys.DB].run(exp_store.live_jobs)).values())
+    exps = list((await request.app[keys.DB].read(exp_store.live_jobs)).values())
     anchor = next((e for e in exps if e.job_id == anchor_id), None)
     if anchor is None:
         raise NotFound(f"job {anchor_id} not found")

@@ -46,7 +46,7 @@ def _filter(request: web.Request) -> log_store.LogFilter:
 @op(query=LOG_QUERY, long_poll="follow")
 async def trial_logs(request: web.Request) -> web.StreamResponse:
     trial_id = path_int(request, "id")
-    await request.app[keys.DB].run(trial_store.get, trial_id)
+    await request.app[keys.DB].read(trial_store.get, trial_id)
     return await _stream(request, trial_id, serialize.log_line)
 
 
@@ -54,7 +54,7 @@ async def trial_logs(request: web.Request) -> web.StreamResponse:
 @op(query=LOG_QUERY, long_poll="follow")
 async def task_logs(request: web.Request) -> web.StreamResponse:
     """`det task logs TASK_ID`: a trial's task, as Determined's v1TaskLogsResponse."""
-    trial = await request.app[keys.DB].run(trial_store.by_task_id, request.match_info["taskId"])
+    trial = await request.app[keys.DB].read(trial_store.by_task_id, request.match_info["taskId"])
     check_trial(request, trial.id)
     return await _stream(request, trial.id, serialize.task_log_line)
 
@@ -69,7 +69,7 @@ async def _stream(request: web.Request, trial_id: int,
     resp = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
     await resp.prepare(request)
     if descending:
-        lines = await db.run(log_store.fetch, trial_id, flt, limit=limit, descending=True)
+        lines = await db.read(log_store.fetch, trial_id, flt, limit=limit, descending=True)
         await _write(resp, lines, line_json)
         last = max((ln.id for ln in lines), default=0)
     else:
@@ -95,7 +95,7 @@ async def _drain(request: web.Request, resp: web.StreamResponse, trial_id: int,
         batch = LOG_BATCH if limit <= 0 else min(LOG_BATCH, limit - sent)
         if batch <= 0:
             return after
-        lines = await db.run(log_store.fetch, trial_id, flt, after_id=after, limit=batch)
+        lines = await db.read(log_store.fetch, trial_id, flt, after_id=after, limit=batch)
         await _write(resp, lines, line_json)
         if not lines:
             return after
@@ -109,7 +109,7 @@ async def _follow(request: web.Request, resp: web.StreamResponse, trial_id: int,
     notifier = request.app[keys.NOTIFIER]
     while True:
         last = await _drain(request, resp, trial_id, flt, line_json, last)
-        trial = await db.run(trial_store.get, trial_id)
+        trial = await db.read(trial_store.get, trial_id)
         if trial.state.is_terminal():
             await asyncio.sleep(FOLLOW_GRACE)
             await _drain(request, resp, trial_id, flt, line_json, last)

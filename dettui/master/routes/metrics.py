@@ -37,7 +37,7 @@ async def _stream(request: web.Request, group: str | None) -> web.StreamResponse
     db = request.app[keys.DB]
     for trial_id in ids:
         check_trial(request, trial_id)
-        await db.run(trial_store.get, trial_id)
+        await db.read(trial_store.get, trial_id)
     resp = web.StreamResponse(headers={"Content-Type": "application/json"})
     await resp.prepare(request)
     # One result line per piece of at most STREAM_CHUNK reports (the SDK iterates over the
@@ -47,7 +47,7 @@ async def _stream(request: web.Request, group: str | None) -> web.StreamResponse
         key: tuple[int, int] | None = None
         index = 0
         while True:
-            rows, key = await db.run(metric_store.chunk, trial_id, group, key=key,
+            rows, key = await db.read(metric_store.chunk, trial_id, group, key=key,
                                      limit=STREAM_CHUNK)
             if rows:
                 await resp.write(await offload.cpu(_ndjson_line, rows, index))

@@ -22,7 +22,7 @@ async def get_metadata(request: web.Request) -> web.Response:
     """The run's metadata (`{}` until some is set)."""
     run_id = path_int(request, "runId")
     check_trial(request, run_id)
-    found = await request.app[keys.DB].run(trial_store.run_metadata, run_id)
+    found = await request.app[keys.DB].read(trial_store.run_metadata, run_id)
     return web.json_response({"metadata": found})
 
 
@@ -38,9 +38,9 @@ async def post_metadata(request: web.Request) -> web.Response:
                               "path")
     run_metadata.check(body.metadata)
     db = request.app[keys.DB]
-    trial = await db.run(trial_store.get, run_id)
+    trial = await db.read(trial_store.get, run_id)
     if principal(request).allocation is None:
-        exp = await db.run(exp_store.get, trial.experiment_id)
+        exp = await db.read(exp_store.get, trial.experiment_id)
         require_owner(request, exp.owner_id, f"run {run_id}")
     stored = await db.run(trial_store.set_run_metadata, run_id, body.metadata)
     return web.json_response({"metadata": stored})

@@ -96,7 +96,7 @@ routes.get("/api/v1/auth/user")(me)
 @op(query={"active": bool}, paged=True)
 async def list_users(request: web.Request) -> web.Response:
     """Every user (`det user list`), `active=true|false` to filter, paginated."""
-    found = await request.app[keys.DB].run(users.list_, query_bool(request, "active"))
+    found = await request.app[keys.DB].read(users.list_, query_bool(request, "active"))
     page, pagination = paginate([user_json(u) for u in found], request)
     return web.json_response({"users": page, "pagination": pagination})
 

@@ -108,7 +108,7 @@ def _window(app: web.Application, name: str) -> Topic | None:
             jobs, window = await job_routes.queue_page(app, want)
             total[0] = window.total
             return _keyed(jobs, "jobId")
-        exps, window = await app[keys.DB].run(exp_store.page, want)
+        exps, window = await app[keys.DB].read(exp_store.page, want)
         total[0] = window.total
         return _keyed([serialize.experiment(e) for e in exps], "id")
 

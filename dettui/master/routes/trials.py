@@ -75,9 +75,9 @@ async def get_trial(request: web.Request) -> web.Response:
     trial_id = path_int(request, "id")
     check_trial(request, trial_id)
     db = request.app[keys.DB]
-    trial = await db.run(trial_store.get, trial_id)
-    exp = await db.run(exp_store.get, trial.experiment_id)
-    views = await db.call(trial_views, db.conn, exp, [trial])
+    trial = await db.read(trial_store.get, trial_id)
+    exp = await db.read(exp_store.get, trial.experiment_id)
+    views = await db.read(trial_views, exp, [trial])
     return web.json_response({"trial": views[0]})
 
 
@@ -127,7 +127,7 @@ async def _ingest(request: web.Request, trial_id: int,
     errors = [r if isinstance(r, DettuiError) else next(done) for r in reports]
     ok = [r for r, e in zip(reports, errors, strict=True) if e is None]
     if ok:
-        exp_id = (await request.app[keys.DB].run(trial_store.get, trial_id)).experiment_id
+        exp_id = (await request.app[keys.DB].read(trial_store.get, trial_id)).experiment_id
         request.app[keys.NOTIFIER].notify(f"metrics:{trial_id}")
         request.app[keys.NOTIFIER].experiment_changed(exp_id, trial_id)
     for r in ok:
@@ -187,23 +187,23 @@ async def read_metrics(request: web.Request) -> web.StreamResponse:
     trial_id = path_int(request, "id")
     check_trial(request, trial_id)
     db = request.app[keys.DB]
-    await db.run(trial_store.get, trial_id)
+    await db.read(trial_store.get, trial_id)
     group = request.query.get("group") or None
     after = query_int(request, "afterSteps", -1)
     if "maxPoints" in request.query:
         n = query_int(request, "maxPoints", 0)
         if not 2 <= n <= MAX_POINTS or group is None:
             raise InvalidArgument(f"maxPoints: must be between 2 and {MAX_POINTS}, with a group")
-        raw = await db.run(metric_store.raw_series, trial_id, group, after)
+        raw = await db.read(metric_store.raw_series, trial_id, group, after)
         found = await offload.cpu(series.of_reports, raw, n, request.query.get("metric"))
         return web.json_response({"group": group, "series": found, "reports": len(raw),
                                   "lastSteps": raw[-1][0] if raw else None})
-    window = page_of(request).window(await db.run(metric_store.count, trial_id, group, after))
+    window = page_of(request).window(await db.read(metric_store.count, trial_id, group, after))
     want = window.end - window.start
     read = functools.partial(metric_store.chunk, trial_id=trial_id, group=group,
                              after_steps=after, desc=window.page.desc, offset=window.start)
     if want <= STREAM_CHUNK:
-        rows, _ = await db.call(read, db.conn, limit=want) if want else ([], None)
+        rows, _ = await db.read(read, limit=want) if want else ([], None)
         items = await offload.cpu(_metric_items, rows, True)
         return web.Response(body=METRICS_HEAD + items + _metrics_tail(window.pagination()),
                             content_type="application/json")
@@ -215,7 +215,7 @@ async def read_metrics(request: web.Request) -> web.StreamResponse:
     key: tuple[int, int] | None = None
     sent = 0
     while sent < want:
-        rows, key = await db.call(read, db.conn, key=key, limit=min(STREAM_CHUNK, want - sent))
+        rows, key = await db.read(read, key=key, limit=min(STREAM_CHUNK, want - sent))
         if not rows:
             break  # archived since it was counted
         await resp.write(await offload.cpu(_metric_items, rows, sent == 0))
@@ -257,7 +257,7 @@ async def workloads(request: web.Request) -> web.Response:
     `sortKey` names a metric (`metricType` says of which group; reports without it go last)."""
     trial_id = path_int(request, "id")
     db = request.app[keys.DB]
-    await db.run(trial_store.get, trial_id)
+    await db.read(trial_store.get, trial_id)
     kinds = WORKLOAD_FILTERS.get(request.query.get("filter", ""))
     if kinds is None:
         raise InvalidArgument(f"query parameter filter: unknown option "
@@ -266,12 +266,12 @@ async def workloads(request: web.Request) -> web.Response:
     group = request.query.get("group")
     if group:  # only training and validation reports are workloads
         kinds = kinds & {group, "checkpoint"}
-    reports = await db.run(metric_store.for_trial, trial_id) \
+    reports = await db.read(metric_store.for_trial, trial_id) \
         if kinds & {"training", "validation"} else []
     ckpts: list[Checkpoint] = []
     if "checkpoint" in kinds:
         drop_deleted = query_bool(request, "removeDeletedCheckpoints") or False
-        ckpts = [c for c in await db.run(ckpt_store.for_trial, trial_id)
+        ckpts = [c for c in await db.read(ckpt_store.for_trial, trial_id)
                  if not (drop_deleted and c.state is CheckpointState.DELETED)]
     key = request.query.get("sortKey") or "batches"
     metric_group = METRIC_TYPES.get(request.query.get("metricType", ""), "validation")
@@ -329,8 +329,8 @@ async def progress(request: web.Request) -> web.Response:
         raise InvalidArgument("progress: must be between 0 and 1")
     db = request.app[keys.DB]
     await db.run(trial_store.set_fields, trial_id, progress=body.progress)
-    trial = await db.run(trial_store.get, trial_id)
-    await db.run(search_store.refresh_progress, await db.run(exp_store.get, trial.experiment_id))
+    trial = await db.read(trial_store.get, trial_id)
+    await db.run(search_store.refresh_progress, await db.read(exp_store.get, trial.experiment_id))
     request.app[keys.NOTIFIER].experiment_changed(trial.experiment_id, trial_id, jobs=True)
     return web.json_response({})
 
@@ -364,7 +364,7 @@ async def runner_metadata(request: web.Request) -> web.Response:
     body = await parse(request, RunnerMetadataBody)
     db = request.app[keys.DB]
     await db.run(trial_store.set_fields, trial_id, runner_state=body.state)
-    trial = await db.run(trial_store.get, trial_id)
+    trial = await db.read(trial_store.get, trial_id)
     request.app[keys.NOTIFIER].experiment_changed(trial.experiment_id, trial_id)
     return web.json_response({})
 
@@ -377,8 +377,8 @@ async def kill_trial(request: web.Request) -> web.Response:
     """`det trial kill`: this trial ends (CANCELED) at once; the experiment goes on."""
     trial_id = path_int(request, "id")
     db = request.app[keys.DB]
-    trial = await db.run(trial_store.get, trial_id)
-    exp = await db.run(exp_store.get, trial.experiment_id)
+    trial = await db.read(trial_store.get, trial_id)
+    exp = await db.read(exp_store.get, trial.experiment_id)
     require_owner(request, exp.owner_id, f"trial {trial_id}")
     if exp.unmanaged:
         raise FailedPrecondition(f"trial {trial_id} is detached: end it from its script")
@@ -395,7 +395,7 @@ async def post_task_logs(request: web.Request) -> web.Response:
     p = principal(request)
     rows, trial_ids = [], set()
     for line in body.logs:
-        trial = await db.run(trial_store.by_task_id, line.task_id)
+        trial = await db.read(trial_store.by_task_id, line.task_id)
         if p.allocation is not None and p.allocation.trial_id != trial.id:
             raise PermissionDenied("an allocation token may only write its own task's logs")
         trial_ids.add(trial.id)
@@ -418,14 +418,14 @@ routes.post("/api/v1/task/logs")(post_task_logs)
 async def context_directory(request: web.Request) -> web.Response:
     """A task's model definition: for the task itself, users, and agents running it."""
     db = request.app[keys.DB]
-    trial = await db.run(trial_store.by_task_id, request.match_info["taskId"])
+    trial = await db.read(trial_store.by_task_id, request.match_info["taskId"])
     check_trial(request, trial.id)
     agent = principal(request).agent
     if agent is not None and not any(
-            agent.agent_id in a.agents for a in await db.run(trial_store.live_allocations)
+            agent.agent_id in a.agents for a in await db.read(trial_store.live_allocations)
             if a.trial_id == trial.id):
         raise PermissionDenied(f"task {trial.task_id} does not run on agent {agent.agent_id}")
-    return await b64_response("b64Tgz", await db.run(exp_store.context, trial.experiment_id))
+    return await b64_response("b64Tgz", await db.read(exp_store.context, trial.experiment_id))
 
 
 routes.get("/api/v1/tasks/{taskId}/context_directory")(context_directory)
@@ -461,15 +461,15 @@ async def _new_trial(request: web.Request, body: CreateTrialBody,
     if not body.unmanaged:
         raise InvalidArgument("only unmanaged trials are supported")
     db = request.app[keys.DB]
-    exp = await db.run(exp_store.get, body.experiment_id)
+    exp = await db.read(exp_store.get, body.experiment_id)
     require_owner(request, exp.owner_id, f"experiment {exp.id}")
     if not exp.unmanaged:
         raise InvalidArgument(f"only unmanaged trials are supported: experiment {exp.id} is "
                               "managed, its searcher creates its trials")
     trial = await db.run(unmanaged_store.create_trial, exp.id, body.hparams or {}, external_id)
     request.app[keys.NOTIFIER].experiment_changed(exp.id, trial.id)
-    exp = await db.run(exp_store.get, exp.id)
-    return dict((await db.call(trial_views, db.conn, exp, [trial]))[0])
+    exp = await db.read(exp_store.get, exp.id)
+    return dict((await db.read(trial_views, exp, [trial]))[0])
 
 
 async def _unmanaged_trial(request: web.Request, body_trial_id: int | None) -> int:
@@ -478,8 +478,8 @@ async def _unmanaged_trial(request: web.Request, body_trial_id: int | None) -> i
         raise InvalidArgument(f"trialId: {body_trial_id} does not match the trial {trial_id} "
                               "in the path")
     db = request.app[keys.DB]
-    trial = await db.run(trial_store.get, trial_id)
-    exp = await db.run(exp_store.get, trial.experiment_id)
+    trial = await db.read(trial_store.get, trial_id)
+    exp = await db.read(exp_store.get, trial.experiment_id)
     require_owner(request, exp.owner_id, f"experiment {exp.id}")
     if not exp.unmanaged:
         raise InvalidArgument("only unmanaged trials are supported")
@@ -534,8 +534,8 @@ async def patch_trial(request: web.Request) -> web.Response:
     if changed is not None:
         await request.app[keys.CLUSTER].allocations.settle_unmanaged(
             [(trial.experiment_id, changed)])
-    exp = await db.run(exp_store.get, trial.experiment_id)
-    views = await db.call(trial_views, db.conn, exp, [trial])
+    exp = await db.read(exp_store.get, trial.experiment_id)
+    views = await db.read(trial_views, exp, [trial])
     return web.json_response({"trial": views[0]})
 
 
@@ -545,7 +545,7 @@ async def start_run(request: web.Request) -> web.Response:
     """Determined 0.38's `POST /runs/start` (the run id is the trial id): nothing to record."""
     body = await parse(request, StartRunBody)
     check_trial(request, body.run_id)
-    await request.app[keys.DB].run(trial_store.get, body.run_id)
+    await request.app[keys.DB].read(trial_store.get, body.run_id)
     return web.json_response({})
 
 
@@ -565,7 +565,7 @@ async def post_core_v2_logs(request: web.Request) -> web.Response:
         if not isinstance(item, dict) or not isinstance(item.get("task_id"), str) or \
                 not isinstance(item.get("log"), str):
             raise InvalidArgument(f"[{i}]: expected an object with string task_id and log")
-        trial = await db.run(trial_store.by_task_id, item["task_id"])
+        trial = await db.read(trial_store.by_task_id, item["task_id"])
         rank = str(item.get("rank") or "")
         trial_ids.add(trial.id)
         rows.append({"trial_id": trial.id, "task_id": trial.task_id, "allocation_id": None,

@@ -1,9 +1,15 @@
 """The store's connection (SQLite in WAL mode, or PostgreSQL: store/pg.py), numbered
 migrations, and the single store thread.
 
-Every store call runs on one dedicated thread (`Database.call`), so the event loop never blocks
-on the database and writes are serialised. A change is committed before the call returns, so
-anything the master acknowledges survives a SIGKILL.
+Every store call that may write runs on one dedicated thread (`Database.call`), so the event
+loop never blocks on the database and writes are serialised. A change is committed before the
+call returns, so anything the master acknowledges survives a SIGKILL.
+
+Reads that change nothing and need none of the store connection's kept state (lists, pages,
+one object, a context download) can run on reader connections instead (`Database.read`): on
+SQLite, READERS connections in WAL mode, each read in one snapshot, on threads of their own, so
+a page never waits behind a burst of creations or metric batches on the store thread (SQLite
+lets go of the GIL while it steps). They are opened query-only: a read that writes fails.
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import hashlib
+import queue
 import sqlite3
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -22,6 +29,7 @@ from dettui.master.store import callers, pg, tx
 
 P = ParamSpec("P")
 T = TypeVar("T")
+READERS = 2  # reader connections (and threads) of a SQLite store
 
 
 def _migrations() -> list[tuple[int, str, str]]:
@@ -48,6 +56,15 @@ def connect(target: Path | str) -> sqlite3.Connection:
     conn.execute("PRAGMA foreign_keys=ON")
     conn.execute("PRAGMA busy_timeout=5000")
     migrate(conn)
+    return conn
+
+
+def open_reader(target: Path | str) -> sqlite3.Connection:
+    """A query-only connection to the SQLite store at `target` (already migrated)."""
+    conn = sqlite3.connect(target, check_same_thread=False, isolation_level=None)
+    conn.row_factory = sqlite3.Row
+    conn.execute("PRAGMA busy_timeout=5000")
+    conn.execute("PRAGMA query_only=ON")
     return conn
 
 
@@ -96,7 +113,8 @@ def open_master(target: Path | str) -> sqlite3.Connection:
 
 
 class Database:
-    """Owns the connection and the one thread that touches it."""
+    """Owns the store connection and the one thread that touches it, and the reader
+    connections (SQLite) with their threads."""
 
     def __init__(self, target: Path | str) -> None:
         self.target = target
@@ -108,6 +126,16 @@ class Database:
             raise
         tx.adopt_plan(self.conn)  # tests only: a simulated crash at a planned commit
         self.callers = self._executor.submit(callers.watch, self.conn).result()
+        # Reader connections, opened after the store's migrations; none on PostgreSQL (its
+        # reads go to the store thread, as its writes do).
+        self.readers: list[sqlite3.Connection] = []
+        if isinstance(self.conn, sqlite3.Connection):
+            self.readers = [open_reader(target) for _ in range(READERS)]
+        self._idle: queue.SimpleQueue[sqlite3.Connection] = queue.SimpleQueue()
+        for reader in self.readers:
+            self._idle.put(reader)
+        self._reading = ThreadPoolExecutor(max_workers=max(1, len(self.readers)),
+                                           thread_name_prefix="dettui-reader")
 
     async def call(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         loop = asyncio.get_running_loop()
@@ -116,6 +144,27 @@ class Database:
     async def run(self, fn: Callable[..., T], *args: object, **kwargs: object) -> T:
         """Run a store function `fn(conn, *args, **kwargs)` on the store thread."""
         return await self.call(fn, self.conn, *args, **kwargs)
+
+    async def read(self, fn: Callable[..., T], *args: object, **kwargs: object) -> T:
+        """Run a store function that only reads, `fn(conn, *args, **kwargs)`, on a reader
+        connection in one snapshot (what was committed when it began); on PostgreSQL, `run`."""
+        if not self.readers:
+            return await self.run(fn, *args, **kwargs)
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(
+            self._reading, functools.partial(self._read, fn, args, kwargs))
+
+    def _read(self, fn: Callable[..., T], args: tuple[object, ...],
+              kwargs: dict[str, object]) -> T:
+        conn = self._idle.get()  # as many connections as threads: never waits
+        try:
+            conn.execute("BEGIN")
+            try:
+                return fn(conn, *args, **kwargs)
+            finally:
+                conn.execute("COMMIT")  # the snapshot ends; query-only, so nothing to commit
+        finally:
+            self._idle.put(conn)
 
     def run_sync(self, fn: Callable[..., T], *args: object, **kwargs: object) -> T:
         """The same, from outside the event loop (start-up, tests)."""
@@ -127,5 +176,8 @@ class Database:
                 self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             self.conn.close()
 
+        self._reading.shutdown(wait=True)
+        for reader in self.readers:
+            reader.close()
         self._executor.submit(_close).result()
         self._executor.shutdown(wait=True)

@@ -1,0 +1,90 @@
+"""The store's reader connections (`Database.read`, SQLite): a list or a page never waits behind
+the store thread, sees what was committed, reads in one snapshot and cannot write."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+from pathlib import Path
+
+import pytest
+
+from dettui.master.store import db as dbmod
+
+
+def _count(conn: sqlite3.Connection) -> int:
+    return int(conn.execute("SELECT COUNT(*) FROM cluster WHERE value='v'").fetchone()[0])
+
+
+def _put(conn: sqlite3.Connection, key: str) -> None:
+    conn.execute("INSERT INTO cluster (key, value) VALUES (?, 'v')", (key,))
+
+
+@pytest.fixture
+def database(tmp_path: Path) -> object:
+    db = dbmod.Database(tmp_path / "m.db")
+    yield db
+    db.close()
+
+
+async def test_a_read_does_not_wait_behind_the_store_thread(database: dbmod.Database) -> None:
+    """While the store thread is held (a long write), reads are answered; they see every
+    change committed before they began."""
+    await database.run(_put, "a")
+    held, release = threading.Event(), threading.Event()
+
+    def long_write(conn: sqlite3.Connection) -> None:
+        held.set()
+        release.wait(10)
+        _put(conn, "b")
+
+    writing = asyncio.ensure_future(database.run(long_write))
+    await asyncio.get_running_loop().run_in_executor(None, held.wait, 10)
+    try:
+        counts = await asyncio.wait_for(
+            asyncio.gather(*(database.read(_count) for _ in range(10))), 5)
+        assert counts == [1] * 10
+    finally:
+        release.set()
+        await writing
+    assert await database.read(_count) == 2
+
+
+async def test_a_read_is_one_snapshot(database: dbmod.Database) -> None:
+    """A write committed between two statements of one read is not seen by the second."""
+    await database.run(_put, "a")
+    wrote = threading.Event()
+    loop = asyncio.get_running_loop()
+
+    def two_counts(conn: sqlite3.Connection) -> tuple[int, int]:
+        first = _count(conn)
+        asyncio.run_coroutine_threadsafe(database.run(_put, "b"), loop).add_done_callback(
+            lambda _: wrote.set())
+        assert wrote.wait(10)
+        return first, _count(conn)
+
+    assert await database.read(two_counts) == (1, 1)
+    assert await database.read(_count) == 2
+
+
+async def test_a_read_cannot_write(database: dbmod.Database) -> None:
+    with pytest.raises(sqlite3.OperationalError, match="readonly"):
+        await database.read(_put, "x")
+    assert await database.read(_count) == 0
+    await database.run(_put, "y")  # the store connection writes as before
+    assert await database.read(_count) == 1
+
+
+async def test_readers_are_released_after_an_error(database: dbmod.Database) -> None:
+    """A read that fails gives its connection back: as many failures as readers and more,
+    and reads still run."""
+    def boom(conn: sqlite3.Connection) -> None:
+        conn.execute("SELECT 1")
+        raise ValueError("boom")
+
+    for _ in range(dbmod.READERS * 3):
+        with pytest.raises(ValueError):
+            await database.read(boom)
+    assert await asyncio.wait_for(database.read(_count), 5) == 0
+    assert database._idle.qsize() == len(database.readers) == dbmod.READERS
