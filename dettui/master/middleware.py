@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
 from aiohttp import web
@@ -27,7 +27,7 @@ log = logging.getLogger("dettui.master")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 BIG_BODY = 256 * 1024  # bytes of JSON decoded off the event loop
 MAX_JSON_DEPTH = 100  # levels of nested lists and objects in a request body
-BODY: web.RequestKey[list[bytes]] = web.RequestKey("body")  # as it arrived, in chunks
+BODY: web.RequestKey[bytes] = web.RequestKey("body")  # once read
 
 # No sign-in needed (WIRE §1): the CLI reads /api/v1/master unauthenticated (rbacEnabled)
 PUBLIC = {("GET", "/info"), ("POST", "/api/v1/auth/login"), ("GET", "/api/v1/master")}
@@ -221,31 +221,30 @@ def require_agent(request: web.Request, agent_id: str) -> AgentCredential:
 async def read_body(request: web.Request) -> bytes:
     """The request body, within its operation's cap (`openapi.op(max_body=...)`, 16 MiB unless
     declared): a 413 as soon as it is known to be over, not after reading it all."""
-    return b"".join(await read_chunks(request))
+    if BODY not in request:
+        request[BODY] = b"".join([chunk async for chunk in body_chunks(request)])
+    return request[BODY]
 
 
-async def read_chunks(request: web.Request) -> list[bytes]:
-    """`read_body` as the chunks it arrived in, never joined here: a body of 100 MB or more
-    goes to a worker process as it is (`offload.isolated(..., body=chunks)`), since joining
-    or pickling it would hold the GIL, and with it the event loop, for 100 ms and more."""
-    if BODY in request:
-        return request[BODY]
+async def body_chunks(request: web.Request) -> AsyncIterator[bytes]:
+    """The request body's chunks as they arrive, within its operation's cap (a 413 as soon as
+    it is known to be over): a body of 100 MB or more goes to a worker process as it arrives
+    (`offload.isolated_body`), since joining or pickling it here would hold the GIL, and with
+    it the event loop, for 100 ms and more."""
     cap = op_of(request.match_info.handler).max_body
     size = request.content_length
     if size is not None and size > cap:
         raise _too_large(request, size, cap)
-    chunks, size = [], 0
+    size = 0
     try:
         async for chunk in request.content.iter_chunked(1024 * 1024):
             size += len(chunk)
             if size > cap:
                 raise _too_large(request, size, cap)
-            chunks.append(chunk)
+            yield chunk
     except ConnectionError as exc:  # the client went away mid-body (an agent stopped, say)
         raise InvalidArgument(f"the request body was cut short ({size} bytes read): "
                               f"the connection was lost") from exc
-    request[BODY] = chunks
-    return chunks
 
 
 def _too_large(request: web.Request, size: int, cap: int) -> TooLarge:

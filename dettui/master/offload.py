@@ -22,18 +22,21 @@ import queue
 import subprocess
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from dettui import lifeline
-from dettui.errors import TooLarge
-from dettui.master.worker import read_frame, write_chunks, write_frame
+from dettui.errors import InvalidArgument, TooLarge
+from dettui.master.worker import end_chunks, read_answer, read_frame, write_chunk, write_frame
 
 P = ParamSpec("P")
 T = TypeVar("T")
 log = logging.getLogger("dettui.master")
 PROCESSES = 2
+HOLD = 16 * 1024 * 1024  # bytes of a body read whole before a worker is taken for it
+IN_FLIGHT = 4  # chunks of a streamed body held here at most, waiting to go down the pipe
+_ABORT = object()  # in a body's feed: the body was given up
 
 _threads = ThreadPoolExecutor(max_workers=2, thread_name_prefix="dettui-cpu")
 # Talking to workers blocks on pipes: threads that live as long as the process (the workers'
@@ -54,26 +57,84 @@ async def isolated(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
     return await _isolated(fn, args, kwargs, None)
 
 
-async def isolated_body(fn: Callable[Concatenate[bytes, P], T], body: list[bytes],
+async def isolated_body(fn: Callable[Concatenate[bytes, P], T], body: AsyncIterator[bytes],
                         *args: P.args, **kwargs: P.kwargs) -> T:
-    """`fn(b"".join(body), *args, **kwargs)` in a worker process, the body joined there: its
-    chunks go down the pipe as they are (a write releases the GIL), not joined or pickled
-    here, which for a 130 MB request body would hold the event loop for over 100 ms. The
-    list is emptied once sent (whoever else holds it, the request's cache too): the body is
-    the worker's from then on."""
-    return await _isolated(fn, args, kwargs, body)
+    """`fn(body, *args, **kwargs)` in a worker process, `body` (a request body's chunks as they
+    arrive) joined there: never joined or pickled here, which for a 130 MB body would hold the
+    event loop for over 100 ms. A body of up to HOLD bytes is read whole first (a slow client
+    holds no worker meanwhile); a longer one goes down the pipe as it arrives, at most
+    IN_FLIGHT chunks held here, so the master never holds the whole of it. If reading `body`
+    fails (over its cap, the client gone), the worker is let go and the error raised here."""
+    feed = _Feed(asyncio.get_running_loop())
+    size = 0
+    async for chunk in body:
+        feed.put(chunk)
+        size += len(chunk)
+        if size > HOLD:
+            break
+    else:
+        feed.put(None)
+        return await _isolated(fn, args, kwargs, feed)
+    call = asyncio.ensure_future(_isolated(fn, args, kwargs, feed))
+    try:
+        async for chunk in body:
+            await feed.room.acquire()
+            if feed.stopped:
+                break  # the worker died: `call` says so
+            feed.put(chunk, counted=True)
+    except BaseException:
+        feed.put(_ABORT)  # the talker lets the worker go; its answer is of no interest
+        call.add_done_callback(lambda f: f.cancelled() or f.exception())
+        raise
+    feed.put(None)
+    return await call
 
 
 async def _isolated(fn: Callable[..., T], args: tuple[Any, ...], kwargs: dict[str, Any],
-                    body: list[bytes] | None) -> T:
+                    feed: _Feed | None) -> T:
     loop = asyncio.get_running_loop()
-    ok, value = await loop.run_in_executor(_talkers, _POOL.call, fn, args, kwargs, body)
+    ok, value = await loop.run_in_executor(_talkers, _POOL.call, fn, args, kwargs, feed)
     if ok:
         return value  # type: ignore[no-any-return]
     if isinstance(value, MemoryError):
         raise TooLarge("the request could not be processed: it needs more memory than this "
                        "machine gave the master") from value
     raise value
+
+
+class _Feed:
+    """A body's chunks, from the event loop to the thread that writes them to a worker: the
+    chunks, then None at the end (or _ABORT). `room` holds the loop back while IN_FLIGHT
+    chunks wait to be written."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.chunks: queue.SimpleQueue[tuple[Any, bool]] = queue.SimpleQueue()
+        self.room = asyncio.Semaphore(IN_FLIGHT)
+        self.stopped = False  # the writing thread reads no more of it
+
+    def put(self, chunk: bytes | object | None, counted: bool = False) -> None:
+        """Queue a chunk (`counted`: it took room), the end (None) or _ABORT."""
+        if chunk != b"":  # an empty frame would end the body
+            self.chunks.put((chunk, counted))
+
+    def get(self) -> tuple[Any, bool]:
+        return self.chunks.get()
+
+    def written(self, counted: bool) -> None:
+        """A chunk is in the pipe: room for another (called from the writing thread)."""
+        if counted:
+            self.loop.call_soon_threadsafe(self.room.release)
+
+    def stop(self) -> None:
+        """The writing thread is done with it (the body sent, or the worker gone): the loop
+        must not wait for room any more."""
+        with contextlib.suppress(RuntimeError):  # the loop has closed
+            self.loop.call_soon_threadsafe(self._stopped)
+
+    def _stopped(self) -> None:
+        self.stopped = True
+        self.room.release()
 
 
 def warm_up(*modules: str) -> None:
@@ -98,15 +159,24 @@ class _Worker:
             self.close()
             raise RuntimeError("a master worker process failed to start")
 
-    def call(self, request: bytes, body: list[bytes] | None) -> bytes | None:
+    def call(self, request: bytes, feed: _Feed | None) -> tuple[bool, Any] | object | None:
+        """The answer; None if the worker died, _ABORT if the body was given up."""
         try:
             write_frame(self.stdin, request)
-            if body is not None:
-                write_chunks(self.stdin, body)
-                body.clear()  # sent: the master need not hold 130 MB while the worker works
+            if feed is not None:
+                while True:
+                    chunk, counted = feed.get()
+                    if chunk is None or chunk is _ABORT:
+                        break
+                    write_chunk(self.stdin, chunk)
+                    del chunk  # in the pipe: the master need not hold it while the worker works
+                    feed.written(counted)
+                if chunk is _ABORT:
+                    return _ABORT
+                end_chunks(self.stdin)
         except (BrokenPipeError, OSError):
             return None
-        return read_frame(self.stdout)
+        return read_answer(self.stdout)
 
     def close(self) -> None:
         for stream in (self.stdin, self.stdout):
@@ -162,23 +232,26 @@ class _Pool:
             raise
 
     def call(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
-             body: list[bytes] | None = None) -> tuple[bool, Any]:
-        request = pickle.dumps((fn, args, kwargs, body is not None),
-                               protocol=pickle.HIGHEST_PROTOCOL)
-        worker = self._take()
-        answer = worker.call(request, body)
-        if answer is None:
+             feed: _Feed | None = None) -> tuple[bool, Any]:
+        try:
+            request = pickle.dumps((fn, args, kwargs, feed is not None),
+                                   protocol=pickle.HIGHEST_PROTOCOL)
+            worker = self._take()
+            answer = worker.call(request, feed)
+        finally:
+            if feed is not None:
+                feed.stop()
+        if answer is None or answer is _ABORT:
             worker.close()
             with self.lock:
                 self.started -= 1
+            if answer is _ABORT:
+                return False, InvalidArgument("the request body was not read to its end")
             log.error("a master worker process died while running %s", fn.__qualname__)
             return False, TooLarge("the request could not be processed: the worker reading "
                                    "it died (it needed more memory than this machine gave it)")
         self.idle.put(worker)
-        result: tuple[bool, Any] = pickle.loads(answer)
-        del answer  # a 95 MiB context came in it: not kept while the caller stores it
-        return result
-
+        return answer  # type: ignore[return-value]
 
     def close(self) -> None:
         """At exit: idle workers end (busy ones die with the process)."""

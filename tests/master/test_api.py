@@ -472,7 +472,7 @@ async def test_a_body_cut_short_by_a_lost_connection_is_a_client_error() -> None
     from aiohttp.test_utils import make_mocked_request
 
     from dettui.errors import InvalidArgument
-    from dettui.master.middleware import read_chunks
+    from dettui.master.middleware import read_body
 
     payload = streams.StreamReader(mock.Mock(_reading_paused=False), 2 ** 16,
                                    loop=asyncio.get_running_loop())
@@ -481,4 +481,4 @@ async def test_a_body_cut_short_by_a_lost_connection_is_a_client_error() -> None
     request = make_mocked_request("POST", "/api/v1/agents/a/logs", payload=payload,
                                   match_info={})
     with pytest.raises(InvalidArgument, match="cut short"):
-        await read_chunks(request)
+        await read_body(request)

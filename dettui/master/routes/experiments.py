@@ -23,8 +23,8 @@ from dettui.master.bodies import (
 from dettui.master.gc import GcPolicy
 from dettui.master.intake import Intake
 from dettui.master.middleware import (
+    body_chunks,
     principal,
-    read_chunks,
     read_json,
     require_owner,
     require_user,
@@ -58,10 +58,10 @@ MAX_CREATE_BODY = 140 * 1024 * 1024  # a 95 MiB context arrives base64-encoded i
 
 async def _intake(request: web.Request, by_external_id: bool = False) -> Intake:
     """The create body, read and prepared in a worker process (never on the event loop)."""
-    chunks = await read_chunks(request)
     settings = request.app[keys.SETTINGS]
-    return await offload.isolated_body(intake.read_create, chunks, str(settings.checkpoint_root),
-                                       str(settings.state_dir), by_external_id)
+    return await offload.isolated_body(intake.read_create, body_chunks(request),
+                                       str(settings.checkpoint_root), str(settings.state_dir),
+                                       by_external_id)
 
 
 @routes.post("/api/v1/experiments")
