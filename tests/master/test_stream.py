@@ -451,3 +451,37 @@ async def test_a_metric_report_updates_its_trial_in_the_trials_topic(
     assert [(o["state"], o["totalBatchesProcessed"]) for o in diff["upsert"]] == [
         ("STATE_RUNNING", 5)]
     assert diff["order"] is None and diff["remove"] == []
+
+
+async def test_changes_outside_a_window_do_not_hold_up_one_inside_it(
+        api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only reads space the reads that follow (COALESCE): changes to experiments older than
+    the window read nothing, so they must not make a change inside it wait. With a spacing
+    of 3 s and an outside change every 50 ms, an inside change still arrives at once."""
+    monkeypatch.setattr(stream_routes, "COALESCE", 3.0)
+    for _ in range(3):
+        await create(api)
+    inbox = await connect(api, "experiments?limit=1")
+    assert (await inbox.next("experiments?limit=1"))["order"] == ["3"]
+    await asyncio.sleep(3.2)  # the snapshot's read is more than COALESCE ago
+    stop = asyncio.Event()
+
+    async def outside() -> None:
+        n = 0
+        while not stop.is_set():
+            n += 1
+            await api.call("PATCH", "/api/v1/experiments/1", {"description": f"old {n}"})
+            await asyncio.sleep(0.05)
+
+    noise = asyncio.create_task(outside())
+    try:
+        await asyncio.sleep(0.5)
+        started = time.monotonic()
+        await api.call("PATCH", "/api/v1/experiments/3", {"description": "seen"})
+        diff = await inbox.next("experiments?limit=1", timeout=2.5)
+        assert [o["description"] for o in diff["upsert"]] == ["seen"]
+        assert time.monotonic() - started < 2.0
+    finally:
+        stop.set()
+        await noise
+    await inbox.ws.close()

@@ -200,10 +200,13 @@ class Feed:
         loop = asyncio.get_running_loop()
         with self.app[keys.NOTIFIER].watching(*self.source.signals) as changes:
             full = True
+            read_at, took = -COALESCE, 0.0  # the last read: when it began, how long it took
             while self.subscribers:
-                read_at = loop.time()
+                started = loop.time()
                 seen = changes.take()  # from here on, any change means one more read
                 some = None if full else self._partial(seen)
+                if some is None or some:
+                    read_at = started
                 try:
                     if some is None:
                         self._apply_all(await self.source.read())
@@ -223,7 +226,8 @@ class Feed:
                     log.exception("stream topic %s failed", self.name)
                     self._give_up(f"internal error: {exc}")
                     return
-                took = loop.time() - read_at
+                if read_at == started:
+                    took = loop.time() - read_at
                 try:
                     await asyncio.wait_for(changes.wait(), IDLE_REREAD)
                     full = False
@@ -232,7 +236,9 @@ class Feed:
                 # The first change after a quiet spell is read at once; within COALESCE of the
                 # last read, the next waits out the rest of it (a burst costs two reads). A read
                 # that took long spaces the next by three times its length: a topic's reads
-                # take at most a third of the master's time, however large it grows.
+                # take at most a third of the master's time, however large it grows. Changes
+                # that concern none of the topic's objects (outside a window) read nothing and
+                # hold nothing up.
                 await asyncio.sleep(max(SETTLE, read_at + max(COALESCE, 3 * took)
                                         - loop.time()))
 
