@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sqlite3
 from typing import Any
 
 from aiohttp import web
@@ -38,10 +39,10 @@ from dettui.master.store import experiments as exp_store
 from dettui.master.store import metrics as metric_store
 from dettui.master.store import trials as trial_store
 from dettui.master.store import unmanaged as unmanaged_store
+from dettui.master.store.page import Page
 from dettui.master.store.records import Experiment
 from dettui.master.wire import (
     b64_response,
-    big_json_response,
     page_of,
     path_int,
     query_bool,
@@ -178,31 +179,36 @@ async def list_(request: web.Request) -> web.Response:
     """A page of experiments, read with LIMIT/OFFSET (Determined's pagination). dettui's own
     clients ask with `omitConfig=true` (not Determined's): without `config` and
     `originalConfig`, two thirds of each experiment's JSON that a list does not show."""
-    exps, window = await request.app[keys.DB].read(
-        exp_store.page, page_of(request), archived=query_bool(request, "archived"),
+    body = await request.app[keys.DB].read(
+        _list_body, page_of(request), not query_bool(request, "omitConfig"),
+        archived=query_bool(request, "archived"),
         users=request.query.getall("users", []) or None,
         states=request.query.getall("states", []) or None,
         sort_by=request.query.get("sortBy") or None)
-    body = await offload.cpu(_list_body, exps, window.pagination(),
-                             not query_bool(request, "omitConfig"))
     return web.Response(body=body, content_type="application/json")
 
 
-def _list_body(exps: list[Experiment], pagination: dict[str, int], config: bool) -> bytes:
-    """A page's JSON, built and encoded on the CPU pool."""
+def _list_body(conn: sqlite3.Connection, want: Page, config: bool, **query: Any) -> bytes:
+    """A page's JSON, read, built and encoded in one call on a reader connection (one hop
+    off the event loop, not one per step)."""
+    exps, window = exp_store.page(conn, want, **query)
     out = [serialize.experiment(e) for e in exps]
     if not config:
         for view in out:
             del view["config"], view["originalConfig"]
-    return json.dumps({"experiments": out, "pagination": pagination}).encode()
+    return json.dumps({"experiments": out, "pagination": window.pagination()}).encode()
 
 
 @routes.get("/api/v1/experiments/{id}")
 async def get(request: web.Request) -> web.Response:
-    db = request.app[keys.DB]
-    exp = await db.read(exp_store.get, path_int(request, "id"))
-    view = serialize.experiment(exp) | await db.read(extras, exp)
-    return web.json_response({"experiment": view, "config": exp.config, "jobSummary": None})
+    exp, more = await request.app[keys.DB].read(_with_extras, path_int(request, "id"))
+    return web.json_response({"experiment": serialize.experiment(exp) | more,
+                              "config": exp.config, "jobSummary": None})
+
+
+def _with_extras(conn: sqlite3.Connection, exp_id: int) -> tuple[Experiment, dict[str, Any]]:
+    exp = exp_store.get(conn, exp_id)
+    return exp, extras(conn, exp)
 
 
 @routes.patch("/api/v1/experiments/{id}")
@@ -403,14 +409,19 @@ for _name in ("pause", "activate", "cancel", "kill", "archive", "unarchive"):
 @op(query={"states": list[str], "sortBy": str}, paged=True)
 async def trials(request: web.Request) -> web.Response:
     """A page of the experiment's trials, read with LIMIT/OFFSET."""
-    exp_id = path_int(request, "id")
-    db = request.app[keys.DB]
-    exp = await db.read(exp_store.get, exp_id)
-    rows, window = await db.read(trial_store.page, exp_id, page_of(request),
-                                states=request.query.getall("states", []) or None,
-                                sort_by=request.query.get("sortBy") or None)
-    views = await db.read(trial_views, exp, rows)
-    return await big_json_response({"trials": views, "pagination": window.pagination()})
+    body = await request.app[keys.DB].read(
+        _trials_body, path_int(request, "id"), page_of(request),
+        states=request.query.getall("states", []) or None,
+        sort_by=request.query.get("sortBy") or None)
+    return web.Response(body=body, content_type="application/json")
+
+
+def _trials_body(conn: sqlite3.Connection, exp_id: int, want: Page, **query: Any) -> bytes:
+    """A page of an experiment's trials as JSON, in one call on a reader connection."""
+    exp = exp_store.get(conn, exp_id)
+    rows, window = trial_store.page(conn, exp_id, want, **query)
+    return json.dumps({"trials": trial_views(conn, exp, rows),
+                       "pagination": window.pagination()}).encode()
 
 
 @routes.get("/api/v1/experiments/{id}/checkpoints")

@@ -6,10 +6,12 @@ loop never blocks on the database and writes are serialised. A change is committ
 call returns, so anything the master acknowledges survives a SIGKILL.
 
 Reads that change nothing and need none of the store connection's kept state (lists, pages,
-one object, a context download) can run on reader connections instead (`Database.read`): on
-SQLite, READERS connections in WAL mode, each read in one snapshot, on threads of their own, so
-a page never waits behind a burst of creations or metric batches on the store thread (SQLite
-lets go of the GIL while it steps). They are opened query-only: a read that writes fails.
+one object, a context download) can run on a reader connection instead (`Database.read`): on
+SQLite, READERS connections in WAL mode, each read in one snapshot, on a thread of their own,
+so a page never waits behind a burst of creations or metric batches on the store thread. They
+are opened query-only: a read that writes fails. One reader, not two: reads are Python work
+under the GIL, so two at once each took twice as long (the whole job queue at lab scale, 370
+-> 790 ms) and the pages' p99s were no better.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from dettui.master.store import callers, pg, tx
 
 P = ParamSpec("P")
 T = TypeVar("T")
-READERS = 2  # reader connections (and threads) of a SQLite store
+READERS = 1  # reader connections (and threads) of a SQLite store: see below
 
 
 def _migrations() -> list[tuple[int, str, str]]:
