@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import math
 from datetime import UTC, datetime
@@ -16,9 +17,12 @@ from dettui.master.store.page import Page, order_of
 
 
 def ts(t: float | None) -> str | None:
-    """RFC 3339 UTC with a Z, as the real master emits."""
-    if t is None:
-        return None
+    """RFC 3339 UTC with a Z and microseconds, as the real master emits."""
+    return None if t is None else _ts(t)
+
+
+@functools.lru_cache(maxsize=16_384)  # a job list shows the same times again and again
+def _ts(t: float) -> str:
     return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from typing import Any
 
@@ -485,3 +486,29 @@ async def test_changes_outside_a_window_do_not_hold_up_one_inside_it(
         stop.set()
         await noise
     await inbox.ws.close()
+
+
+async def test_the_agents_topic_is_read_at_most_every_agents_spacing(api: Api) -> None:
+    """Heartbeats change their agent every time: the agents topic follows them at most twice a
+    second (AGENTS_SPACING), not at every heartbeat or every COALESCE, and shows the last."""
+    creds = await agent_headers(api)
+    await api.call("POST", "/api/v1/agents/register",
+                   {"id": "box", "slots": [{"id": 0, "type": "cuda"}], "hostname": "box"},
+                   headers=creds)
+    inbox = await connect(api, "agents")
+    await inbox.next("agents")  # the snapshot
+    started = time.monotonic()
+    beats = 0
+    while time.monotonic() - started < 1.6:
+        beats += 1
+        await api.call("POST", "/api/v1/agents/box/heartbeat",
+                       {"runningAllocations": [], "telemetry": sample(2000.0 + beats, 5.0)},
+                       headers=creds)
+        await asyncio.sleep(0.03)
+    assert beats >= 20
+    diffs = []
+    with contextlib.suppress(AssertionError):
+        while True:
+            diffs.append(await inbox.next("agents", 1.0))
+    assert 1 <= len(diffs) <= 1.6 / stream_routes.AGENTS_SPACING + 2, len(diffs)
+    assert diffs[-1]["upsert"][0]["telemetry"]["time"] == 2000.0 + beats

@@ -24,13 +24,14 @@ Protocol (JSON text frames):
 
 Changes are signalled by the master's Notifier. Each topic has one reader however many clients
 follow it (a `Feed`): it re-reads at once after a change (SETTLE), at most every COALESCE
-seconds or three times its last read's length (a burst becomes one or two diffs; a big topic
-never takes more than a third of the master) and at least every IDLE_REREAD seconds, computes the
-diff once and hands the same text to every subscriber; a notification that names the ids that
-changed makes it re-read only those objects (experiments, and an experiment's trials). A new
-subscriber gets its snapshot from the feed's last read. Each connection sends from a queue of
-its own: a client that falls more than MAX_BACKLOG messages behind is disconnected (it
-reconnects and gets fresh snapshots) rather than holding up the others.
+seconds (AGENTS_SPACING for `agents`) or three times its last read's length (a burst becomes
+one or two diffs; a big topic never takes more than a third of the master) and at least every
+IDLE_REREAD seconds, computes the diff once and hands the same text to every subscriber; a
+notification that names the ids that changed makes it re-read only those objects
+(experiments, and an experiment's trials). A new subscriber gets its snapshot from the feed's
+last read. Each connection sends from a queue of its own: a client that falls more than
+MAX_BACKLOG messages behind is disconnected (it reconnects and gets fresh snapshots) rather
+than holding up the others.
 """
 
 from __future__ import annotations
@@ -62,6 +63,10 @@ SETTLE = 0.005  # seconds a first change waits for the others of the same moment
 IDLE_REREAD = 10.0  # seconds: re-read even without a signal (a safety net, not the mechanism)
 MAX_MESSAGE = 64 * 1024  # bytes a client message may have
 MAX_BACKLOG = 1000  # messages a connection may have waiting to be sent
+# Every heartbeat changes its agent (telemetry, last heartbeat) and every trial that starts or
+# ends its slots: 100 agents changed all the time, and a read sent all of them. Read at most
+# twice a second (nvitop refreshes every two).
+AGENTS_SPACING = 0.5
 
 Objects = list[tuple[str, dict[str, Any]]]  # (key, object) in the topic's order
 
@@ -82,6 +87,8 @@ class Topic:
     # deleted one moves it (a whole read). `grown(n)` tells `total` that n were added.
     window: int | None = None
     grown: Callable[[int], None] | None = None
+    # Seconds at least between two reads (None: COALESCE).
+    spacing: float | None = None
 
 
 def _keyed(objs: list[dict[str, Any]], field: str) -> Objects:
@@ -145,7 +152,7 @@ def topic(app: web.Application, name: str) -> Topic | None:
     if name == "agents":
         async def agents() -> Objects:
             return _keyed(await agent_routes.agent_objects(app), "id")
-        return Topic(agents, ("agents", "jobs"))
+        return Topic(agents, ("agents", "jobs"), spacing=AGENTS_SPACING)
     prefix, _, ident = name.partition(":")
     if prefix == "experiment" and ident.isascii() and ident.isdigit():
         exp_id = int(ident)
@@ -239,7 +246,8 @@ class Feed:
                 # take at most a third of the master's time, however large it grows. Changes
                 # that concern none of the topic's objects (outside a window) read nothing and
                 # hold nothing up.
-                await asyncio.sleep(max(SETTLE, read_at + max(COALESCE, 3 * took)
+                spacing = COALESCE if self.source.spacing is None else self.source.spacing
+                await asyncio.sleep(max(SETTLE, read_at + max(spacing, 3 * took)
                                         - loop.time()))
 
     def _partial(self, seen: dict[str, set[str] | None]) -> set[str] | None:
