@@ -7,10 +7,12 @@ as the master receives them, ended by an empty frame. The answer is a pickle of 
 or `(False, exception)`, preceded by how many buffers follow it: a bytes object of BIG or more
 in the result (a 95 MiB context) goes in a frame of its own after the pickle (a persistent id
 in it), so the master reads it straight into the bytes object it keeps rather than into a
-pickle it then copies it out of. The worker dies
-with the master: its parent-death signal is armed before Python starts (`setpriv`, see
-`dettui.lifeline`) or first thing here, after which a worker whose master died already ends at
-once; and it exits when its stdin closes. Arguments: the master's pid, then modules to import.
+pickle it then copies it out of.
+
+The worker dies with the master: its parent-death signal is armed before Python starts
+(`setpriv`, see `dettui.lifeline`) or first thing here, after which a worker whose master died
+already ends at once; and it exits when its stdin closes. Arguments: the master's pid, then
+modules to import.
 """
 
 from __future__ import annotations
