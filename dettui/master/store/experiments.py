@@ -13,7 +13,15 @@ from dettui.errors import InvalidArgument, NotFound
 from dettui.master.store import ids, search
 from dettui.master.store import page as pages
 from dettui.master.store.page import Page, Window
-from dettui.master.store.records import JOB_COLUMNS, Experiment, Job, JobView, Trial, columns
+from dettui.master.store.records import (
+    JOB_COLUMNS,
+    Experiment,
+    Job,
+    JobView,
+    Trial,
+    columns,
+    in_chunks,
+)
 from dettui.master.store.tx import transaction
 from dettui.models import ExperimentState, TrialState
 
@@ -210,9 +218,7 @@ def live_jobs(conn: sqlite3.Connection) -> dict[int, Job]:
 def job_views(conn: sqlite3.Connection, exp_ids: list[int]) -> list[JobView]:
     """The experiments of `exp_ids` as the job queue shows them (no config read)."""
     out: list[JobView] = []
-    for i in range(0, len(exp_ids), 500):
-        chunk = exp_ids[i:i + 500]
-        marks = ",".join("?" * len(chunk))
+    for chunk, marks in in_chunks(exp_ids):
         out += [JobView.from_row(r) for r in conn.execute(
             f"SELECT {columns(JobView.COLUMNS, 'e')}, u.username FROM experiments e "
             f"JOIN users u ON u.id = e.owner_id WHERE e.id IN ({marks})", chunk)]

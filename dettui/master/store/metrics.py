@@ -12,7 +12,7 @@ from typing import Any
 from dettui import metric
 from dettui.errors import DettuiError, InvalidArgument, NotFound
 from dettui.master import summary
-from dettui.master.store.records import Metric, columns, typed_config
+from dettui.master.store.records import IN_CHUNK, Metric, columns, in_chunks, typed_config
 from dettui.master.store.tx import transaction
 
 FROM_METRICS = f"SELECT {columns(Metric.COLUMNS)} FROM metrics"
@@ -300,12 +300,13 @@ def validations_with(conn: sqlite3.Connection, trial_ids: list[int], name: str) 
     """Validation reports of these trials that carry metric `name` (the searcher metric). The
     filter is Python's: a stored report may hold NaN or Infinity, which SQLite's JSON functions
     refuse as malformed."""
-    if not trial_ids:
-        return []
-    marks = ",".join("?" * len(trial_ids))
-    rows = conn.execute(
-        f"{FROM_METRICS} WHERE trial_id IN ({marks}) AND grp='validation' AND archived=0 "
-        "ORDER BY steps_completed, id", trial_ids)
+    rows: list[sqlite3.Row] = []
+    for chunk, marks in in_chunks(trial_ids):
+        rows += conn.execute(
+            f"{FROM_METRICS} WHERE trial_id IN ({marks}) AND grp='validation' AND archived=0 "
+            "ORDER BY steps_completed, id", chunk).fetchall()
+    if len(trial_ids) > IN_CHUNK:  # the chunks' rows in one order
+        rows.sort(key=lambda r: (r["steps_completed"], r["id"]))
     found = (Metric.from_row(r) for r in rows)
     return [m for m in found if m.metrics.get(name) is not None]
 

@@ -5,12 +5,25 @@ from __future__ import annotations
 import functools
 import json
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, ClassVar, NamedTuple, TypeVar
 
 from dettui.config.schema import ExperimentSchema
 from dettui.models import AllocationState, CheckpointState, ExperimentState, TrialState
+
+T = TypeVar("T")
+
+
+IN_CHUNK = 500  # values bound in one `IN (...)`: far within SQLite's and asyncpg's 32,767
+
+
+def in_chunks(values: Sequence[T]) -> Iterator[tuple[Sequence[T], str]]:
+    """`values` in slices for `... IN ({marks})` statements, each with its `?,?,...`: a read of
+    any number of ids stays within the bound-parameter limit."""
+    for i in range(0, len(values), IN_CHUNK):
+        chunk = values[i:i + IN_CHUNK]
+        yield chunk, ",".join("?" * len(chunk))
 
 
 def columns(names: str, alias: str = "") -> str:

@@ -13,7 +13,7 @@ from dettui.errors import InvalidArgument, NotFound
 from dettui.master.store import page as pages
 from dettui.master.store import users
 from dettui.master.store.page import Page, Window
-from dettui.master.store.records import Allocation, Trial, columns
+from dettui.master.store.records import Allocation, Trial, columns, in_chunks
 from dettui.master.store.tx import transaction
 from dettui.models import AllocationState, ExperimentState, TrialState
 
@@ -81,19 +81,16 @@ def active(conn: sqlite3.Connection) -> tuple[list[tuple[int, int]], set[int]]:
 
 def of_experiment(conn: sqlite3.Connection, exp_id: int, ids: list[int]) -> list[Trial]:
     """Those of `ids` that are trials of the experiment, by id."""
-    if not ids:
-        return []
-    marks = ",".join("?" * len(ids))
-    rows = conn.execute(f"{FROM_TRIALS} WHERE experiment_id=? AND id IN ({marks}) "
-                        "ORDER BY id", (exp_id, *ids))
-    return [Trial.from_row(r) for r in rows]
+    out: list[Trial] = []
+    for chunk, marks in in_chunks(ids):
+        out += [Trial.from_row(r) for r in conn.execute(
+            f"{FROM_TRIALS} WHERE experiment_id=? AND id IN ({marks})", (exp_id, *chunk))]
+    return sorted(out, key=lambda t: t.id)
 
 
 def for_experiments(conn: sqlite3.Connection, exp_ids: list[int]) -> list[Trial]:
     out: list[Trial] = []
-    for i in range(0, len(exp_ids), 500):  # within SQLite's bound-parameter limit
-        chunk = exp_ids[i:i + 500]
-        marks = ",".join("?" * len(chunk))
+    for chunk, marks in in_chunks(exp_ids):
         out += [Trial.from_row(r) for r in conn.execute(
             f"{FROM_TRIALS} WHERE experiment_id IN ({marks})", chunk)]
     return sorted(out, key=lambda t: t.id)
@@ -102,9 +99,7 @@ def for_experiments(conn: sqlite3.Connection, exp_ids: list[int]) -> list[Trial]
 def running_of(conn: sqlite3.Connection, exp_ids: list[int]) -> list[tuple[int, int]]:
     """(trial id, experiment id) of the RUNNING trials of `exp_ids`, by id."""
     out: list[tuple[int, int]] = []
-    for i in range(0, len(exp_ids), 500):
-        chunk = exp_ids[i:i + 500]
-        marks = ",".join("?" * len(chunk))
+    for chunk, marks in in_chunks(exp_ids):
         out += [(r[0], r[1]) for r in conn.execute(
             f"SELECT id, experiment_id FROM trials WHERE state=? AND experiment_id IN ({marks})",
             (TrialState.RUNNING.value, *chunk))]
@@ -115,9 +110,7 @@ def queued_counts(conn: sqlite3.Connection, exp_ids: list[int]) -> dict[int, int
     """How many QUEUED trials each experiment of `exp_ids` has (those with none are left out),
     counted in the trials_state index."""
     out: dict[int, int] = {}
-    for i in range(0, len(exp_ids), 500):
-        chunk = exp_ids[i:i + 500]
-        marks = ",".join("?" * len(chunk))
+    for chunk, marks in in_chunks(exp_ids):
         out.update((r[0], r[1]) for r in conn.execute(
             "SELECT experiment_id, COUNT(*) FROM trials WHERE state=? "
             f"AND experiment_id IN ({marks}) GROUP BY experiment_id",
@@ -139,9 +132,7 @@ def pending(conn: sqlite3.Connection) -> list[Trial]:
 def experiment_ids(conn: sqlite3.Connection, trial_ids: list[int]) -> dict[int, int]:
     """trial id -> its experiment's id, for the trials of `trial_ids` that exist."""
     out: dict[int, int] = {}
-    for i in range(0, len(trial_ids), 500):
-        chunk = trial_ids[i:i + 500]
-        marks = ",".join("?" * len(chunk))
+    for chunk, marks in in_chunks(trial_ids):
         out.update((r[0], r[1]) for r in conn.execute(
             f"SELECT id, experiment_id FROM trials WHERE id IN ({marks})", chunk))
     return out

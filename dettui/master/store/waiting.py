@@ -21,11 +21,10 @@ from dataclasses import dataclass
 
 from dettui.master.store import trials
 from dettui.master.store.experiments import live_jobs, live_where
-from dettui.master.store.records import JOB_COLUMNS, Allocation, Job, columns
+from dettui.master.store.records import JOB_COLUMNS, Allocation, Job, columns, in_chunks
 from dettui.models import ExperimentState, TrialState
 
 FULL = 400  # more experiments to read than this: one read of the whole queue is cheaper
-_CHUNK = 500
 _STARTED = operator.attrgetter("start_time")
 # What places an experiment in the queue: any change to these re-reads it.
 _JOB_FIELDS = "state, unmanaged, job_id, resource_pool, priority, weight, max_slots, " \
@@ -163,9 +162,7 @@ def _jobs(conn: sqlite3.Connection, ids: Collection[int]) -> dict[int, Job]:
     where, args = live_where()
     wanted = sorted(ids)
     out: dict[int, Job] = {}
-    for i in range(0, len(wanted), _CHUNK):
-        chunk = wanted[i:i + _CHUNK]
-        marks = ",".join("?" * len(chunk))
+    for chunk, marks in in_chunks(wanted):
         out.update((r[0], Job.from_row(r)) for r in conn.execute(
             f"SELECT {columns(JOB_COLUMNS, 'e')} FROM experiments e "
             f"WHERE e.id IN ({marks}) AND {where}", [*chunk, *args]))
