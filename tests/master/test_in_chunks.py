@@ -22,6 +22,8 @@ def test_reads_of_many_ids_stay_within_the_bound_parameter_limit(
         assert trials.experiment_ids(conn, MANY) == {}
         assert trials.for_experiments(conn, MANY) == []
         assert experiments.job_views(conn, MANY) == []
+        assert experiments.of_ids(conn, MANY) == []  # the stream's changed experiments
+        assert metrics.trial_summaries(conn, MANY) == {}
     finally:
         conn.close()
 

@@ -155,9 +155,9 @@ async def experiment_objects(db: Database,
                              ids: list[int] | None = None) -> list[dict[str, Any]]:
     """Every experiment (or those of `ids`), archived ones too, as GET /api/v1/experiments
     shows them."""
-    if ids is not None and not ids:
-        return []
-    return [serialize.experiment(e) for e in await db.read(exp_store.list_, ids=ids)]
+    if ids is None:
+        return [serialize.experiment(e) for e in await db.read(exp_store.list_)]
+    return [serialize.experiment(e) for e in await db.read(exp_store.of_ids, sorted(ids))]
 
 
 async def trial_objects(db: Database, exp_id: int,

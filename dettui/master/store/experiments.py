@@ -14,6 +14,7 @@ from dettui.master.store import ids, search
 from dettui.master.store import page as pages
 from dettui.master.store.page import Page, Window
 from dettui.master.store.records import (
+    IN_CHUNK,
     JOB_COLUMNS,
     Experiment,
     Job,
@@ -270,8 +271,8 @@ def queue_ids(conn: sqlite3.Connection, page: Page, pool: str | None = None,
 def of_ids(conn: sqlite3.Connection, exp_ids: list[int]) -> list[Experiment]:
     """The experiments of `exp_ids` that exist, by id (read in chunks of bound parameters)."""
     out: list[Experiment] = []
-    for i in range(0, len(exp_ids), 500):
-        out += list_(conn, ids=exp_ids[i:i + 500])
+    for i in range(0, len(exp_ids), IN_CHUNK):
+        out += list_(conn, ids=exp_ids[i:i + IN_CHUNK])
     return out
 
 

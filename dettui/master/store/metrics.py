@@ -166,11 +166,10 @@ def trial_summaries(conn: sqlite3.Connection,
                                                                  int | None]]:
     """Each trial's (summary metrics, steps of its best validation), kept by the reports."""
     out: dict[int, tuple[dict[str, Any] | None, int | None]] = {}
-    for i in range(0, len(trial_ids), 500):
-        chunk = list(trial_ids[i:i + 500])
+    for chunk, marks in in_chunks(trial_ids):
         for r in conn.execute(
-                "SELECT id, summary_metrics, best_steps FROM trials "
-                f"WHERE id IN ({','.join('?' * len(chunk))})", chunk):
+                f"SELECT id, summary_metrics, best_steps FROM trials WHERE id IN ({marks})",
+                chunk):
             out[r[0]] = (json.loads(r[1]) if r[1] else None, r[2])
     return out
 
