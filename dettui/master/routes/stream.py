@@ -207,13 +207,14 @@ class Feed:
         loop = asyncio.get_running_loop()
         with self.app[keys.NOTIFIER].watching(*self.source.signals) as changes:
             full = True
-            read_at, took = -COALESCE, 0.0  # the last read: when it began, how long it took
+            spacing = COALESCE if self.source.spacing is None else self.source.spacing
+            read_at = took = 0.0  # the last read: when it began, how long it took
             while self.subscribers:
-                started = loop.time()
                 seen = changes.take()  # from here on, any change means one more read
                 some = None if full else self._partial(seen)
-                if some is None or some:
-                    read_at = started
+                reads = some is None or bool(some)  # else nothing of the topic's changed
+                if reads:
+                    read_at = loop.time()
                 try:
                     if some is None:
                         self._apply_all(await self.source.read())
@@ -233,7 +234,7 @@ class Feed:
                     log.exception("stream topic %s failed", self.name)
                     self._give_up(f"internal error: {exc}")
                     return
-                if read_at == started:
+                if reads:
                     took = loop.time() - read_at
                 try:
                     await asyncio.wait_for(changes.wait(), IDLE_REREAD)
@@ -246,7 +247,6 @@ class Feed:
                 # take at most a third of the master's time, however large it grows. Changes
                 # that concern none of the topic's objects (outside a window) read nothing and
                 # hold nothing up.
-                spacing = COALESCE if self.source.spacing is None else self.source.spacing
                 await asyncio.sleep(max(SETTLE, read_at + max(spacing, 3 * took)
                                         - loop.time()))
 
