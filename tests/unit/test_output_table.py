@@ -58,3 +58,28 @@ def test_a_table_wider_than_the_screen_folds_its_cells(screen: io.StringIO) -> N
     lines = screen.getvalue().splitlines()
     assert max(len(line) for line in lines) <= 120
     assert "".join(line.split("│")[2].strip() for line in lines if line.startswith("│")) == long
+
+
+def test_times_read_off_the_text_agree_with_datetime() -> None:
+    """`when` reads the master's own times off the text (a queue has 10,000): for valid and
+    invalid ones alike it shows what parsing them with datetime shows."""
+    import random
+    from datetime import datetime
+
+    def parsed(value: str) -> str:
+        try:
+            dt = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            return value
+        return dt.strftime("%Y-%m-%d %H:%M:%S")
+
+    rng = random.Random(3)
+    for _ in range(20_000):
+        value = (f"{rng.randint(1990, 2100):04d}-{rng.randint(0, 13):02d}-"
+                 f"{rng.randint(0, 32):02d}T{rng.randint(0, 25):02d}:{rng.randint(0, 61):02d}:"
+                 f"{rng.randint(0, 61):02d}"
+                 + rng.choice(["Z", ".123456Z", ".1Z", "", "+01:00", "x"]))
+        assert output.when(value) == parsed(value), value
+    assert output.when("2024-02-29T23:59:59.5Z") == "2024-02-29 23:59:59"
+    assert output.when("2023-02-29T10:00:00Z") == "2023-02-29T10:00:00Z"  # no such day
+    assert output.when(None) == "" and output.when("") == ""
