@@ -9,6 +9,7 @@ import math
 from datetime import UTC, datetime
 from typing import Any
 
+import orjson
 from aiohttp import web
 
 from dettui.errors import InvalidArgument
@@ -148,7 +149,24 @@ async def big_json_response(data: Any) -> web.Response:
 
 
 def _dumps(data: Any) -> bytes:
-    return json.dumps(data).encode()
+    return json_bytes(data)
+
+
+def json_bytes(data: Any) -> bytes:
+    """A response body's JSON. orjson encodes the master's large bodies (a 10,000-job queue,
+    a page of experiments, a stream diff) ten times faster than `json`, and they are built
+    under the master's one GIL. What orjson refuses (an integer past 64 bits, a nesting past
+    254) is encoded by `json`. A float that is not finite is `null` here; the wire's metrics
+    carry them as Determined's strings ("NaN", `special`) before they get here."""
+    try:
+        return orjson.dumps(data, option=orjson.OPT_NON_STR_KEYS)
+    except TypeError:  # orjson.JSONEncodeError is one
+        return json.dumps(data).encode()
+
+
+def json_text(data: Any) -> str:
+    """`json_bytes` as text (a websocket's text frame)."""
+    return json_bytes(data).decode()
 
 
 STREAM_CHUNK = 5_000  # items a long read takes from the store, and encodes, at a time
@@ -157,5 +175,5 @@ STREAM_CHUNK = 5_000  # items a long read takes from the store, and encodes, at 
 def json_items(items: list[Any], first: bool) -> bytes:
     """Items of a JSON list being written piece by piece: `a,b,c` (with a leading comma unless
     they are the `first`). Run on the CPU pool."""
-    text = ",".join(json.dumps(item) for item in items)
-    return (text if first or not text else "," + text).encode()
+    text = b",".join(json_bytes(item) for item in items)
+    return text if first or not text else b"," + text

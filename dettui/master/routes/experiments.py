@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import sqlite3
 from typing import Any
@@ -43,6 +42,7 @@ from dettui.master.store.page import Page
 from dettui.master.store.records import Experiment
 from dettui.master.wire import (
     b64_response,
+    json_bytes,
     page_of,
     path_int,
     query_bool,
@@ -196,7 +196,7 @@ def _list_body(conn: sqlite3.Connection, want: Page, config: bool, **query: Any)
     if not config:
         for view in out:
             del view["config"], view["originalConfig"]
-    return json.dumps({"experiments": out, "pagination": window.pagination()}).encode()
+    return json_bytes({"experiments": out, "pagination": window.pagination()})
 
 
 @routes.get("/api/v1/experiments/{id}")
@@ -420,8 +420,8 @@ def _trials_body(conn: sqlite3.Connection, exp_id: int, want: Page, **query: Any
     """A page of an experiment's trials as JSON, in one call on a reader connection."""
     exp = exp_store.get(conn, exp_id)
     rows, window = trial_store.page(conn, exp_id, want, **query)
-    return json.dumps({"trials": trial_views(conn, exp, rows),
-                       "pagination": window.pagination()}).encode()
+    return json_bytes({"trials": trial_views(conn, exp, rows),
+                       "pagination": window.pagination()})
 
 
 @routes.get("/api/v1/experiments/{id}/checkpoints")

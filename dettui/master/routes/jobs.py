@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from dataclasses import dataclass
 from typing import Any
@@ -17,13 +16,12 @@ from dettui.master.cluster import Cluster
 from dettui.master.middleware import read_json, require_owner
 from dettui.master.openapi import op
 from dettui.master.queue import QueuedJob, move
-from dettui.master.scheduler import FAIR_SHARE, PoolPolicy, order
-from dettui.master.scheduler import Request as SchedRequest
+from dettui.master.scheduler import FAIR_SHARE, PoolPolicy
 from dettui.master.store import experiments as exp_store
 from dettui.master.store import trials as trial_store
 from dettui.master.store.page import Page, Window
 from dettui.master.store.records import Experiment, JobView
-from dettui.master.wire import page_of, paginate, ts
+from dettui.master.wire import json_bytes, page_of, paginate, ts
 from dettui.models import JobState
 
 routes = web.RouteTableDef()
@@ -86,50 +84,47 @@ class Requests:
         """An experiment's running trials, how many wait, and why the first of them waits. A
         running trial with a reason (its Slurm job is pending) waits, it does not run."""
         running = self.running.get(exp_id, [])
-        held = [t for t in running if t in self.reasons]
         first = self.first.get(exp_id)
+        if not running and first is None:  # most of a long queue: it waits, for no reason
+            return running, self.queued.get(exp_id, 0), None
+        held = [t for t in running if t in self.reasons]
         reason = self.reasons[first] if first is not None else None
         return ([t for t in running if t not in self.reasons],
                 self.queued.get(exp_id, 0) + len(held), reason)
 
 
 def job_rows(
-    exps: list[JobView], requests: Requests,
+    exps: list[JobView], requests: Requests, ahead_of: dict[int, int],
     fair_pools: set[str] = frozenset(),  # type: ignore[assignment]
     backfilled: set[int] = frozenset(),  # type: ignore[assignment]
-    only_requests: bool = False, ahead_of: dict[int, int] | None = None,
+    only_requests: bool = False,
 ) -> list[dict[str, Any]]:
-    """Live experiments as jobs, in scheduling order, with their slots and state.
+    """Live experiments as jobs, in the order given, with their slots and state.
 
-    A running job is SCHEDULED_BACKFILLED when one of its trials was started by backfilling
+    `ahead_of` gives each experiment's place in the whole queue (`exps` are a page of it). A
+    running job is SCHEDULED_BACKFILLED when one of its trials was started by backfilling
     (`backfilled` trial ids), as in Determined; a job that started first stays SCHEDULED when
     a more urgent one queues behind it. With `only_requests`, as Determined's job queue, only
     jobs with a pending or running request (a trial queued or running) are listed: a paused
-    experiment with nothing running is not. `ahead_of` gives each experiment's place in the
-    whole queue when `exps` are a page of it.
+    experiment with nothing running is not.
     """
-    reqs = [SchedRequest(e.id, e.job_id, e.slots_per_trial, e.priority, e.queue_position,
-                         e.resource_pool) for e in exps]
-    by_id = {e.id: e for e in exps}
     rows = []
-    for ahead, req in enumerate(order(reqs)):
-        e = by_id[req.key]
-        ahead = ahead_of.get(e.id, ahead) if ahead_of is not None else ahead
+    for e in exps:
         running, waiting, reason = requests.of(e.id)
         if only_requests and not running and not waiting:
             continue
-        requested = e.slots_per_trial * max(1, len(running) + waiting)
-        state = JobState.QUEUED
+        state = JobState.QUEUED.value
         if running:
             state = (JobState.SCHEDULED_BACKFILLED if any(t in backfilled for t in running)
-                     else JobState.SCHEDULED)
+                     else JobState.SCHEDULED).value
         rows.append({
-            "summary": {"state": state.value,
-                        "jobsAhead": -1 if e.resource_pool in fair_pools else ahead},
+            "summary": {"state": state,
+                        "jobsAhead": -1 if e.resource_pool in fair_pools else ahead_of[e.id]},
             "type": "TYPE_EXPERIMENT", "submissionTime": ts(e.start_time),
             "username": e.username, "userId": e.owner_id, "resourcePool": e.resource_pool,
             "isPreemptible": True, "priority": e.priority, "weight": e.weight,
-            "entityId": str(e.id), "jobId": e.job_id, "requestedSlots": requested,
+            "entityId": str(e.id), "jobId": e.job_id,
+            "requestedSlots": e.slots_per_trial * max(1, len(running) + waiting),
             "allocatedSlots": e.slots_per_trial * len(running), "name": e.name,
             "progress": e.progress or 0, "workspaceId": 1,
             "unschedulableReason": reason,
@@ -166,8 +161,8 @@ def _queue_args(app: web.Application, want: Page, pool: str | None, only_request
 def _queue_body(conn: sqlite3.Connection, *args: Any) -> bytes:
     """GET /api/v1/job-queues-v2's JSON, encoded where it was read."""
     rows, window = _queue_rows(conn, *args)
-    return json.dumps({"jobs": [{"full": r} for r in rows],
-                       "pagination": window.pagination()}).encode()
+    return json_bytes({"jobs": [{"full": r} for r in rows],
+                       "pagination": window.pagination()})
 
 
 def _queue_rows(conn: sqlite3.Connection, want: Page, pool: str | None, only_requests: bool,
@@ -195,10 +190,9 @@ def _queue_rows(conn: sqlite3.Connection, want: Page, pool: str | None, only_req
         if e in on_page and t < first.get(e, t + 1):
             first[e] = t
     requests = Requests(runs, trial_store.queued_counts(conn, ids), reasons, first)
-    rows = job_rows(exps, requests, fair, backfilled, only_requests, ahead)
     place = {eid: i for i, eid in enumerate(ids)}
-    rows.sort(key=lambda r: place[int(r["entityId"])])
-    return rows, window
+    exps.sort(key=lambda e: place[e.id])
+    return job_rows(exps, requests, ahead, fair, backfilled, only_requests), window
 
 
 def _filtered(conn: sqlite3.Connection, want: Page, pool: str | None, only_requests: bool,

@@ -3,7 +3,6 @@ NDJSON, one result holding every report of the trials, each a v1MetricsReport.""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from aiohttp import web
@@ -14,7 +13,7 @@ from dettui.master.openapi import op
 from dettui.master.store import metrics as metric_store
 from dettui.master.store import trials as trial_store
 from dettui.master.store.records import Metric
-from dettui.master.wire import STREAM_CHUNK, encode_metrics, parse_id, ts
+from dettui.master.wire import STREAM_CHUNK, encode_metrics, json_bytes, parse_id, ts
 
 routes = web.RouteTableDef()
 STREAM_QUERY = {"trialIds": list[int]}
@@ -63,7 +62,7 @@ async def _stream(request: web.Request, group: str | None) -> web.StreamResponse
 
 def _ndjson_line(rows: list[Metric], index: int) -> bytes:
     out = [report(m, index + i) for i, m in enumerate(rows)]
-    return (json.dumps({"result": {"metrics": out}}) + "\n").encode()
+    return json_bytes({"result": {"metrics": out}}) + b"\n"
 
 
 @routes.get("/api/v1/trials/metrics/trial_metrics")

@@ -55,6 +55,7 @@ from dettui.master.routes import experiments as exp_routes
 from dettui.master.routes import jobs as job_routes
 from dettui.master.store import experiments as exp_store
 from dettui.master.store.page import Page
+from dettui.master.wire import json_text
 
 log = logging.getLogger("dettui.master.stream")
 routes = web.RouteTableDef()
@@ -168,7 +169,7 @@ def topic(app: web.Application, name: str) -> Topic | None:
 
 
 def _encode(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"))
+    return json_text(value)
 
 
 class Feed:

@@ -4,7 +4,6 @@ the unmanaged (detached) trials that scripts outside the cluster create, start a
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import time
 from typing import Any
@@ -53,6 +52,7 @@ from dettui.master.wire import (
     b64_response,
     decode_number,
     encode_metrics,
+    json_bytes,
     json_items,
     page_of,
     parse_ts,
@@ -229,7 +229,7 @@ METRICS_HEAD = b'{"metrics": ['
 
 
 def _metrics_tail(pagination: dict[str, int]) -> bytes:
-    return b'], "pagination": ' + json.dumps(pagination).encode() + b"}"
+    return b'], "pagination": ' + json_bytes(pagination) + b"}"
 
 
 def _metric_items(rows: list[Metric], first: bool) -> bytes:
@@ -316,7 +316,7 @@ def _workloads(reports: list[Metric], kinds: set[str], ckpts: list[Checkpoint], 
         out.append({item.group: {"totalBatches": item.steps_completed,
                                  "endTime": ts(item.report_time), "numInputs": 0,
                                  "metrics": body}})
-    return json.dumps({"workloads": out, "pagination": window.pagination()}).encode()
+    return json_bytes({"workloads": out, "pagination": window.pagination()})
 
 
 @task_route
