@@ -46,6 +46,7 @@ class AgentTelemetry:
         self.latest: dict[str, Any] | None = None
         self.points: collections.deque[Point] = collections.deque(maxlen=keep or HISTORY)
         self._warned = False
+        self._json: dict[str, Any] | None = None  # json() until the next sample
 
     def record(self, samples: Iterable[object]) -> None:
         """Take the samples of one heartbeat, oldest first. A malformed sample is dropped (a
@@ -65,12 +66,15 @@ class AgentTelemetry:
                 self.points.clear()  # the agent's clock went back: start over
             self.latest = sample.model_dump(by_alias=True)
             self.points.append(point(sample))
+            self._json = None
 
     def json(self) -> dict[str, Any] | None:
         """The API's `telemetry` object: the latest sample plus `history` arrays (aligned with
-        `history.time`; a GPU missing from a sample has null there)."""
-        if self.latest is None:
-            return None
+        `history.time`; a GPU missing from a sample has null there). Built once per sample
+        (the agents list and the dashboards' agents topic read 100 agents' histories several
+        times a second) and shared: callers do not change it."""
+        if self.latest is None or self._json is not None:
+            return self._json
         indices = sorted({i for p in self.points for i in p.gpu_util}, key=_index_order)
         history = {
             "time": [p.time for p in self.points],
@@ -78,7 +82,8 @@ class AgentTelemetry:
             "mem": [p.mem for p in self.points],
             "gpuUtil": {i: [p.gpu_util.get(i) for p in self.points] for i in indices},
         }
-        return {**self.latest, "history": history}
+        self._json = {**self.latest, "history": history}
+        return self._json
 
 
 def _index_order(index: str) -> tuple[int, str]:

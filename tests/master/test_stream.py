@@ -512,3 +512,22 @@ async def test_the_agents_topic_is_read_at_most_every_agents_spacing(api: Api) -
             diffs.append(await inbox.next("agents", 1.0))
     assert 1 <= len(diffs) <= 1.6 / stream_routes.AGENTS_SPACING + 2, len(diffs)
     assert diffs[-1]["upsert"][0]["telemetry"]["time"] == 2000.0 + beats
+
+
+def test_an_agents_telemetry_object_is_built_once_per_sample() -> None:
+    """The agents list and the agents topic read 100 agents' histories several times a second:
+    the object is built once per sample, and a new sample gives a new one with it."""
+    from dettui.master.telemetry import AgentTelemetry
+
+    tel = AgentTelemetry(keep=3)
+    assert tel.json() is None
+    tel.record([sample(1.0, 10.0)])
+    first = tel.json()
+    assert first is not None and tel.json() is first
+    tel.record([sample(1.0, 99.0)])  # seen already: skipped, nothing changes
+    assert tel.json() is first
+    tel.record([sample(2.0, 20.0), sample(3.0, 30.0), sample(4.0, 40.0)])
+    now = tel.json()
+    assert now is not first and now is not None
+    assert now["history"]["time"] == [2.0, 3.0, 4.0] and now["cpuPercent"] == 40.0
+    assert first["history"]["time"] == [1.0]  # what was handed out before is left as it was
