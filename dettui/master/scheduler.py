@@ -44,8 +44,7 @@ class Request(NamedTuple):  # a tuple: a pass builds one per waiting trial (100,
     max_slots: int | None = None
 
 
-@dataclass(frozen=True)
-class Running:
+class Running(NamedTuple):  # a tuple: a pass builds one per live allocation (800 at scale)
     key: str  # allocation id
     job_id: str
     slots: int
@@ -58,6 +57,10 @@ class Running:
     max_slots: int | None = None
     placement: tuple[tuple[str, tuple[int, ...]], ...] = ()  # (agent, slots) it holds
     preempting: bool = False  # already told to stop; its slots are promised to someone
+
+
+_POOL = operator.attrgetter("pool")
+_SLOTS = operator.attrgetter("slots")
 
 
 @dataclass(frozen=True)
@@ -116,9 +119,13 @@ def schedule(
     start: list[Assignment] = []
     preempt: list[str] = []
     unschedulable: dict[int, str] = {}
-    reqs_by_pool: dict[str, list[Request]] = {}
-    for r in requests:
-        reqs_by_pool.setdefault(r.pool, []).append(r)
+    pools = set(map(_POOL, requests))  # most clusters have one pool: no split of 20,000
+    if len(pools) == 1:
+        reqs_by_pool = {pools.pop(): list(requests)}
+    else:
+        reqs_by_pool = {}
+        for r in requests:
+            reqs_by_pool.setdefault(r.pool, []).append(r)
     runs_by_pool: dict[str, list[Running]] = {}
     for run in running:
         runs_by_pool.setdefault(run.pool, []).append(run)
@@ -129,7 +136,7 @@ def schedule(
         policy = policies.get(pool, PoolPolicy())
         shape = PoolShape.of(members)
         largest = shape.largest
-        if members and all(r.slots <= largest for r in reqs):
+        if members and max(map(_SLOTS, reqs), default=0) <= largest:
             fitting = reqs
         else:  # in the order given: those that can never fit say why, the rest are tried
             fitting = []
@@ -304,7 +311,7 @@ def _priority(reqs: list[Request], members: list[AgentView], runs: list[Running]
             break  # nothing below the first blocked priority starts
         if not free.total and (in_flight or not policy.preemption):
             if zero_left is None:
-                zero_left = any(not r.slots for r in itertools.islice(reqs, i, None))
+                zero_left = 0 in set(map(_SLOTS, itertools.islice(reqs, i, None)))
             if not zero_left:
                 break  # every slot is taken, none may be freed by preemption, all need slots
         parts = fit(req, free)

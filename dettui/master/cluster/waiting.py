@@ -88,22 +88,19 @@ class Waiting:
         (`scheduler.order`), and the slots of each job's trials left out (fair share counts
         them as demand)."""
         out: list[scheduler.Request] = []
-        unread: dict[str, int] = {}
-        order, heads, counts = self.order, self.heads, self.counts
+        order, heads, counts, jobs = self.order, self.heads, self.counts, self.jobs
         i, end = 0, len(order)
         while i < end:
             priority, position, exp_id = order[i]
             j = i + 1
-            while j < end and order[j][0] == priority and order[j][1] == position:
+            while j < end and order[j][1] == position and order[j][0] == priority:
                 j += 1
             if j == i + 1:  # a job's requests are in trial id order already
                 out += heads[exp_id][:per_job]
             else:  # jobs queued at the same place: their trials by id, as `order` sorts them
                 out += sorted((r for _, _, e in order[i:j] for r in heads[e][:per_job]),
                               key=_KEY)
-            for _, _, e in order[i:j]:
-                if (n := counts[e]) > per_job:
-                    job = self.jobs[e]
-                    unread[job.job_id] = job.slots_per_trial * (n - per_job)
             i = j
+        unread = {jobs[e].job_id: jobs[e].slots_per_trial * (n - per_job)
+                  for e, n in counts.items() if n > per_job}
         return out, unread
