@@ -195,11 +195,10 @@ def page(
     keys, window = pages.read(conn, want, f"SELECT COUNT(*) FROM {table}{where}",
                               f"SELECT e.id FROM {table}{where} ORDER BY {order}", args)
     ids = [k[0] for k in keys]
-    if len(ids) > IN_CHUNK:  # a whole list (limit 0): one ordered read of every row
-        rows = conn.execute(f"{SELECT}{where} ORDER BY {order}", args).fetchall()
-        return [Experiment.from_row(r) for r in window.of(rows)], window
-    rows = conn.execute(f"{SELECT} WHERE e.id IN ({','.join('?' * len(ids))}) "
-                        f"ORDER BY {order}", ids).fetchall() if ids else []
+    place = {eid: i for i, eid in enumerate(ids)}
+    rows = [r for chunk, marks in in_chunks(ids)
+            for r in conn.execute(f"{SELECT} WHERE e.id IN ({marks})", chunk)]
+    rows.sort(key=lambda r: place[r["id"]])
     return [Experiment.from_row(r) for r in rows], window
 
 
