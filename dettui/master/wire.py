@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import base64
 import functools
-import json
 import math
 from datetime import UTC, datetime
 from typing import Any
 
-import orjson
 from aiohttp import web
 
 from dettui.errors import InvalidArgument
 from dettui.master import offload
+from dettui.master.jsonfast import dumps as json_bytes
 from dettui.master.store.page import Page, order_of
 
 
@@ -144,29 +143,8 @@ async def b64_response(key: str, data: bytes | None) -> web.Response:
 async def big_json_response(data: Any) -> web.Response:
     """`web.json_response` for bodies that grow with the data (lists of experiments, trials,
     metrics, logs): encoded on the CPU pool, not on the event loop."""
-    body = await offload.cpu(_dumps, data)
+    body = await offload.cpu(json_bytes, data)
     return web.Response(body=body, content_type="application/json")
-
-
-def _dumps(data: Any) -> bytes:
-    return json_bytes(data)
-
-
-def json_bytes(data: Any) -> bytes:
-    """A response body's JSON. orjson encodes the master's large bodies (a 10,000-job queue,
-    a page of experiments, a stream diff) ten times faster than `json`, and they are built
-    under the master's one GIL. What orjson refuses (an integer past 64 bits, a nesting past
-    254) is encoded by `json`. A float that is not finite is `null` here; the wire's metrics
-    carry them as Determined's strings ("NaN", `special`) before they get here."""
-    try:
-        return orjson.dumps(data, option=orjson.OPT_NON_STR_KEYS)
-    except TypeError:  # orjson.JSONEncodeError is one
-        return json.dumps(data).encode()
-
-
-def json_text(data: Any) -> str:
-    """`json_bytes` as text (a websocket's text frame)."""
-    return json_bytes(data).decode()
 
 
 STREAM_CHUNK = 5_000  # items a long read takes from the store, and encodes, at a time

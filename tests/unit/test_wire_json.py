@@ -1,5 +1,5 @@
-"""The master's response JSON (`wire.json_bytes`): orjson where it can, `json` where it cannot,
-and the same values a client reads back either way."""
+"""The master's JSON (`jsonfast`, `wire.json_bytes`): orjson where it can, `json` where it
+cannot, and the same values read back either way."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 import math
 import random
 
-from dettui.master import wire
+from dettui.master import jsonfast, wire
 from dettui.models import JobState
 
 _CHARS = "aé\u2603\U0001f600\"\\\n\t\x00/<>"
@@ -65,4 +65,20 @@ def test_items_written_piece_by_piece_join_into_one_list() -> None:
 
 
 def test_text_for_a_websocket_frame() -> None:
-    assert wire.json_text({"topic": "jobs", "n": [1, 2]}) == '{"topic":"jobs","n":[1,2]}'
+    assert jsonfast.dumps_text({"topic": "jobs", "n": [1, 2]}) == '{"topic":"jobs","n":[1,2]}'
+
+
+def test_stored_json_reads_back_as_json_reads_it() -> None:
+    """Columns were written by `json.dumps`: NaN and Infinity tokens, integers past 64 bits and
+    deep nesting (which orjson refuses) read back as `json` reads them."""
+    rng = random.Random(11)
+    for _ in range(2_000):
+        text = json.dumps(_value(rng))
+        assert jsonfast.loads(text) == json.loads(text)
+        assert jsonfast.loads(text.encode()) == json.loads(text)
+    odd = json.dumps({"loss": math.inf, "big": 2**70, "deep": [[[[[[1]]]]]] * 2})
+    assert jsonfast.loads(odd) == json.loads(odd)
+    value = jsonfast.loads('{"loss": NaN}')["loss"]
+    assert math.isnan(value)
+    deep = "[" * 300 + "]" * 300
+    assert jsonfast.loads(deep) == json.loads(deep)

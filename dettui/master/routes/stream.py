@@ -48,6 +48,7 @@ from aiohttp import WSCloseCode, WSMsgType, web
 
 from dettui.errors import DettuiError, InvalidArgument
 from dettui.master import keys, serialize
+from dettui.master.jsonfast import dumps_text as json_text
 from dettui.master.middleware import require_user
 from dettui.master.openapi import op
 from dettui.master.routes import agents as agent_routes
@@ -55,7 +56,6 @@ from dettui.master.routes import experiments as exp_routes
 from dettui.master.routes import jobs as job_routes
 from dettui.master.store import experiments as exp_store
 from dettui.master.store.page import Page
-from dettui.master.wire import json_text
 
 log = logging.getLogger("dettui.master.stream")
 routes = web.RouteTableDef()

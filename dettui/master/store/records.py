@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import functools
-import json
 import sqlite3
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, NamedTuple, TypeVar
 
 from dettui.config.schema import ExperimentSchema
+from dettui.master.jsonfast import loads
 from dettui.models import AllocationState, CheckpointState, ExperimentState, TrialState
 
 T = TypeVar("T")
@@ -83,9 +83,9 @@ class Experiment:
     def from_row(cls, r: sqlite3.Row) -> Experiment:
         return cls(
             id=r["id"], name=r["name"], description=r["description"],
-            labels=json.loads(r["labels"]), state=ExperimentState(r["state"]),
+            labels=loads(r["labels"]), state=ExperimentState(r["state"]),
             archived=bool(r["archived"]), owner_id=r["owner_id"], username=r["username"],
-            config=_with_columns(json.loads(r["config"]), r),
+            config=_with_columns(loads(r["config"]), r),
             original_config=r["original_config"],
             searcher_type=r["searcher_type"], job_id=r["job_id"],
             resource_pool=r["resource_pool"], priority=r["priority"], weight=r["weight"],
@@ -221,7 +221,7 @@ class Trial:
     def from_row(cls, r: sqlite3.Row) -> Trial:
         return cls(
             id=r["id"], experiment_id=r["experiment_id"], request_id=r["request_id"],
-            task_id=r["task_id"], hparams=json.loads(r["hparams"]), seed=r["seed"],
+            task_id=r["task_id"], hparams=loads(r["hparams"]), seed=r["seed"],
             state=TrialState(r["state"]), restarts=r["restarts"], run_id=r["run_id"],
             total_batches=r["total_batches"], start_time=r["start_time"],
             end_time=r["end_time"], progress=r["progress"], runner_state=r["runner_state"],
@@ -288,14 +288,14 @@ class Allocation:
         return cls(
             id=r["id"], trial_id=r["trial_id"], run_id=r["run_id"],
             state=AllocationState(r["state"]), token_hash=r["token"], agent_id=r["agent_id"],
-            slots=json.loads(r["slots"]), start_time=r["start_time"], end_time=r["end_time"],
+            slots=loads(r["slots"]), start_time=r["start_time"], end_time=r["end_time"],
             exit_code=r["exit_code"], exit_reason=r["exit_reason"],
             preempt_requested=bool(r["preempt_requested"]),
             preempt_acked=bool(r["preempt_acked"]), kill_requested=bool(r["kill_requested"]),
-            parts=[(p[0], list(p[1])) for p in json.loads(r["parts"])]
-            or [(r["agent_id"], json.loads(r["slots"]))],
-            part_exits=json.loads(r["part_exits"]), port=r["port"],
-            daemons=json.loads(r["daemons"]),
+            parts=[(p[0], list(p[1])) for p in loads(r["parts"])]
+            or [(r["agent_id"], loads(r["slots"]))],
+            part_exits=loads(r["part_exits"]), port=r["port"],
+            daemons=loads(r["daemons"]),
         )
 
 
@@ -316,7 +316,7 @@ class Metric:
     def from_row(cls, r: sqlite3.Row) -> Metric:
         bm = r["batch_metrics"]
         return cls(r["trial_id"], r["run_id"], r["grp"], r["steps_completed"],
-                   r["report_time"], json.loads(r["metrics"]), json.loads(bm) if bm else None)
+                   r["report_time"], loads(r["metrics"]), loads(bm) if bm else None)
 
 
 @dataclass(frozen=True)
@@ -365,7 +365,7 @@ class Checkpoint:
     def from_row(cls, r: sqlite3.Row) -> Checkpoint:
         return cls(r["uuid"], r["trial_id"], r["experiment_id"], r["task_id"],
                    r["allocation_id"], r["report_time"], CheckpointState(r["state"]),
-                   json.loads(r["resources"]), json.loads(r["metadata"]),
+                   loads(r["resources"]), loads(r["metadata"]),
                    r["steps_completed"], r["storage_id"])
 
 
@@ -386,9 +386,9 @@ class Agent:
 
     @classmethod
     def from_row(cls, r: sqlite3.Row) -> Agent:
-        return cls(r["id"], r["pool"], json.loads(r["slots"]), r["hostname"],
-                   json.loads(r["addresses"]), r["registered_time"], bool(r["enabled"]),
-                   bool(r["draining"]), tuple(json.loads(r["disabled_slots"])))
+        return cls(r["id"], r["pool"], loads(r["slots"]), r["hostname"],
+                   loads(r["addresses"]), r["registered_time"], bool(r["enabled"]),
+                   bool(r["draining"]), tuple(loads(r["disabled_slots"])))
 
     def slot_enabled(self, slot_id: int) -> bool:
         return self.enabled and slot_id not in self.disabled_slots
