@@ -11,7 +11,7 @@ from typing import Any
 
 from dettui import metric
 from dettui.errors import DettuiError, InvalidArgument, NotFound
-from dettui.master import summary
+from dettui.master import jsonfast, summary
 from dettui.master.store.records import IN_CHUNK, Metric, columns, in_chunks, typed_config
 from dettui.master.store.tx import transaction
 
@@ -85,7 +85,7 @@ def _report(conn: sqlite3.Connection, r: MetricReport) -> None:
         )
         _fold_summary(conn, trial_id, group, steps, r.metrics)
     else:
-        merged = _merge(json.loads(row["metrics"]), r.metrics)
+        merged = _merge(jsonfast.loads(row["metrics"]), r.metrics)
         if r.batch_metrics is not None and row["batch_metrics"] is not None:
             raise InvalidArgument("overwriting batch metrics is not supported")
         bm = row["batch_metrics"] if r.batch_metrics is None else json.dumps(r.batch_metrics)
@@ -128,7 +128,7 @@ def _fold_summary(conn: sqlite3.Connection, trial_id: int, group: str, steps: in
     if row["summary_stale"]:
         refresh_trial(conn, trial_id)
         return
-    folded = json.loads(row["summary_metrics"]) if row["summary_metrics"] else {}
+    folded = jsonfast.loads(row["summary_metrics"]) if row["summary_metrics"] else {}
     summary.fold(folded.setdefault(summary.PATHS.get(group, group), {}), metrics)
     conn.execute("UPDATE trials SET summary_metrics=? WHERE id=?",
                  (json.dumps(folded), trial_id))
@@ -170,7 +170,7 @@ def trial_summaries(conn: sqlite3.Connection,
         for r in conn.execute(
                 f"SELECT id, summary_metrics, best_steps FROM trials WHERE id IN ({marks})",
                 chunk):
-            out[r[0]] = (json.loads(r[1]) if r[1] else None, r[2])
+            out[r[0]] = (jsonfast.loads(r[1]) if r[1] else None, r[2])
     return out
 
 
@@ -360,7 +360,7 @@ def reports(conn: sqlite3.Connection, trial_id: int) -> list[tuple[str, dict[str
     """Every live report of the trial as (group, metrics), in the order they were made."""
     rows = conn.execute("SELECT grp, metrics FROM metrics WHERE trial_id=? AND archived=0 "
                         "ORDER BY id", (trial_id,))
-    return [(r["grp"], json.loads(r["metrics"])) for r in rows]
+    return [(r["grp"], jsonfast.loads(r["metrics"])) for r in rows]
 
 
 def count(conn: sqlite3.Connection, trial_id: int, group: str | None,
