@@ -214,6 +214,21 @@ class _Pool:
         self.idle.put(self._take())
 
     def _take(self) -> _Worker:
+        """A live worker: an idle one, else a new one while fewer than PROCESSES run, else the
+        next to come back. One that died while idle (the kernel's OOM killer picks the
+        largest process, a worker that read a big context) is replaced, not handed a request
+        it would fail."""
+        while True:
+            worker = self._idle_or_new()
+            if worker.proc.poll() is None:
+                return worker
+            log.warning("a master worker process died while idle (exit %s); starting another",
+                        worker.proc.returncode)
+            worker.close()
+            with self.lock:
+                self.started -= 1
+
+    def _idle_or_new(self) -> _Worker:
         try:
             return self.idle.get_nowait()
         except queue.Empty:

@@ -129,6 +129,23 @@ async def test_a_worker_that_dies_while_a_body_streams_is_an_error_not_a_hang(
     assert await offload.isolated_body(len, _chunks(b"x" * 50)) == 50
 
 
+async def test_a_worker_that_died_while_idle_is_replaced_not_handed_a_request() -> None:
+    """Workers killed while idle (the OOM killer picks the largest process): the next calls
+    get new workers and their answers, not a 413."""
+    import psutil
+
+    assert await offload.isolated(sorted, [2, 1]) == [1, 2]
+    assert await offload.isolated_body(len, _chunks(b"x" * 5)) == 5  # the workers are up
+    workers = [c for c in psutil.Process().children()
+               if "dettui.master.worker" in " ".join(c.cmdline())]
+    assert workers
+    for child in workers:
+        child.kill()
+    psutil.wait_procs(workers, timeout=10)
+    for _ in range(2 * offload.PROCESSES):
+        assert await offload.isolated(sorted, [3, 1, 2]) == [1, 2, 3]
+
+
 def _big(n: int) -> tuple[bytes, list[bytes], str]:
     return b"a" * n + b"z", [b"b" * n, b"c"], "small"
 
