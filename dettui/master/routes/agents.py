@@ -29,7 +29,7 @@ from dettui.master.store import experiments as exp_store
 from dettui.master.store import logs as log_store
 from dettui.master.store import trials as trial_store
 from dettui.master.store.records import Allocation, Experiment, Trial
-from dettui.master.wire import json_bytes, path_int, query_float, ts
+from dettui.master.wire import big_json_response, path_int, query_float, ts
 from dettui.protocol import (
     AgentLogsBody,
     AllocationExitBody,
@@ -100,9 +100,9 @@ async def agent_objects(app: web.Application) -> list[dict[str, Any]]:
 @routes.get("/api/v1/agents")
 async def list_agents(request: web.Request) -> web.Response:
     agents = await agent_objects(request.app)
-    return web.Response(body=json_bytes({"agents": agents, "pagination": {
+    return await big_json_response({"agents": agents, "pagination": {
         "offset": 0, "limit": 0, "startIndex": 0, "endIndex": len(agents),
-        "total": len(agents)}}), content_type="application/json")
+        "total": len(agents)}})
 
 
 @routes.post("/api/v1/agents/register")

@@ -48,7 +48,7 @@ from aiohttp import WSCloseCode, WSMsgType, web
 
 from dettui.errors import DettuiError, InvalidArgument
 from dettui.master import keys, serialize
-from dettui.master.jsonfast import dumps_text as json_text
+from dettui.master.jsonfast import dumps_text as _encode  # each object compared, then sent
 from dettui.master.middleware import require_user
 from dettui.master.openapi import op
 from dettui.master.routes import agents as agent_routes
@@ -166,10 +166,6 @@ def topic(app: web.Application, name: str) -> Topic | None:
             return _keyed(await exp_routes.trial_objects(db, exp_id, wanted), "id")
         return Topic(trials, (name,), some_trials, name)
     return None
-
-
-def _encode(value: Any) -> str:
-    return json_text(value)
 
 
 class Feed:

@@ -194,12 +194,8 @@ def page(
     table = "experiments e JOIN users u ON u.id = e.owner_id" if users else "experiments e"
     keys, window = pages.read(conn, want, f"SELECT COUNT(*) FROM {table}{where}",
                               f"SELECT e.id FROM {table}{where} ORDER BY {order}", args)
-    ids = [k[0] for k in keys]
-    place = {eid: i for i, eid in enumerate(ids)}
-    rows = [r for chunk, marks in in_chunks(ids)
-            for r in conn.execute(f"{SELECT} WHERE e.id IN ({marks})", chunk)]
-    rows.sort(key=lambda r: place[r["id"]])
-    return [Experiment.from_row(r) for r in rows], window
+    place = {k[0]: i for i, k in enumerate(keys)}
+    return sorted(of_ids(conn, list(place)), key=lambda e: place[e.id]), window
 
 
 def live_where() -> tuple[str, list[str]]:
