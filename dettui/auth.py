@@ -62,9 +62,10 @@ def store_token(url: str, username: str, token: str, *, default: bool = True) ->
     tmp.replace(path)
 
 
-async def authenticated(url: str, user: str | None = None) -> Client:
-    """A client with a working token: the stored one if still valid, else log in (empty pw)."""
-    client = Client(url)
+async def authenticated(url: str, user: str | None = None, *, plain: bool = False) -> Client:
+    """A client with a working token: the stored one if still valid, else log in (empty pw).
+    `plain`: a one-shot command's client (`Client`'s plain)."""
+    client = Client(url, plain=plain)
     stored = load_token(url, user)
     if stored:
         client.token = stored[1]

@@ -251,7 +251,7 @@ def _trial_args(sub: Any) -> None:
 
 async def _with_client(args: argparse.Namespace,
                        fn: Callable[[api.Client], Awaitable[Any]]) -> Any:
-    c = await auth.authenticated(api.master_url(args.master), args.user)
+    c = await auth.authenticated(api.master_url(args.master), args.user, plain=True)
     try:
         return await fn(c)
     finally:

@@ -7,17 +7,18 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import http.client
 import json
 import os
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import aiohttp
-
-from dettui import errors, retry
+from dettui import errors, jsonfast, plainhttp, retry
 
 if TYPE_CHECKING:  # imported where an agent call needs it: pydantic is a fifth of a CLI start
+    import aiohttp  # imported where a session starts: a fifth of a CLI command's start too
+
     from dettui import protocol
 
 DEFAULT_MASTER = "http://127.0.0.1:8080"
@@ -79,15 +80,20 @@ def _checkpoint_params(newest_first: bool, sort_by: str | None,
 
 
 class Client:
-    """One session against one master. Use as `async with Client(url, token) as c:`."""
+    """One session against one master. Use as `async with Client(url, token) as c:`.
+
+    `plain`: calls that send a body and read one answer go over the standard library's HTTP
+    on threads (`plainhttp`), for one-shot commands: no aiohttp import. Streams, downloads and
+    uploads with progress still use aiohttp, imported when first needed."""
 
     def __init__(self, url: str, token: str | None = None, *, task_token: str | None = None,
-                 timeout: float = 60.0) -> None:
+                 timeout: float = 60.0, plain: bool = False) -> None:
         self.url = url.rstrip("/")
         self.token = token
         self.task_token = task_token
         self._timeout = timeout
         self._session: aiohttp.ClientSession | None = None
+        self._plain = plainhttp.Pool(self.url) if plain else None
 
     async def __aenter__(self) -> Client:
         return self
@@ -96,12 +102,16 @@ class Client:
         await self.close()
 
     async def close(self) -> None:
+        if self._plain is not None:
+            self._plain.close()
         if self._session is not None:
             await self._session.close()
             self._session = None
 
     @property
     def session(self) -> aiohttp.ClientSession:
+        import aiohttp
+
         if self._session is None:
             self._session = aiohttp.ClientSession(
                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=10)
@@ -122,6 +132,10 @@ class Client:
         progress: Callable[[int, int], None] | None = None,
     ) -> Any:
         data: Any = raw if raw is not None else (json.dumps(body) if body is not None else None)
+        if self._plain is not None and progress is None:
+            return await self._plain_request(method, path, data, params, timeout)
+        import aiohttp
+
         if progress is not None and isinstance(data, str | bytes):
             data = _chunks(data.encode() if isinstance(data, str) else data, progress)
         try:
@@ -142,8 +156,30 @@ class Client:
             raise errors.MasterUnreachable(
                 f"the master at {self.url} did not answer in time") from exc
 
+    async def _plain_request(self, method: str, path: str, data: str | bytes | None,
+                             params: Any, timeout: float | None) -> Any:
+        assert self._plain is not None
+        body = data.encode() if isinstance(data, str) else data
+        try:
+            status, answer = await plainhttp.call_off_loop(
+                self._plain.call, method, plainhttp.target(path, params), body, self._headers(),
+                timeout or self._timeout)
+            if status != 200:
+                raise errors.from_response(status, answer)
+            return jsonfast.loads(answer) if answer else {}
+        except TimeoutError as exc:
+            raise errors.MasterUnreachable(
+                f"the master at {self.url} did not answer in time") from exc
+        except (http.client.HTTPException, ValueError) as exc:
+            raise errors.MasterUnreachable(
+                f"the answer from {self.url} was cut short or garbled: {exc}") from exc
+        except OSError as exc:
+            raise errors.MasterUnreachable(f"cannot reach the master at {self.url}: {exc}") from exc
+
     async def download(self, path: str, sink: Callable[[bytes], object]) -> int:
         """GET `path` as bytes, each chunk handed to `sink` as it arrives; the byte count."""
+        import aiohttp
+
         total = 0
         try:
             async with self.session.get(self.url + path, headers=self._headers(),
@@ -163,6 +199,8 @@ class Client:
 
     async def _ndjson(self, path: str, params: Any = None) -> AsyncIterator[dict[str, Any]]:
         """NDJSON stream: yields each line's `result`; an `error` line raises."""
+        import aiohttp
+
         try:
             async with self.session.get(self.url + path, params=params, headers=self._headers(),
                                         timeout=aiohttp.ClientTimeout(total=None)) as resp:
@@ -184,6 +222,8 @@ class Client:
         yielded too (an unknown topic does not end the stream). Ends when the master closes
         the stream; raises Unauthenticated/PermissionDenied for a bad token and
         MasterUnreachable when the master cannot be reached or the connection breaks."""
+        import aiohttp
+
         try:
             async with self.session.ws_connect(
                 self.url + "/api/v1/stream", headers=self._headers(), heartbeat=30,

@@ -51,17 +51,32 @@ def cell(value: Any) -> str:
     return text if text.isprintable() else text.translate(_CELL)
 
 
+def _cells(row: Sequence[Any]) -> list[str]:
+    """A row's cells (`cell` of each): a row of printable text, most of them, is checked once."""
+    texts = ["" if v is None else str(v) for v in row]
+    if "".join(texts).isprintable():
+        return texts
+    return [t if t.isprintable() else t.translate(_CELL) for t in texts]
+
+
+def _width(text: str) -> int:
+    """Terminal columns of a cell's text."""
+    return len(text) if text.isascii() else cell_len(text)
+
+
 def table(title: str | None, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
     """A table in Rich's heavy-head style. One that fits the width is laid out here, a line per
     row (Rich's layout took 1.3 s for 10,000 rows); a wider one goes to Rich, which folds cells."""
-    cells = [[cell(v) for v in row] for row in rows]
+    cells = [_cells(row) for row in rows]
     heads = [cell(c) for c in columns]
-    widths = [cell_len(h) for h in heads]
-    for row in cells:
-        for i, text in enumerate(row):
-            n = len(text) if text.isascii() else cell_len(text)
-            if n > widths[i]:
-                widths[i] = n
+    widths = [_width(h) for h in heads]
+    ascii_rows = True
+    for i, column in enumerate(zip(*cells, strict=True)):  # a column measured at once
+        if "".join(column).isascii():
+            widths[i] = max(widths[i], *map(len, column))
+        else:
+            widths[i] = max(widths[i], *map(_width, column))
+            ascii_rows = False
     if sum(widths) + 3 * len(widths) + 1 > console.width:
         _rich_table(title, heads, cells)
         return
@@ -76,7 +91,7 @@ def table(title: str | None, columns: Sequence[str], rows: Sequence[Sequence[Any
     def line(texts: Sequence[str], bar: str, style: bool = False) -> str:
         parts = []
         for text, w in zip(texts, widths, strict=True):
-            pad = " " * (w - (len(text) if text.isascii() else cell_len(text)))
+            pad = " " * (w - _width(text))
             parts.append(f" \x1b[1m{text}\x1b[0m{pad} " if style else f" {text}{pad} ")
         return bar + bar.join(parts) + bar
 
@@ -85,7 +100,7 @@ def table(title: str | None, columns: Sequence[str], rows: Sequence[Sequence[Any
     out.append(rule("┡", "╇", "┩", "━"))
     inner = " │ "
     for row in cells:  # an ASCII row (most) is padded by str.ljust: a third of the time
-        if "".join(row).isascii():
+        if ascii_rows or "".join(row).isascii():
             out.append("│ " + inner.join(map(str.ljust, row, widths)) + " │")
         else:
             out.append(line(row, "│"))

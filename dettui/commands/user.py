@@ -22,7 +22,7 @@ async def login(url: str, username: str | None, password: str | None) -> None:
             raise InvalidArgument(f"no password for user '{name}': the input ended before one "
                                   "was typed; pass --password (\"\" if it is empty) or pipe "
                                   "it in") from None
-    async with api.Client(url) as c:
+    async with api.Client(url, plain=True) as c:
         token = await c.login(name, password)
     auth.store_token(url, name, token)
     console.print(f"Logged in as {name} at {url}")

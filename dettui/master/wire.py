@@ -11,8 +11,8 @@ from typing import Any
 from aiohttp import web
 
 from dettui.errors import InvalidArgument
+from dettui.jsonfast import dumps as json_bytes
 from dettui.master import offload
-from dettui.master.jsonfast import dumps as json_bytes
 from dettui.master.store.page import Page, order_of
 
 

@@ -7,7 +7,8 @@ import json
 import math
 import random
 
-from dettui.master import jsonfast, wire
+from dettui import jsonfast
+from dettui.master import wire
 from dettui.models import JobState
 
 _CHARS = "aé\u2603\U0001f600\"\\\n\t\x00/<>"

@@ -47,8 +47,8 @@ from typing import Any
 from aiohttp import WSCloseCode, WSMsgType, web
 
 from dettui.errors import DettuiError, InvalidArgument
+from dettui.jsonfast import dumps_text as _encode  # each object compared, then sent
 from dettui.master import keys, serialize
-from dettui.master.jsonfast import dumps_text as _encode  # each object compared, then sent
 from dettui.master.middleware import require_user
 from dettui.master.openapi import op
 from dettui.master.routes import agents as agent_routes

@@ -9,9 +9,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from dettui import metric
+from dettui import jsonfast, metric
 from dettui.errors import DettuiError, InvalidArgument, NotFound
-from dettui.master import jsonfast, summary
+from dettui.master import summary
 from dettui.master.store.records import IN_CHUNK, Metric, columns, in_chunks, typed_config
 from dettui.master.store.tx import transaction
 

@@ -1,7 +1,8 @@
-"""JSON on the master's hot paths: orjson, and `json` for what orjson refuses.
+"""JSON on hot paths: orjson, and `json` for what orjson refuses.
 
 The master's large bodies (a 10,000-job queue, a page of experiments, a stream diff) and the
-JSON columns every list decodes (an experiment's 2 KiB config) are handled under its one GIL:
+JSON columns every list decodes (an experiment's 2 KiB config) are handled under its one GIL;
+a one-shot command decodes the master's answers with it too (a 10,000-job queue's 2 MiB):
 orjson encodes them ten times and decodes them three times faster than `json`. Both give the
 same values back, with two exceptions taken care of here: orjson refuses what `json` accepts
 (an integer past 64 bits, nesting past 254 levels, the `NaN` and `Infinity` tokens `json`
@@ -32,7 +33,8 @@ def dumps_text(data: Any) -> str:
 
 
 def loads(text: str | bytes) -> Any:
-    """A stored JSON value back (what `json.dumps` wrote, `NaN` included)."""
+    """A JSON value back (what `json.dumps` wrote, `NaN` included; a `ValueError` if it is not
+    JSON)."""
     try:
         return orjson.loads(text)
     except orjson.JSONDecodeError:
