@@ -160,6 +160,28 @@ async def time_endpoint(api: Api, name: str, path: str, params: dict[str, str] |
     return out
 
 
+async def time_pair(api: Api, first: tuple[str, str, dict[str, str] | None],
+                    second: tuple[str, str, dict[str, str] | None], samples: int,
+                    budget: float) -> tuple[Timing, Timing]:
+    """Two endpoints (name, path, params) timed in turns, a GET of one then of the other, so
+    both meet the same load: a comparison of the two is not one of two moments."""
+    pair = (Timing(first[0]), Timing(second[0]))
+    deadline = time.perf_counter() + budget
+    try:
+        for out, (_, path, params) in zip(pair, (first, second), strict=True):
+            _, answer = await api.call("GET", path, params=params, timeout=120)
+            out.bytes = len(json.dumps(answer))
+        for _ in range(samples):
+            for out, (_, path, params) in zip(pair, (first, second), strict=True):
+                seconds, _ = await api.call("GET", path, params=params, timeout=120)
+                out.times.append(seconds)
+            if time.perf_counter() > deadline:
+                break
+    except (RuntimeError, aiohttp.ClientError, TimeoutError) as exc:
+        pair[0].error = f"{type(exc).__name__}: {exc}"[:300]
+    return pair
+
+
 def time_command(name: str, args: list[str], env: dict[str, str], runs: int) -> Timing:
     out = Timing(name)
     for _ in range(runs):
