@@ -88,3 +88,31 @@ async def test_readers_are_released_after_an_error(database: dbmod.Database) -> 
             await database.read(boom)
     assert await asyncio.wait_for(database.read(_count), 5) == 0
     assert database._idle.qsize() == len(database.readers) == dbmod.READERS
+
+
+async def test_a_page_does_not_wait_behind_a_feed_read(database: dbmod.Database) -> None:
+    """The stream's feeds read on a reader of their own: while one of their reads is held, a
+    page (any other read) is answered, and the feed's read ends as it would have."""
+    held, release = threading.Event(), threading.Event()
+
+    def long_feed_read(conn: sqlite3.Connection) -> str:
+        conn.execute("SELECT 1")
+        held.set()
+        release.wait(10)
+        return threading.current_thread().name
+
+    async def feed() -> str:
+        dbmod.FEED_READS.set(True)  # as a stream feed's task does
+        return await database.read(long_feed_read)
+
+    feeding = asyncio.ensure_future(feed())
+    await asyncio.get_running_loop().run_in_executor(None, held.wait, 10)
+    try:
+        await database.run(_put, "a")
+        counts = await asyncio.wait_for(
+            asyncio.gather(*(database.read(_count) for _ in range(5))), 5)
+        assert counts == [1] * 5
+    finally:
+        release.set()
+    assert (await feeding).startswith("dettui-feeds")
+    assert database._idle.qsize() == len(database.readers) == dbmod.READERS

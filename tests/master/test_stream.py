@@ -380,6 +380,33 @@ async def test_subscribers_share_one_reader_and_see_the_same_diffs(
         await inbox.ws.close()
 
 
+async def test_a_feed_reads_on_the_feeds_reader_not_the_pages_one(
+        api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A topic's re-reads go to the feeds' reader thread; a page asked over REST meanwhile
+    goes to the other (it never waits in line behind a feed's read)."""
+    import threading
+
+    from dettui.master.store import experiments as exp_store
+
+    threads: list[str] = []
+    real = exp_store.page
+
+    def recorded(conn: Any, *args: Any, **kwargs: Any) -> Any:
+        threads.append(threading.current_thread().name)
+        return real(conn, *args, **kwargs)
+
+    monkeypatch.setattr(exp_store, "page", recorded)
+    await create(api)
+    inbox = await connect(api, "experiments?limit=5")
+    await inbox.next("experiments?limit=5")
+    await api.call("GET", "/api/v1/experiments")
+    if api.client.app[keys.DB].readers:
+        assert [t.rsplit("_", 1)[0] for t in threads] == ["dettui-feeds", "dettui-reader"]
+    else:  # PostgreSQL: every read goes to the store thread, as its writes do
+        assert [t.rsplit("_", 1)[0] for t in threads] == ["dettui-store"] * 2
+    await inbox.ws.close()
+
+
 async def test_the_newest_experiments_window_rereads_only_what_changed(
         api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
     """`experiments?limit=2`: the newest two with the list's total; a change to one of them

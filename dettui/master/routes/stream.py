@@ -55,6 +55,7 @@ from dettui.master.routes import agents as agent_routes
 from dettui.master.routes import experiments as exp_routes
 from dettui.master.routes import jobs as job_routes
 from dettui.master.store import experiments as exp_store
+from dettui.master.store.db import FEED_READS
 from dettui.master.store.page import Page
 
 log = logging.getLogger("dettui.master.stream")
@@ -202,6 +203,7 @@ class Feed:
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
+        FEED_READS.set(True)  # this task's reads: the feeds' reader, not the one pages use
         with self.app[keys.NOTIFIER].watching(*self.source.signals) as changes:
             full = True
             spacing = COALESCE if self.source.spacing is None else self.source.spacing

@@ -12,11 +12,17 @@ so a page never waits behind a burst of creations or metric batches on the store
 are opened query-only: a read that writes fails. One reader, not two: reads are Python work
 under the GIL, so two at once each took twice as long (the whole job queue at lab scale, 370
 -> 790 ms) and the pages' p99s were no better.
+
+The stream's feeds re-read their topics after changes (a 500-job window: ~25 ms, up to a third
+of the time each while the cluster churns). Their reads (made in a task that set
+`FEED_READS`) go to a reader connection and thread of their own, so a page a user asked for
+never waits in line behind them; the two share the GIL instead.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import hashlib
 import queue
@@ -32,6 +38,9 @@ from dettui.master.store import callers, pg, tx
 P = ParamSpec("P")
 T = TypeVar("T")
 READERS = 1  # reader connections (and threads) of a SQLite store: see below
+# Set (to True) in a stream feed's task: its reads go to the feeds' reader (see above).
+FEED_READS: contextvars.ContextVar[bool] = contextvars.ContextVar("dettui_feed_reads",
+                                                                  default=False)
 
 
 def _migrations() -> list[tuple[int, str, str]]:
@@ -114,6 +123,16 @@ def open_master(target: Path | str) -> sqlite3.Connection:
     return cast(sqlite3.Connection, conn)
 
 
+def _snapshot(conn: sqlite3.Connection, fn: Callable[..., T], args: tuple[object, ...],
+              kwargs: dict[str, object]) -> T:
+    """`fn(conn, ...)` in one read transaction (one snapshot) of a reader connection."""
+    conn.execute("BEGIN")
+    try:
+        return fn(conn, *args, **kwargs)
+    finally:
+        conn.execute("COMMIT")  # the snapshot ends; query-only, so nothing to commit
+
+
 class Database:
     """Owns the store connection and the one thread that touches it, and the reader
     connections (SQLite) with their threads."""
@@ -131,13 +150,16 @@ class Database:
         # Reader connections, opened after the store's migrations; none on PostgreSQL (its
         # reads go to the store thread, as its writes do).
         self.readers: list[sqlite3.Connection] = []
+        self._feed_reader: sqlite3.Connection | None = None  # only its thread touches it
         if isinstance(self.conn, sqlite3.Connection):
             self.readers = [open_reader(target) for _ in range(READERS)]
+            self._feed_reader = open_reader(target)
         self._idle: queue.SimpleQueue[sqlite3.Connection] = queue.SimpleQueue()
         for reader in self.readers:
             self._idle.put(reader)
         self._reading = ThreadPoolExecutor(max_workers=max(1, len(self.readers)),
                                            thread_name_prefix="dettui-reader")
+        self._feeding = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dettui-feeds")
 
     async def call(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         loop = asyncio.get_running_loop()
@@ -153,6 +175,9 @@ class Database:
         if not self.readers:
             return await self.run(fn, *args, **kwargs)
         loop = asyncio.get_running_loop()
+        if FEED_READS.get():
+            return await loop.run_in_executor(
+                self._feeding, functools.partial(self._feed_read, fn, args, kwargs))
         return await loop.run_in_executor(
             self._reading, functools.partial(self._read, fn, args, kwargs))
 
@@ -160,13 +185,14 @@ class Database:
               kwargs: dict[str, object]) -> T:
         conn = self._idle.get()  # as many connections as threads: never waits
         try:
-            conn.execute("BEGIN")
-            try:
-                return fn(conn, *args, **kwargs)
-            finally:
-                conn.execute("COMMIT")  # the snapshot ends; query-only, so nothing to commit
+            return _snapshot(conn, fn, args, kwargs)
         finally:
             self._idle.put(conn)
+
+    def _feed_read(self, fn: Callable[..., T], args: tuple[object, ...],
+                   kwargs: dict[str, object]) -> T:
+        assert self._feed_reader is not None
+        return _snapshot(self._feed_reader, fn, args, kwargs)
 
     def run_sync(self, fn: Callable[..., T], *args: object, **kwargs: object) -> T:
         """The same, from outside the event loop (start-up, tests)."""
@@ -179,7 +205,8 @@ class Database:
             self.conn.close()
 
         self._reading.shutdown(wait=True)
-        for reader in self.readers:
+        self._feeding.shutdown(wait=True)
+        for reader in [*self.readers, *filter(None, [self._feed_reader])]:
             reader.close()
         self._executor.submit(_close).result()
         self._executor.shutdown(wait=True)
