@@ -63,26 +63,25 @@ def store_token(url: str, username: str, token: str, *, default: bool = True) ->
 
 
 async def authenticated(url: str, user: str | None = None, *, plain: bool = False) -> Client:
-    """A client with a working token: the stored one if still valid, else log in (empty pw).
-    `plain`: a one-shot command's client (`Client`'s plain)."""
+    """A client with a token: the stored one (checked by the first call it makes: if the master
+    refuses it, the client signs in again and repeats that call), else a fresh login (empty
+    password unless DET_PASS). `plain`: a one-shot command's client (`Client`'s plain)."""
     client = Client(url, plain=plain)
     stored = load_token(url, user)
+
+    async def login() -> None:
+        client.token = None
+        username = user or os.environ.get("DET_USER") or "determined"
+        token = await client.login(username, os.environ.get("DET_PASS", ""))
+        store_token(url, username, token, default=user is None)
+
     if stored:
         client.token = stored[1]
-        try:
-            await client.me()
-            return client
-        except errors.Unauthenticated:
-            client.token = None
-        except errors.DettuiError:
-            await client.close()
-            raise
-    username = user or os.environ.get("DET_USER") or "determined"
-    password = os.environ.get("DET_PASS", "")
+        client.renew = login
+        return client
     try:
-        token = await client.login(username, password)
+        await login()
     except errors.DettuiError:
         await client.close()
         raise
-    store_token(url, username, token, default=user is None)
     return client

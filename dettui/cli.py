@@ -346,8 +346,6 @@ def _job_action(args: argparse.Namespace) -> Callable[[api.Client], Awaitable[An
 
 
 def _run(args: argparse.Namespace) -> int:
-    from dettui.commands import user
-
     if args.command in ("serve", "agent") and not getattr(args, "action", None):
         # The master and agent runtimes: imported only by the commands that run them (they
         # cost a client command such as `dettui job list` 0.3 s of imports).
@@ -381,6 +379,8 @@ def _run(args: argparse.Namespace) -> int:
         asyncio.run(runtime.run_agent(options, args.token))
         return 0
     if args.command == "user" and args.verb == "login":
+        from dettui.commands import user
+
         asyncio.run(user.login(api.master_url(args.master), args.username, args.password))
         return 0
     if args.command is None:

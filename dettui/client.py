@@ -10,7 +10,7 @@ import base64
 import http.client
 import json
 import os
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -94,6 +94,11 @@ class Client:
         self._timeout = timeout
         self._session: aiohttp.ClientSession | None = None
         self._plain = plainhttp.Pool(self.url) if plain else None
+        # A stored token not yet seen to work: called once if the master refuses it (401), to
+        # sign in again; the refused call is then sent again (it did nothing). Saves a command
+        # the round trip of checking the token first.
+        self.renew: Callable[[], Awaitable[None]] | None = None
+        self._renewal: asyncio.Future[None] | None = None
 
     async def __aenter__(self) -> Client:
         return self
@@ -132,15 +137,38 @@ class Client:
         progress: Callable[[int, int], None] | None = None,
     ) -> Any:
         data: Any = raw if raw is not None else (json.dumps(body) if body is not None else None)
+        try:
+            answer = await self._request(method, path, data, params, timeout, progress)
+        except errors.Unauthenticated:
+            if self._renewal is None:  # the first refused call signs in; calls made at the
+                if self.renew is None:  # same time (pages asked at once) wait for it
+                    raise
+                self._renewal = asyncio.ensure_future(self.renew())
+                self.renew = None
+            await asyncio.shield(self._renewal)
+            return await self._request(method, path, data, params, timeout, progress)
+        self.renew = None  # the token works
+        return answer
+
+    async def _confirmed(self) -> None:
+        """A stored token checked (and renewed if refused) before a stream or download, whose
+        refusal `request` cannot send again."""
+        if self.renew is not None:
+            await self.me()
+
+    async def _request(self, method: str, path: str, data: str | bytes | None, params: Any,
+                       timeout: float | None,
+                       progress: Callable[[int, int], None] | None) -> Any:
         if self._plain is not None and progress is None:
             return await self._plain_request(method, path, data, params, timeout)
         import aiohttp
 
+        sent: Any = data
         if progress is not None and isinstance(data, str | bytes):
-            data = _chunks(data.encode() if isinstance(data, str) else data, progress)
+            sent = _chunks(data.encode() if isinstance(data, str) else data, progress)
         try:
             async with self.session.request(
-                method, self.url + path, data=data, params=params, headers=self._headers(),
+                method, self.url + path, data=sent, params=params, headers=self._headers(),
                 timeout=aiohttp.ClientTimeout(total=timeout or self._timeout),
             ) as resp:
                 text = await resp.text()
@@ -158,15 +186,22 @@ class Client:
 
     async def _plain_request(self, method: str, path: str, data: str | bytes | None,
                              params: Any, timeout: float | None) -> Any:
-        assert self._plain is not None
+        pool = self._plain
+        assert pool is not None
         body = data.encode() if isinstance(data, str) else data
+        target, headers = plainhttp.target(path, params), self._headers()
+
+        def exchange() -> tuple[int, Any]:  # on its thread: decoded while the next page comes
+            status, answer = pool.call(method, target, body, headers, timeout or self._timeout)
+            if status != 200:
+                return status, answer
+            return status, jsonfast.loads(answer) if answer else {}
+
         try:
-            status, answer = await plainhttp.call_off_loop(
-                self._plain.call, method, plainhttp.target(path, params), body, self._headers(),
-                timeout or self._timeout)
+            status, answer = await plainhttp.call_off_loop(exchange)
             if status != 200:
                 raise errors.from_response(status, answer)
-            return jsonfast.loads(answer) if answer else {}
+            return answer
         except TimeoutError as exc:
             raise errors.MasterUnreachable(
                 f"the master at {self.url} did not answer in time") from exc
@@ -179,6 +214,8 @@ class Client:
     async def download(self, path: str, sink: Callable[[bytes], object]) -> int:
         """GET `path` as bytes, each chunk handed to `sink` as it arrives; the byte count."""
         import aiohttp
+
+        await self._confirmed()
 
         total = 0
         try:
@@ -200,6 +237,8 @@ class Client:
     async def _ndjson(self, path: str, params: Any = None) -> AsyncIterator[dict[str, Any]]:
         """NDJSON stream: yields each line's `result`; an `error` line raises."""
         import aiohttp
+
+        await self._confirmed()
 
         try:
             async with self.session.get(self.url + path, params=params, headers=self._headers(),
@@ -223,6 +262,8 @@ class Client:
         the stream; raises Unauthenticated/PermissionDenied for a bad token and
         MasterUnreachable when the master cannot be reached or the connection breaks."""
         import aiohttp
+
+        await self._confirmed()
 
         try:
             async with self.session.ws_connect(

@@ -6,15 +6,16 @@ from __future__ import annotations
 import asyncio
 import sys
 from pathlib import Path
-from typing import Any
-
-from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+from typing import TYPE_CHECKING, Any
 
 from dettui import metric
 from dettui.client import Client, GcPolicy
 from dettui.commands import output
 from dettui.commands.trial import follow_logs
 from dettui.errors import ConfigError, DettuiError, InvalidArgument
+
+if TYPE_CHECKING:
+    from rich.progress import Progress
 
 
 def _read_config(path: Path, overrides: list[str]) -> str:
@@ -58,6 +59,8 @@ def _pack(ctx_dir: Path, includes: list[Path]) -> list[dict[str, Any]]:
 
 
 def _progress() -> Progress:
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+
     return Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
                     TransferSpeedColumn(), console=output.err_console, transient=True)
 

@@ -1,25 +1,60 @@
-"""Shared CLI output: rich tables, JSON, times."""
+"""Shared CLI output: rich tables, JSON, times.
+
+Rich is imported when something is printed through it (`console`, `err_console`, a table too
+wide to lay out here): a table that fits, which the 10,000-job list is, goes out without it
+(0.02 s of a command's start)."""
 
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
 import sys
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any, TextIO
 
-from rich.cells import cell_len
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
+if TYPE_CHECKING:
+    from rich.console import Console
 
-# Piped output keeps whole rows (ids, uuids) on one line instead of folding at 80 columns.
-# Neither console reads markup: what they print carries names, paths and messages of users.
-console = Console(highlight=False, soft_wrap=False, markup=False,
-                  width=None if sys.stdout.isatty() else 240)
-# Messages are lines the terminal wraps, never broken mid-sentence by us.
-err_console = Console(stderr=True, highlight=False, markup=False, soft_wrap=True)
+    console: Console
+    err_console: Console
+
+PIPED_WIDTH = 240  # piped output keeps whole rows (ids, uuids) on one line
+
+
+def __getattr__(name: str) -> Any:
+    """`console` and `err_console`, made on first use. Neither reads markup: what they print
+    carries names, paths and messages of users."""
+    if name not in ("console", "err_console"):
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from rich.console import Console
+
+    if name == "console":
+        made = Console(highlight=False, soft_wrap=False, markup=False,
+                       width=None if sys.stdout.isatty() else PIPED_WIDTH)
+    else:  # messages are lines the terminal wraps, never broken mid-sentence by us
+        made = Console(stderr=True, highlight=False, markup=False, soft_wrap=True)
+    globals()[name] = made
+    return made
+
+
+def _console() -> Console:
+    made = globals().get("console")
+    return made if made is not None else __getattr__("console")
+
+
+def _screen() -> tuple[TextIO, int, bool]:
+    """Where a table goes, how wide it may be and whether its heads are bold: the console's if
+    one is made (or set by a test), else read off stdout as Rich reads it."""
+    made = globals().get("console")
+    if made is not None:
+        return made.file, made.width, made.is_terminal and made.color_system is not None
+    if not sys.stdout.isatty():
+        return sys.stdout, PIPED_WIDTH, False
+    term = os.environ.get("TERM", "")
+    return sys.stdout, shutil.get_terminal_size().columns, term not in ("dumb", "unknown")
 
 
 # RFC 3339 in UTC as the master writes it (`wire.ts`): a valid one's date and time are read
@@ -29,7 +64,9 @@ _WIRE_TIME = re.compile(r"\d{4}-(0[1-9]|1[0-2])-(0[1-9]|1\d|2[0-8])T([01]\d|2[0-
 
 
 def warn(message: str) -> None:
-    err_console.print(Text.assemble(("warning:", "yellow"), " ", message))
+    from rich.text import Text
+
+    __getattr__("err_console").print(Text.assemble(("warning:", "yellow"), " ", message))
 
 
 def print_json(data: Any) -> None:
@@ -61,7 +98,11 @@ def _cells(row: Sequence[Any]) -> list[str]:
 
 def _width(text: str) -> int:
     """Terminal columns of a cell's text."""
-    return len(text) if text.isascii() else cell_len(text)
+    if text.isascii():
+        return len(text)
+    from rich.cells import cell_len
+
+    return cell_len(text)
 
 
 def table(title: str | None, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
@@ -77,10 +118,10 @@ def table(title: str | None, columns: Sequence[str], rows: Sequence[Sequence[Any
         else:
             widths[i] = max(widths[i], *map(_width, column))
             ascii_rows = False
-    if sum(widths) + 3 * len(widths) + 1 > console.width:
+    file, width, bold = _screen()
+    if sum(widths) + 3 * len(widths) + 1 > width:
         _rich_table(title, heads, cells)
         return
-    bold = console.is_terminal and console.color_system is not None
     out: list[str] = []
     if title:
         out.append(title)
@@ -105,17 +146,20 @@ def table(title: str | None, columns: Sequence[str], rows: Sequence[Sequence[Any
         else:
             out.append(line(row, "│"))
     out.append(rule("└", "┴", "┘", "─"))
-    console.file.write("\n".join(out) + "\n")
-    console.file.flush()
+    file.write("\n".join(out) + "\n")
+    file.flush()
 
 
 def _rich_table(title: str | None, columns: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+    from rich.table import Table
+    from rich.text import Text
+
     t = Table(title=title, title_justify="left", show_lines=False, header_style="bold")
     for col in columns:
         t.add_column(col, overflow="fold")
     for row in rows:
         t.add_row(*(Text(v) for v in row))  # never markup
-    console.print(t)
+    _console().print(t)
 
 
 def when(value: str | None) -> str:

@@ -9,7 +9,6 @@ from collections.abc import Awaitable, Callable
 from dettui import auth
 from dettui import client as api
 from dettui.commands import output
-from dettui.commands.output import console
 from dettui.errors import InvalidArgument
 
 
@@ -25,7 +24,7 @@ async def login(url: str, username: str | None, password: str | None) -> None:
     async with api.Client(url, plain=True) as c:
         token = await c.login(name, password)
     auth.store_token(url, name, token)
-    console.print(f"Logged in as {name} at {url}")
+    output.console.print(f"Logged in as {name} at {url}")
 
 
 def _password(prompt: str, given: str | None) -> str:
@@ -57,19 +56,19 @@ def action(args: argparse.Namespace) -> Callable[[api.Client], Awaitable[None]]:
     async def create(c: api.Client) -> None:
         password = _password(f"Password for the new user '{args.username}': ", args.password)
         made = await c.create_user(args.username, password, admin=args.admin)
-        console.print(f"Created user {made['username']} (id {made['id']})", markup=False)
+        output.console.print(f"Created user {made['username']} (id {made['id']})", markup=False)
 
     async def set_active(c: api.Client) -> None:
         target = await c.user_by_name(args.username)
         await c.set_user_active(target["id"], verb == "activate")
-        console.print(f"User {args.username} {verb}d", markup=False)
+        output.console.print(f"User {args.username} {verb}d", markup=False)
 
     async def change_password(c: api.Client) -> None:
         name = args.username or (await c.me())["username"]
         target = await c.user_by_name(name)
         password = _password(f"New password for '{name}': ", args.password)
         await c.set_password(target["id"], password)
-        console.print(f"Password of {name} changed", markup=False)
+        output.console.print(f"Password of {name} changed", markup=False)
 
     actions = {"list": list_, "ls": list_, "create": create, "activate": set_active,
                "deactivate": set_active, "change-password": change_password}

@@ -145,3 +145,61 @@ async def test_an_error_line_of_a_stream_is_raised_with_its_message(
                 seen.append(item["message"])
     assert seen == ["first"]
     assert str(raised.value.message) == "trial 1 not found"
+
+
+@pytest.mark.parametrize("plain", [False, True], ids=["aiohttp", "plain"])
+async def test_a_stored_token_is_used_unchecked_and_renewed_once_when_refused(
+        api: Api, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, plain: bool) -> None:
+    """A command uses the stored token without a round trip to check it. If the master refuses
+    it, the first refused call signs in again (once, however many calls were refused at the
+    same time) and is sent again; a stream checks the token before it opens."""
+    import asyncio
+
+    from dettui import auth
+
+    url = str(api.client.server.make_url("")).rstrip("/")
+    monkeypatch.setenv("DETTUI_CONFIG_DIR", str(tmp_path / "config"))
+    for name in ("DET_USER", "DET_PASS"):
+        monkeypatch.delenv(name, raising=False)
+    logins: list[str] = []
+    real_login = Client.login
+
+    async def counted(self: Client, username: str, password: str) -> str:
+        logins.append(username)
+        return await real_login(self, username, password)
+
+    monkeypatch.setattr(Client, "login", counted)
+    requests: list[str] = []
+    real_request = Client._request
+
+    async def seen(self: Client, method: str, path: str, *args: Any) -> Any:
+        requests.append(path)
+        return await real_request(self, method, path, *args)
+
+    monkeypatch.setattr(Client, "_request", seen)
+    c = await auth.authenticated(url, plain=plain)  # nothing stored: signs in
+    good = c.token
+    await c.close()
+    assert logins == ["determined"] and auth.load_token(url) == ("determined", good)
+
+    requests.clear()
+    c = await auth.authenticated(url, plain=plain)  # the stored token, not checked first
+    assert c.token == good and logins == ["determined"] and requests == []
+    assert (await c.me())["username"] == "determined" and logins == ["determined"]
+    await c.close()
+
+    auth.store_token(url, "determined", "a-token-the-master-never-issued")
+    c = await auth.authenticated(url, plain=plain)
+    answers = await asyncio.gather(*(c.me() for _ in range(4)))  # refused at once: one sign-in
+    assert [a["username"] for a in answers] == ["determined"] * 4
+    assert logins == ["determined"] * 2
+    assert auth.load_token(url) == ("determined", c.token) and c.token not in (good, None)
+    await c.close()
+
+    auth.store_token(url, "determined", "a-token-the-master-never-issued")
+    c = await auth.authenticated(url, plain=plain)
+    stream = c.stream(["jobs"])
+    first = await stream.__anext__()
+    await stream.aclose()
+    assert first["topic"] == "jobs" and logins == ["determined"] * 3
+    await c.close()

@@ -29,13 +29,14 @@ def test_core_loads_neither_textual_nor_aiohttp() -> None:
 
 def test_client_commands_load_no_config_schema_or_server() -> None:
     """`dettui job list` and `dettui e list` import neither the config schema (pydantic, YAML:
-    0.1 s of a command that must answer in 0.5 s at 10,000 jobs), aiohttp (0.12 s) nor the
-    master."""
+    0.1 s of a command that must answer in 0.5 s at 10,000 jobs), aiohttp (0.12 s), Rich (0.02
+    s: a table that fits is laid out without it) nor the master."""
     code = ("import sys; from dettui import cli; "
             "a = cli._dispatch(cli._parser().parse_args(sys.argv[1:])); "
             "print(sorted({m.split('.')[0] if m.split('.')[0] != 'dettui' else "
             "'.'.join(m.split('.')[:2]) for m in sys.modules} & "
-            "{'pydantic', 'yaml', 'aiohttp', 'dettui.config', 'dettui.master', 'textual'}))")
+            "{'pydantic', 'yaml', 'aiohttp', 'rich', 'dettui.config', 'dettui.master', "
+            "'textual'}))")
     for argv in (["job", "list"], ["e", "list"], ["task", "list"], ["agent", "list"]):
         res = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True,
                              text=True, timeout=60)
