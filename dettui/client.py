@@ -202,6 +202,10 @@ class Client:
             if status != 200:
                 raise errors.from_response(status, answer)
             return answer
+        except plainhttp.Redirected as exc:
+            raise errors.MasterUnreachable(
+                f"{self.url} redirects to {exc.location or 'nowhere'} (HTTP {exc.status}): give "
+                "the master's own address with -m or DET_MASTER") from exc
         except TimeoutError as exc:
             raise errors.MasterUnreachable(
                 f"the master at {self.url} did not answer in time") from exc

@@ -25,6 +25,15 @@ MAX_IDLE = 8  # kept-alive connections per pool; a client asks at most a few pag
 _STALE = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError)
 
 
+class Redirected(Exception):
+    """The server answered with a redirect (HTTP 3xx)."""
+
+    def __init__(self, status: int, location: str) -> None:
+        super().__init__(f"HTTP {status} to {location or 'nowhere'}")
+        self.status = status
+        self.location = location
+
+
 def _dropped(conn: http.client.HTTPConnection) -> bool:
     """An idle kept-alive connection the server has closed (or written to, out of turn): it
     reads as ready. Such a one is not reused."""
@@ -37,13 +46,15 @@ def _dropped(conn: http.client.HTTPConnection) -> bool:
 
 
 def target(path: str, params: dict[str, str] | list[tuple[str, str]] | None) -> str:
-    """The request target: `path` with its query (spaces as %20, every key as given)."""
+    """The request target: `path` percent-encoded (a user name or an agent id in it may hold a
+    space, a `?` or a `%`), then its query (spaces as %20, every key as given)."""
+    quoted = urllib.parse.quote(path, safe="/:@!$&'()*+,;=~")
     if not params:
-        return path
+        return quoted
     pairs = list(params.items()) if isinstance(params, dict) else list(params)
     query = urllib.parse.urlencode([(k, str(v)) for k, v in pairs],
                                    quote_via=urllib.parse.quote)
-    return f"{path}{'&' if '?' in path else '?'}{query}"
+    return f"{quoted}?{query}"
 
 
 class Pool:
@@ -93,7 +104,8 @@ class Pool:
     def call(self, method: str, target: str, body: bytes | None = None,
              headers: dict[str, str] | None = None, timeout: float = 60.0) -> tuple[int, bytes]:
         """Send one request; its status and whole body. Raises OSError (refused, timed out,
-        reset) or http.client.HTTPException (a garbled or cut-short answer)."""
+        reset), http.client.HTTPException (a garbled or cut-short answer) or Redirected (a
+        redirect is not followed: the address to use is the user's to give)."""
         headers = dict(headers or {})
         if body is not None:
             headers.setdefault("Content-Type", "application/json")
@@ -115,6 +127,8 @@ class Pool:
                 conn.close()
             else:
                 self._give_back(conn)
+            if 300 <= resp.status < 400:
+                raise Redirected(resp.status, resp.getheader("Location") or "")
             return resp.status, data
 
     def close(self) -> None:

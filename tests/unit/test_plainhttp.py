@@ -48,8 +48,17 @@ def _app(seen: Seen) -> web.Application:
     async def closes(request: web.Request) -> web.Response:
         return web.json_response({"n": len(seen.peers)}, headers={"Connection": "close"})
 
+    async def named(request: web.Request) -> web.Response:
+        return web.json_response({"name": request.match_info["name"],
+                                  "query": list(request.query.items())})
+
+    async def moved(request: web.Request) -> web.Response:
+        raise web.HTTPMovedPermanently("https://elsewhere.example/api")
+
     app = web.Application()
     app.router.add_route("*", "/echo", echo)
+    app.router.add_get("/users/{name}/by-username", named)
+    app.router.add_get("/moved", moved)
     app.router.add_get("/missing", missing)
     app.router.add_get("/garbled", garbled)
     app.router.add_get("/slow", slow)
@@ -171,3 +180,21 @@ def test_a_command_interrupted_mid_call_exits_at_once() -> None:
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
     assert res.stdout.strip() == "timed out", res.stderr
     assert time.monotonic() - started < 10
+
+
+async def test_a_path_holding_spaces_question_marks_and_percents_arrives_as_given(server) -> None:
+    """A user name or agent id in a path is percent-encoded (as aiohttp's client did): it is
+    neither refused by http.client nor cut into a query."""
+    url, _, _ = server
+    async with Client(url, plain=True) as c:
+        for name in ("bob smith", "what?x=1", "50%off", "日本", "a#b"):
+            got = await c.request("GET", f"/users/{name}/by-username", params={"k": "v w"})
+            assert got == {"name": name, "query": [["k", "v w"]]}
+
+
+async def test_a_redirect_is_reported_not_followed(server) -> None:
+    url, _, _ = server
+    async with Client(url, plain=True) as c:
+        with pytest.raises(errors.MasterUnreachable,
+                           match="redirects to https://elsewhere.example/api .HTTP 301."):
+            await c.request("GET", "/moved")
