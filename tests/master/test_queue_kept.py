@@ -102,3 +102,32 @@ async def test_under_churn_every_trial_starts_and_the_kept_queue_stays_true(api:
         raise AssertionError(f"trials still waiting after 90 s: {states}")
     assert ended >= 6 * 4
     assert await db.run(trial_store.live_allocations) == []
+
+
+async def test_with_no_agent_each_job_says_why_and_a_page_looks_up_no_trial(
+        api: Api, monkeypatch: Any) -> None:
+    """With no agent joined, every job's first trial waits with a reason. A page of the queue
+    finds each such trial's experiment in what the scheduler read, not one store lookup per
+    trial (10,000 of them at lab scale, on every page and every stream re-read)."""
+    import asyncio
+
+    for _ in range(3):
+        await create(api)
+    app = api.client.server.app
+    scheduling = app[keys.CLUSTER].scheduling
+    deadline = time.monotonic() + 10
+    while len(scheduling.waiting_reasons()) < 3 and time.monotonic() < deadline:
+        app[keys.CLUSTER].kick()
+        await asyncio.sleep(0.05)
+    looked_up: list[list[int]] = []
+    real = trial_store.experiment_ids
+
+    def recorded(conn: Any, ids: list[int]) -> dict[int, int]:
+        looked_up.append(list(ids))
+        return real(conn, ids)
+
+    monkeypatch.setattr(trial_store, "experiment_ids", recorded)
+    jobs = (await api.call("GET", "/api/v1/job-queues-v2"))["jobs"]
+    assert [j["full"]["unschedulableReason"] for j in jobs] == [
+        "no agent has joined resource pool 'default' yet"] * 3
+    assert looked_up == []

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Mapping
 
 from dettui.master import offload, scheduler
 from dettui.master.cluster.allocations import Allocations
@@ -158,6 +159,11 @@ class Scheduling:
         """Why each waiting trial could not start at the last pass, or why the Slurm job of
         its allocation is pending (trial id -> reason)."""
         return {**self.hub.unschedulable, **self.hub.held}
+
+    def trial_experiments(self) -> Mapping[int, int]:
+        """Each queued trial the scheduler has read -> its experiment (for reads only: a
+        trial's experiment never changes, so what it finds is right as the queue moves on)."""
+        return self.waiting.experiment_of
 
     def backfilled_trials(self) -> set[int]:
         """Trials running in allocations the scheduler started by backfilling: around a job

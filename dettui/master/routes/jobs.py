@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -155,7 +156,7 @@ def _queue_args(app: web.Application, want: Page, pool: str | None, only_request
     scheduling = app[keys.CLUSTER].scheduling
     fair = {p for p, pol in app[keys.SETTINGS].policies.items() if pol.scheduler == FAIR_SHARE}
     return (want, pool, only_requests, states, scheduling.backfilled_trials(),
-            scheduling.waiting_reasons(), fair)
+            scheduling.waiting_reasons(), fair, scheduling.trial_experiments())
 
 
 def _queue_body(conn: sqlite3.Connection, *args: Any) -> bytes:
@@ -167,7 +168,8 @@ def _queue_body(conn: sqlite3.Connection, *args: Any) -> bytes:
 
 def _queue_rows(conn: sqlite3.Connection, want: Page, pool: str | None, only_requests: bool,
                 states: list[str] | None, backfilled: set[int], reasons: dict[int, str],
-                fair: set[str]) -> tuple[list[dict[str, Any]], Window]:
+                fair: set[str], owners: Mapping[int, int] | None = None,
+                ) -> tuple[list[dict[str, Any]], Window]:
     if not states:  # a walk of the queue's index (Determined's queue: the jobs with requests)
         ids, window = exp_store.queue_ids(conn, want, pool, only_requests)
         places = range(window.start, window.end)
@@ -184,7 +186,13 @@ def _queue_rows(conn: sqlite3.Connection, want: Page, pool: str | None, only_req
     for trial_id, eid in running:
         if eid in on_page:
             runs.setdefault(eid, []).append(trial_id)
-    owner = trial_store.experiment_ids(conn, list(reasons)) if reasons else {}
+    # Each waiting trial's experiment: known to the scheduler for the trials it read (with no
+    # agent joined, every job's first trial has a reason: 10,000 of them, each looked up in
+    # the store per page before), read from the store for the rest (Slurm's held ones).
+    owners = owners or {}
+    owner = {t: e for t in reasons if (e := owners.get(t)) is not None}
+    if len(owner) < len(reasons):
+        owner.update(trial_store.experiment_ids(conn, [t for t in reasons if t not in owner]))
     first: dict[int, int] = {}  # per experiment once, not a scan of `owner` per job
     for t, e in owner.items():
         if e in on_page and t < first.get(e, t + 1):
