@@ -93,7 +93,11 @@ class Client:
         self.task_token = task_token
         self._timeout = timeout
         self._session: aiohttp.ClientSession | None = None
-        self._plain = plainhttp.Pool(self.url) if plain else None
+        try:
+            self._plain = plainhttp.Pool(self.url) if plain else None
+        except ValueError as exc:
+            raise errors.InvalidArgument(f"the master's address must be an http:// or https:// "
+                                         f"URL, not {url!r}") from exc
         # A stored token not yet seen to work: called once if the master refuses it (401), to
         # sign in again; the refused call is then sent again (it did nothing). Saves a command
         # the round trip of checking the token first.

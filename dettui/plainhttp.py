@@ -71,13 +71,16 @@ class Pool:
         self.prefix = parts.path.rstrip("/")
         self._idle: list[http.client.HTTPConnection] = []
         self._lock = threading.Lock()
+        self._tls: Any = None  # an https master's context: the CA store is read once
 
     def _open(self, timeout: float) -> http.client.HTTPConnection:
         if self.https:
-            import ssl  # only an https master pays for the CA store
+            if self._tls is None:
+                import ssl  # only an https master pays for the CA store
 
+                self._tls = ssl.create_default_context()
             return http.client.HTTPSConnection(self.host, self.port, timeout=timeout,
-                                               context=ssl.create_default_context())
+                                               context=self._tls)
         return http.client.HTTPConnection(self.host, self.port, timeout=timeout)
 
     def _take(self, timeout: float) -> tuple[http.client.HTTPConnection, bool]:

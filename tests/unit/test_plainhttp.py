@@ -198,3 +198,9 @@ async def test_a_redirect_is_reported_not_followed(server) -> None:
         with pytest.raises(errors.MasterUnreachable,
                            match="redirects to https://elsewhere.example/api .HTTP 301."):
             await c.request("GET", "/moved")
+
+
+def test_an_address_that_is_not_http_is_a_sentence_not_a_traceback() -> None:
+    for url in ("ftp://127.0.0.1:8080", "http://", "127.0.0.1:8080"):
+        with pytest.raises(errors.InvalidArgument, match="must be an http:// or https:// URL"):
+            Client(url, plain=True)
