@@ -145,41 +145,30 @@ class Timing:
 async def time_endpoint(api: Api, name: str, path: str, params: dict[str, str] | None,
                         samples: int, budget: float) -> Timing:
     """`samples` sequential GETs (one warm-up first), stopping early after `budget` seconds."""
-    out = Timing(name)
-    deadline = time.perf_counter() + budget
-    try:
-        _, answer = await api.call("GET", path, params=params, timeout=120)
-        out.bytes = len(json.dumps(answer))
-        for _ in range(samples):
-            seconds, _ = await api.call("GET", path, params=params, timeout=120)
-            out.times.append(seconds)
-            if time.perf_counter() > deadline:
-                break
-    except (RuntimeError, aiohttp.ClientError, TimeoutError) as exc:
-        out.error = f"{type(exc).__name__}: {exc}"[:300]
-    return out
+    return (await time_turns(api, [(name, path, params)], samples, budget))[0]
 
 
-async def time_pair(api: Api, first: tuple[str, str, dict[str, str] | None],
-                    second: tuple[str, str, dict[str, str] | None], samples: int,
-                    budget: float) -> tuple[Timing, Timing]:
-    """Two endpoints (name, path, params) timed in turns, a GET of one then of the other, so
-    both meet the same load: a comparison of the two is not one of two moments."""
-    pair = (Timing(first[0]), Timing(second[0]))
+async def time_turns(api: Api, endpoints: list[tuple[str, str, dict[str, str] | None]],
+                     samples: int, budget: float) -> list[Timing]:
+    """Endpoints (name, path, params) timed in turns, a GET of each in a round, `samples`
+    rounds after one warm-up round, stopping early after `budget` seconds: endpoints timed
+    together meet the same load (a comparison of them is not one of two moments)."""
+    out = [Timing(name) for name, _, _ in endpoints]
     deadline = time.perf_counter() + budget
     try:
-        for out, (_, path, params) in zip(pair, (first, second), strict=True):
+        for timing, (_, path, params) in zip(out, endpoints, strict=True):
             _, answer = await api.call("GET", path, params=params, timeout=120)
-            out.bytes = len(json.dumps(answer))
+            timing.bytes = len(json.dumps(answer))
         for _ in range(samples):
-            for out, (_, path, params) in zip(pair, (first, second), strict=True):
+            for timing, (_, path, params) in zip(out, endpoints, strict=True):
                 seconds, _ = await api.call("GET", path, params=params, timeout=120)
-                out.times.append(seconds)
+                timing.times.append(seconds)
             if time.perf_counter() > deadline:
                 break
     except (RuntimeError, aiohttp.ClientError, TimeoutError) as exc:
-        pair[0].error = f"{type(exc).__name__}: {exc}"[:300]
-    return pair
+        for timing in out:
+            timing.error = f"{type(exc).__name__}: {exc}"[:300]
+    return out
 
 
 def time_command(name: str, args: list[str], env: dict[str, str], runs: int) -> Timing:

@@ -59,7 +59,7 @@ from _scale_load import (  # noqa: E402
     percentiles,
     time_command,
     time_endpoint,
-    time_pair,
+    time_turns,
 )
 from _scale_procs import REPO, Lines, Master, Processes, free_port  # noqa: E402
 from _scale_report import Report, ms  # noqa: E402
@@ -382,8 +382,8 @@ class Bench:
             if holding is None or tiny_page is None:
                 r.add("big contexts", what, "FAILED: no page held them", "", False)
                 continue
-            big_t, tiny_t = await time_pair(api, holding, tiny_page, s.samples * 4,
-                                            budget=2 * s.endpoint_seconds)
+            big_t, tiny_t = await time_turns(api, [holding, tiny_page], s.samples * 4,
+                                             budget=2 * s.endpoint_seconds)
             if big_t.error:
                 r.add("big contexts", what, f"FAILED: {big_t.error}", "", False)
                 continue
@@ -667,6 +667,7 @@ def main() -> None:
         if bench.report.rows:
             print("\n" + bench.report.text())
             if args.out:
+                args.out.parent.mkdir(parents=True, exist_ok=True)
                 args.out.write_text(bench.report.text() + "\n")
         if args.keep:
             print(f"kept {tmp}")

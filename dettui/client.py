@@ -206,6 +206,9 @@ class Client:
             if status != 200:
                 raise errors.from_response(status, answer)
             return answer
+        except plainhttp.AnswerTooLarge as exc:
+            raise errors.TooLarge(f"the answer from {self.url} to {method} {path} is {exc}: "
+                                  "not read") from exc
         except plainhttp.Redirected as exc:
             raise errors.MasterUnreachable(
                 f"{self.url} redirects to {exc.location or 'nowhere'} (HTTP {exc.status}): give "

@@ -20,9 +20,14 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 MAX_IDLE = 8  # kept-alive connections per pool; a client asks at most a few pages at once
+MAX_ANSWER = 1 << 30  # bytes of one answer read into memory (a 10,000-job queue is 4 MiB)
 # A reused connection the server closed while it sat idle fails before any answer; such a
 # request is sent again once on a fresh connection (only a GET: a POST may have been seen).
 _STALE = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError)
+
+
+class AnswerTooLarge(Exception):
+    """An answer longer than MAX_ANSWER (it is not read on)."""
 
 
 class Redirected(Exception):
@@ -107,8 +112,8 @@ class Pool:
     def call(self, method: str, target: str, body: bytes | None = None,
              headers: dict[str, str] | None = None, timeout: float = 60.0) -> tuple[int, bytes]:
         """Send one request; its status and whole body. Raises OSError (refused, timed out,
-        reset), http.client.HTTPException (a garbled or cut-short answer) or Redirected (a
-        redirect is not followed: the address to use is the user's to give)."""
+        reset), http.client.HTTPException (a garbled or cut-short answer), AnswerTooLarge or
+        Redirected (a redirect is not followed: the address to use is the user's to give)."""
         headers = dict(headers or {})
         if body is not None:
             headers.setdefault("Content-Type", "application/json")
@@ -117,7 +122,7 @@ class Pool:
             try:
                 conn.request(method, self.prefix + target, body=body, headers=headers)
                 resp = conn.getresponse()
-                data = resp.read()
+                data = resp.read(MAX_ANSWER + 1)
             except _STALE:
                 conn.close()
                 if reused and method == "GET":
@@ -126,6 +131,9 @@ class Pool:
             except BaseException:
                 conn.close()
                 raise
+            if len(data) > MAX_ANSWER:
+                conn.close()  # the rest of it is still on the wire
+                raise AnswerTooLarge(f"over {MAX_ANSWER >> 20} MiB")
             if resp.will_close:
                 conn.close()
             else:

@@ -204,3 +204,13 @@ def test_an_address_that_is_not_http_is_a_sentence_not_a_traceback() -> None:
     for url in ("ftp://127.0.0.1:8080", "http://", "127.0.0.1:8080"):
         with pytest.raises(errors.InvalidArgument, match="must be an http:// or https:// URL"):
             Client(url, plain=True)
+
+
+async def test_an_answer_over_the_cap_is_refused_not_read_whole(server, monkeypatch) -> None:
+    url, _, _ = server
+    monkeypatch.setattr(plainhttp, "MAX_ANSWER", 16)
+    async with Client(url, plain=True) as c:
+        with pytest.raises(errors.TooLarge, match="is over 0 MiB: not read"):
+            await c.request("GET", "/echo")
+        monkeypatch.setattr(plainhttp, "MAX_ANSWER", 1 << 20)
+        assert (await c.request("GET", "/echo"))["ok"]  # the connection was not reused mid-answer

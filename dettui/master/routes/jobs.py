@@ -168,7 +168,7 @@ def _queue_body(conn: sqlite3.Connection, *args: Any) -> bytes:
 
 def _queue_rows(conn: sqlite3.Connection, want: Page, pool: str | None, only_requests: bool,
                 states: list[str] | None, backfilled: set[int], reasons: dict[int, str],
-                fair: set[str], owners: Mapping[int, int] | None = None,
+                fair: set[str], owners: Mapping[int, int],
                 ) -> tuple[list[dict[str, Any]], Window]:
     if not states:  # a walk of the queue's index (Determined's queue: the jobs with requests)
         ids, window = exp_store.queue_ids(conn, want, pool, only_requests)
@@ -189,7 +189,6 @@ def _queue_rows(conn: sqlite3.Connection, want: Page, pool: str | None, only_req
     # Each waiting trial's experiment: known to the scheduler for the trials it read (with no
     # agent joined, every job's first trial has a reason: 10,000 of them, each looked up in
     # the store per page before), read from the store for the rest (Slurm's held ones).
-    owners = owners or {}
     owner = {t: e for t in reasons if (e := owners.get(t)) is not None}
     if len(owner) < len(reasons):
         owner.update(trial_store.experiment_ids(conn, [t for t in reasons if t not in owner]))
