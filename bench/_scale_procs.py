@@ -175,6 +175,21 @@ class Master:
                              {"username": user, "password": ""})["token"])
 
 
+def cpu_seconds(pid: int) -> tuple[float, float]:
+    """CPU time (user + system, seconds) used so far by process `pid` itself, and by it with
+    its live children (the master's worker processes); (0, 0) if it is gone."""
+    try:
+        proc = psutil.Process(pid)
+        own = sum(proc.cpu_times()[:2])
+        kids = 0.0
+        for child in proc.children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                kids += sum(child.cpu_times()[:2])
+    except psutil.Error:
+        return 0.0, 0.0
+    return own, own + kids
+
+
 class RssWatch:
     """The master's resident memory, sampled every 0.5 s in a thread: peak and latest, of the
     serve process itself and of its whole tree (worker processes)."""

@@ -61,7 +61,14 @@ from _scale_load import (  # noqa: E402
     time_endpoint,
     time_turns,
 )
-from _scale_procs import REPO, Lines, Master, Processes, free_port  # noqa: E402
+from _scale_procs import (  # noqa: E402
+    REPO,
+    Lines,
+    Master,
+    Processes,
+    cpu_seconds,
+    free_port,
+)
 from _scale_report import Report, ms  # noqa: E402
 from _scale_seed import seed, seed_api  # noqa: E402
 
@@ -187,8 +194,10 @@ class Bench:
             self.held[event["name"]] = event
         await self.collect_agent_stats()  # start the scheduling gaps afresh
         names = [f"scale-{i}" for i in range(s.experiments)]
+        cpu_before = self.cpu_split()
         created = await create_experiments(api, names, s.trials, s.concurrency,
                                            budget=self.args.create_budget)
+        cpu = {k: v - cpu_before[k] for k, v in self.cpu_split().items()}
         self.exp_ids = sorted(created.ids)
         if len(created.ids) + len(created.failures) < s.experiments:
             r.add("create", "NOT REACHED: creation stopped at the time budget",
@@ -201,11 +210,31 @@ class Bench:
               "≥ 500/s sustained", overall >= 500 and min(rates, default=0) >= 500)
         r.add("create", f"rate per block of {s.block:,} (first .. last)",
               " ".join(f"{x:.0f}" for x in rates) + " /s")
+        cores = os.cpu_count() or 1
+        used = cpu["master"] + cpu["workers"] + cpu["agents"] + cpu["bench"]
+        per = 1000 / max(1, len(created.ids))
+        r.add("create", f"CPU used meanwhile, of {cores} cores x {created.seconds:.1f} s "
+              "(ms an experiment)",
+              f"master {cpu['master']:.1f} s ({cpu['master'] * per:.2f}), its workers "
+              f"{cpu['workers']:.1f} s ({cpu['workers'] * per:.2f}), simulated agents "
+              f"{cpu['agents']:.1f} s ({cpu['agents'] * per:.2f}), this bench "
+              f"{cpu['bench']:.1f} s ({cpu['bench'] * per:.2f}); "
+              f"{used / (cores * created.seconds):.0%} busy")
         if created.failures:
             r.add("create", "creation failures", f"{len(created.failures)}: "
                   f"{created.failures[0][:200]}", "0", False)
         stats = await self.collect_agent_stats()
         self.report_agents("during creation", stats)
+
+    def cpu_split(self) -> dict[str, float]:
+        """CPU seconds so far: the master (its own process), its workers, the simulated
+        agents, this bench."""
+        assert self.master.proc is not None and self.agents is not None
+        own, tree = cpu_seconds(self.master.proc.pid)
+        times = os.times()
+        return {"master": own, "workers": tree - own,
+                "agents": cpu_seconds(self.agents.proc.pid)[1],
+                "bench": times.user + times.system}
 
     def report_agents(self, when: str, stats: dict[str, Any]) -> None:
         gap50, gap99 = percentiles(stats["gaps_ms"])

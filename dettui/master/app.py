@@ -15,14 +15,18 @@ from aiohttp import web
 from dettui.master import collector, keys, middleware, offload, routes
 from dettui.master.cluster import Cluster
 from dettui.master.events import Notifier
-from dettui.master.ingest import GroupCommit
+from dettui.master.groupcommit import GroupCommit
 from dettui.master.settings import MasterSettings, check_exposure
 from dettui.master.store import Database, users
 from dettui.master.store import agents as agent_store
+from dettui.master.store import experiments as exp_store
+from dettui.master.store import metrics as metric_store
 from dettui.master.tokens import Mint
 
 log = logging.getLogger("dettui.master")
 MAX_BODY = 140 * 1024 * 1024  # a 95 MiB context arrives base64-encoded inside JSON
+MAX_REPORTS = 2000  # metric reports in one transaction
+MAX_CREATIONS = 64  # experiments in one transaction (each up to a 95 MiB context)
 
 
 def create_app(settings: MasterSettings) -> web.Application:
@@ -57,7 +61,8 @@ async def _lifetime(app: web.Application) -> AsyncIterator[None]:
         app[keys.NOTIFIER] = notifier
         app[keys.CLUSTER_ID] = cluster_id
         app[keys.CLUSTER] = cluster
-        app[keys.INGEST] = GroupCommit(db)
+        app[keys.INGEST] = GroupCommit(db, metric_store.report_many, MAX_REPORTS)
+        app[keys.CREATIONS] = GroupCommit(db, exp_store.create_many, MAX_CREATIONS)
         await cluster.start()
         try:
             async with collector.old_generation_on_a_timer():

@@ -9,11 +9,15 @@ from aiohttp import web
 if TYPE_CHECKING:
     from dettui.master.cluster import Cluster
     from dettui.master.events import Notifier
-    from dettui.master.ingest import GroupCommit
+    from dettui.master.groupcommit import GroupCommit
     from dettui.master.middleware import Principal
     from dettui.master.routes.stream import Connection, Feed
     from dettui.master.settings import MasterSettings
     from dettui.master.store import Database
+    from dettui.master.store.experiments import NewExperiment
+    from dettui.master.store.metrics import MetricReport
+    from dettui.master.store.records import Experiment
+    from dettui.master.store.search import Opening
     from dettui.master.tokens import Mint
 
 DB: web.AppKey[Database] = web.AppKey("db")
@@ -22,7 +26,9 @@ MINT: web.AppKey[Mint] = web.AppKey("mint")  # derives trials' tokens
 CLUSTER: web.AppKey[Cluster] = web.AppKey("cluster")
 NOTIFIER: web.AppKey[Notifier] = web.AppKey("notifier")
 CLUSTER_ID: web.AppKey[str] = web.AppKey("cluster_id")
-INGEST: web.AppKey[GroupCommit] = web.AppKey("ingest")  # metric reports, group-committed
+INGEST: web.AppKey[GroupCommit[MetricReport, None]] = web.AppKey("ingest")  # group-committed
+CREATIONS: web.AppKey[GroupCommit[tuple[NewExperiment, Opening], tuple[Experiment, list[int]]]] = (
+    web.AppKey("creations"))  # new experiments, group-committed
 STREAMS: web.AppKey[set[Connection]] = web.AppKey("streams")  # open push streams
 FEEDS: web.AppKey[dict[str, Feed]] = web.AppKey("feeds")  # a shared reader per followed topic
 PRINCIPAL: web.RequestKey[Principal] = web.RequestKey("principal")

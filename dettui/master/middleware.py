@@ -21,6 +21,7 @@ from dettui.master.openapi import op_of
 from dettui.master.store import callers, credentials
 from dettui.master.store.credentials import AgentCredential
 from dettui.master.store.records import Allocation, User
+from dettui.master.wire import json_response
 
 log = logging.getLogger("dettui.master")
 
@@ -72,7 +73,7 @@ def error_response(exc: DettuiError, request: web.Request) -> web.Response:
     body: dict[str, object] = {"message": exc.message}
     if request.path.startswith("/api/"):
         body["error"] = {"code": exc.grpc_code, "reason": exc.grpc_reason, "error": exc.message}
-    return web.json_response(body, status=exc.http_status)
+    return json_response(body, status=exc.http_status)
 
 
 @web.middleware

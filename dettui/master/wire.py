@@ -140,6 +140,12 @@ async def b64_response(key: str, data: bytes | None) -> web.Response:
     return web.Response(body=body, content_type="application/json")
 
 
+def json_response(data: Any, status: int = 200) -> web.Response:
+    """`web.json_response`, encoded with orjson (`jsonfast`: ten times `json`'s speed, and a
+    create or a heartbeat answers on the event loop, under the master's one GIL)."""
+    return web.Response(body=json_bytes(data), status=status, content_type="application/json")
+
+
 async def big_json_response(data: Any) -> web.Response:
     """`web.json_response` for bodies that grow with the data (lists of experiments, trials,
     metrics, logs): encoded on the CPU pool, not on the event loop."""

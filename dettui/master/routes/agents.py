@@ -29,7 +29,7 @@ from dettui.master.store import experiments as exp_store
 from dettui.master.store import logs as log_store
 from dettui.master.store import trials as trial_store
 from dettui.master.store.records import Allocation, Experiment, Trial
-from dettui.master.wire import big_json_response, path_int, query_float, ts
+from dettui.master.wire import big_json_response, json_response, path_int, query_float, ts
 from dettui.protocol import (
     AgentLogsBody,
     AllocationExitBody,
@@ -120,7 +120,7 @@ async def register(request: web.Request) -> web.Response:
         [s.model_dump() for s in body.slots], body.hostname, body.addresses,
         body.running_allocations, body.no_gpu_reason,
     )
-    return web.json_response(Registered(
+    return json_response(Registered(
         agent_id=agent.id, cluster_id=request.app[keys.CLUSTER_ID],
         heartbeat_seconds=settings.heartbeat_interval,
         agent_timeout_seconds=settings.agent_timeout).wire())
@@ -135,7 +135,7 @@ async def heartbeat(request: web.Request) -> web.Response:
     await request.app[keys.CLUSTER].agents.heartbeat(request.match_info["agentId"],
                                               body.running_allocations, body.telemetry,
                                               body.samples)
-    return web.json_response({})
+    return json_response({})
 
 
 async def _enable(request: web.Request, enabled: bool) -> web.Response:
@@ -144,7 +144,7 @@ async def _enable(request: web.Request, enabled: bool) -> web.Response:
     drain = bool(body.get("drain")) if isinstance(body, dict) else False
     agents = request.app[keys.CLUSTER].agents
     agent = await agents.set_enabled(request.match_info["agentId"], enabled, drain)
-    return web.json_response({"agent": {"id": agent.id, "enabled": agent.enabled,
+    return json_response({"agent": {"id": agent.id, "enabled": agent.enabled,
                                         "draining": agent.draining}})
 
 
@@ -166,7 +166,7 @@ async def _slot(request: web.Request, enabled: bool) -> web.Response:
     slot_id = path_int(request, "slotId")
     agents = request.app[keys.CLUSTER].agents
     agent = await agents.set_slot_enabled(request.match_info["agentId"], slot_id, enabled)
-    return web.json_response({"slot": {"id": str(slot_id), "enabled": agent.slot_enabled(
+    return json_response({"slot": {"id": str(slot_id), "enabled": agent.slot_enabled(
         slot_id), "draining": agent.draining}})
 
 
@@ -207,7 +207,7 @@ async def tasks(request: web.Request) -> web.Response:
             "resources": [_resources(alloc, a, sl) for a, sl in alloc.parts],
             "preempting": alloc.preempt_requested,
         }
-    return web.json_response({"allocationIdToSummary": out})
+    return json_response({"allocationIdToSummary": out})
 
 
 def _resources(alloc: Any, agent_id: str, slots: list[int]) -> dict[str, Any]:
@@ -226,7 +226,7 @@ def _resources(alloc: Any, agent_id: str, slots: list[int]) -> dict[str, Any]:
 async def drain(request: web.Request) -> web.Response:
     require_agent(request, request.match_info["agentId"])
     request.app[keys.CLUSTER].agents.drain(request.match_info["agentId"])
-    return web.json_response({})
+    return json_response({})
 
 
 @routes.post("/api/v1/agents/{agentId}/leave")
@@ -234,7 +234,7 @@ async def drain(request: web.Request) -> web.Response:
 async def leave(request: web.Request) -> web.Response:
     require_agent(request, request.match_info["agentId"])
     await request.app[keys.CLUSTER].agents.leave(request.match_info["agentId"])
-    return web.json_response({})
+    return json_response({})
 
 
 @routes.get("/api/v1/agents/{agentId}/work")
@@ -244,7 +244,7 @@ async def work(request: web.Request) -> web.Response:
     require_agent(request, request.match_info["agentId"])
     timeout = min(max(query_float(request, "timeout_seconds", 30.0), 0.0), MAX_POLL)
     items = await request.app[keys.CLUSTER].agents.poll_work(request.match_info["agentId"], timeout)
-    return web.json_response(WorkBody(work=items).wire())
+    return json_response(WorkBody(work=items).wire())
 
 
 @routes.post("/api/v1/agents/{agentId}/allocations/{allocationId}/exit")
@@ -260,7 +260,7 @@ async def allocation_exit(request: web.Request) -> web.Response:
         raise NotFound(f"allocation {alloc_id} does not run on this agent")
     await request.app[keys.CLUSTER].allocations.part_exit(agent_id, alloc_id, body.exit_code,
                                                           body.reason)
-    return web.json_response({})
+    return json_response({})
 
 
 @routes.post("/api/v1/agents/{agentId}/logs")
@@ -300,7 +300,7 @@ async def agent_logs(request: web.Request) -> web.Response:
                      "log": line.log, "seq": line.seq})
     await db.run(log_store.insert, rows)
     request.app[keys.NOTIFIER].notify(*{f"logs:{t}" for t, _ in trial_of.values()})
-    return web.json_response({})
+    return json_response({})
 
 
 # --- agent credentials (admins issue them) ------------------------------------------------
@@ -318,14 +318,14 @@ async def issue_credential(request: web.Request) -> web.Response:
     admin = require_admin(request)
     body = await parse(request, AgentCredentialBody)
     cred, secret = await request.app[keys.DB].run(credentials.issue, admin.id, body.description)
-    return web.json_response({"credential": credential_json(cred), "token": secret})
+    return json_response({"credential": credential_json(cred), "token": secret})
 
 
 @routes.get("/api/v1/agent-credentials")
 async def list_credentials(request: web.Request) -> web.Response:
     require_admin(request)
     found = await request.app[keys.DB].read(credentials.list_)
-    return web.json_response({"credentials": [credential_json(c) for c in found]})
+    return json_response({"credentials": [credential_json(c) for c in found]})
 
 
 @routes.delete("/api/v1/agent-credentials/{id}")
@@ -333,7 +333,7 @@ async def revoke_credential(request: web.Request) -> web.Response:
     """Revoke a credential: the agent using it is refused from its next request on."""
     require_admin(request)
     cred = await request.app[keys.DB].run(credentials.revoke, path_int(request, "id"))
-    return web.json_response({"credential": credential_json(cred)})
+    return json_response({"credential": credential_json(cred)})
 
 
 # --- allocation signals (Determined's Core API preemption) -------------------------------
@@ -346,7 +346,7 @@ async def preemption(request: web.Request) -> web.Response:
     check_allocation(request, alloc_id)
     timeout = min(max(query_float(request, "timeout_seconds", 60.0), 0.0), 3600.0)
     flag = await request.app[keys.CLUSTER].allocations.wait_preemption(alloc_id, timeout)
-    return web.json_response({"preempt": flag})
+    return json_response({"preempt": flag})
 
 
 routes.get("/api/v1/allocations/{allocationId}/signals/preemption")(preemption)
@@ -357,7 +357,7 @@ async def ack_preemption(request: web.Request) -> web.Response:
     alloc_id = request.match_info["allocationId"]
     check_allocation(request, alloc_id)
     await request.app[keys.CLUSTER].allocations.ack_preemption(alloc_id)
-    return web.json_response({})
+    return json_response({})
 
 
 routes.post("/api/v1/allocations/{allocationId}/signals/ack_preemption")(ack_preemption)
@@ -368,7 +368,7 @@ async def pending_preemption(request: web.Request) -> web.Response:
     alloc_id = request.match_info["allocationId"]
     check_allocation(request, alloc_id)
     await request.app[keys.CLUSTER].allocations.preempt(alloc_id)
-    return web.json_response({})
+    return json_response({})
 
 
 routes.post("/api/v1/allocations/{allocationId}/signals/pending_preemption")(pending_preemption)
@@ -402,7 +402,7 @@ async def mark_daemon(request: web.Request) -> web.Response:
             "agent_id": agent_id, "container_id": resources_id, "source": "master",
             "level": "INFO", "timestamp": time.time(), "log": IGNORED_DAEMON}])
         request.app[keys.NOTIFIER].notify(f"logs:{trial.id}")
-    return web.json_response({})
+    return json_response({})
 
 
 IGNORED_DAEMON = ("Ignoring request to daemonize resources within an allocation for an "
@@ -422,4 +422,4 @@ async def slurm_start(request: web.Request) -> web.Response:
         raise PermissionDenied("this needs the allocation's token")
     alloc = await request.app[keys.DB].read(trial_store.allocation, alloc_id)
     start = await request.app[keys.CLUSTER].slurm_start(alloc)
-    return web.json_response(start.wire())
+    return json_response(start.wire())

@@ -34,7 +34,7 @@ from dettui.master.store import experiments as exp_store
 from dettui.master.store import metrics as metric_store
 from dettui.master.store import trials as trial_store
 from dettui.master.store.records import Checkpoint, Experiment
-from dettui.master.wire import big_json_response, page_of, parse_ts, path_int
+from dettui.master.wire import big_json_response, json_response, page_of, parse_ts, path_int
 from dettui.models import CheckpointState
 from dettui.paths import checkpoint_uuid
 
@@ -63,7 +63,7 @@ async def report(request: web.Request) -> web.Response:
         metadata=body.metadata, storage_id=body.storage_id,
     )
     request.app[keys.NOTIFIER].experiment_changed(trial.experiment_id, trial.id)
-    return web.json_response({"checkpoint": serialize.checkpoint(ckpt, hparams=trial.hparams)})
+    return json_response({"checkpoint": serialize.checkpoint(ckpt, hparams=trial.hparams)})
 
 
 routes.post("/api/v1/checkpoints")(report)
@@ -85,7 +85,7 @@ async def _readable(request: web.Request, uuid: str) -> Checkpoint:
 async def get(request: web.Request) -> web.Response:
     ckpt = await _readable(request, request.match_info["uuid"])
     db = request.app[keys.DB]
-    return web.json_response({"checkpoint": await db.read(checkpoint_views.view, ckpt)})
+    return json_response({"checkpoint": await db.read(checkpoint_views.view, ckpt)})
 
 
 routes.get("/api/v1/checkpoints/{uuid}")(get)
@@ -115,7 +115,7 @@ async def patch(request: web.Request) -> web.Response:
             exp = await db.read(exp_store.get, ckpt.experiment_id)
             require_owner(request, exp.owner_id, f"checkpoint {uuid}")
     await db.run(ckpt_store.set_resources_many, left)
-    return web.json_response({})
+    return json_response({})
 
 
 routes.patch("/api/v1/checkpoints")(patch)
@@ -152,7 +152,7 @@ async def delete(request: web.Request) -> web.Response:
     for eid, ckpts in by_exp.items():
         await checkpoint_gc.delete(db, exps[eid], ckpts)
         request.app[keys.NOTIFIER].notify(f"experiment:{eid}")
-    return web.json_response({})
+    return json_response({})
 
 
 routes.delete("/api/v1/checkpoints")(delete)
@@ -184,7 +184,7 @@ async def remove_files(request: web.Request) -> web.Response:
     for exp, ckpts in by_exp:
         await checkpoint_gc.remove_files(db, exp, ckpts, globs)
         request.app[keys.NOTIFIER].notify(f"experiment:{exp.id}")
-    return web.json_response({})
+    return json_response({})
 
 
 async def _owned_by_experiment(request: web.Request, ckpts: list[Checkpoint],
@@ -229,7 +229,7 @@ async def post_metadata(request: web.Request) -> web.Response:
     ckpt = await db.run(ckpt_store.set_metadata, uuid, body.checkpoint.metadata)
     if ckpt.experiment_id is not None:
         request.app[keys.NOTIFIER].notify(f"experiment:{ckpt.experiment_id}")
-    return web.json_response({"checkpoint": await db.read(checkpoint_views.view, ckpt)})
+    return json_response({"checkpoint": await db.read(checkpoint_views.view, ckpt)})
 
 
 routes.post("/api/v1/checkpoints/{uuid}/metadata")(post_metadata)
@@ -302,7 +302,7 @@ async def report_source(request: web.Request) -> web.Response:
         require_owner(request, exp.owner_id, f"trial {trial.id}")
     await db.run(ckpt_store.link_trial, trial.id, uuid, info.trial_source_info_type,
                  info.model_id, info.model_version)
-    return web.json_response({"trialId": trial.id, "checkpointUuid": uuid})
+    return json_response({"trialId": trial.id, "checkpointUuid": uuid})
 
 
 routes.post("/api/v1/trial-source-info")(report_source)

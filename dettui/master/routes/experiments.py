@@ -43,6 +43,7 @@ from dettui.master.store.records import Experiment
 from dettui.master.wire import (
     b64_response,
     json_bytes,
+    json_response,
     page_of,
     path_int,
     query_bool,
@@ -87,12 +88,13 @@ async def create(request: web.Request) -> web.Response:
         context=got.targz, activate=got.body.activate is not False,
     )
     if got.body.validate_only:
-        return web.json_response({"experiment": _preview(new, user.username), "config": None,
+        return json_response({"experiment": _preview(new, user.username), "config": None,
                                   "warnings": [], "configWarnings": got.warnings})
-    exp, _ = await request.app[keys.DB].run(exp_store.create, new, opening=got.opening)
+    assert got.opening is not None  # a managed experiment's, read with its body
+    exp, _ = await request.app[keys.CREATIONS].one((new, got.opening))
     request.app[keys.NOTIFIER].experiment_changed(exp.id, jobs=True)
     request.app[keys.CLUSTER].kick()
-    return web.json_response({"experiment": serialize.experiment(exp), "config": exp.config,
+    return json_response({"experiment": serialize.experiment(exp), "config": exp.config,
                               "warnings": [], "configWarnings": got.warnings})
 
 
@@ -123,11 +125,11 @@ async def _create_unmanaged(request: web.Request, got: Intake,
         activate=False, unmanaged=True,
     )
     if got.body.validate_only:
-        return web.json_response({"experiment": _preview(new, user.username), "config": None,
+        return json_response({"experiment": _preview(new, user.username), "config": None,
                                   "warnings": [], "configWarnings": got.warnings})
     exp = await request.app[keys.DB].run(unmanaged_store.create_experiment, new, external_id)
     request.app[keys.NOTIFIER].experiment_changed(exp.id)
-    return web.json_response({"experiment": serialize.experiment(exp), "config": exp.config,
+    return json_response({"experiment": serialize.experiment(exp), "config": exp.config,
                               "warnings": [], "configWarnings": got.warnings})
 
 
@@ -202,7 +204,7 @@ def _list_body(conn: sqlite3.Connection, want: Page, config: bool, **query: Any)
 @routes.get("/api/v1/experiments/{id}")
 async def get(request: web.Request) -> web.Response:
     exp, more = await request.app[keys.DB].read(_with_extras, path_int(request, "id"))
-    return web.json_response({"experiment": serialize.experiment(exp) | more,
+    return json_response({"experiment": serialize.experiment(exp) | more,
                               "config": exp.config, "jobSummary": None})
 
 
@@ -249,7 +251,7 @@ async def patch(request: web.Request) -> web.Response:
         request.app[keys.CLUSTER].kick()
     if gc_policy is not None:  # the new policy applies at once (0.38.1 used the old one)
         await checkpoint_gc.collect(db, exp_id, gc_policy)
-    return web.json_response({"experiment": serialize.experiment(exp)})
+    return json_response({"experiment": serialize.experiment(exp)})
 
 
 def _gc_policy(raw: dict[str, Any], old: GcPolicy) -> GcPolicy:
@@ -277,7 +279,7 @@ async def preview_gc(request: web.Request) -> web.Response:
     policy = GcPolicy(*(query_int(request, k, getattr(old, k)) for k in (
         "save_experiment_best", "save_trial_best", "save_trial_latest")))
     doomed = await db.read(checkpoint_gc.plan, exp, policy)
-    return web.json_response({
+    return json_response({
         "checkpoints": [_go_checkpoint(c) for c in doomed],
         "metric_name": exp.searcher_metric})
 
@@ -339,7 +341,7 @@ async def _action(request: web.Request, action: str) -> web.Response:
             raise FailedPrecondition("Experiment is not archived.")
         await db.run(exp_store.update_fields, exp_id, archived=0)
     request.app[keys.NOTIFIER].experiment_changed(exp_id, jobs=True)
-    return web.json_response({})
+    return json_response({})
 
 
 @routes.post("/api/v1/experiments/continue")
@@ -358,7 +360,7 @@ async def continue_experiment(request: web.Request) -> web.Response:
     request.app[keys.NOTIFIER].notify(f"experiment:{exp.id}", "experiments", "jobs")
     request.app[keys.CLUSTER].kick()
     exp = await db.read(exp_store.get, exp.id)
-    return web.json_response({"experiment": serialize.experiment(exp), "config": exp.config})
+    return json_response({"experiment": serialize.experiment(exp), "config": exp.config})
 
 
 async def _unmanaged_action(request: web.Request, exp: Any, action: str) -> web.Response:
@@ -369,12 +371,12 @@ async def _unmanaged_action(request: web.Request, exp: Any, action: str) -> web.
         raise FailedPrecondition(f"experiment {exp_id} is unmanaged: its script runs outside "
                                  f"the cluster, so it cannot be {action}d from here")
     if exp.state.is_terminal():
-        return web.json_response({})
+        return json_response({})
     changed = await request.app[keys.DB].run(unmanaged_store.cancel, exp_id)
     if changed is not None:
         await request.app[keys.CLUSTER].allocations.settle_unmanaged([(exp_id, changed)])
     request.app[keys.NOTIFIER].experiment_changed(exp_id)
-    return web.json_response({})
+    return json_response({})
 
 
 @routes.delete("/api/v1/experiments/{id}")
@@ -394,7 +396,7 @@ async def delete(request: web.Request) -> web.Response:
     await db.run(exp_store.delete, exp_id)
     log.info("experiment %d deleted with %d checkpoint(s)", exp_id, removed)
     request.app[keys.NOTIFIER].experiment_changed(exp_id, jobs=True)
-    return web.json_response({})
+    return json_response({})
 
 
 for _name in ("pause", "activate", "cancel", "kill", "archive", "unarchive"):
@@ -456,7 +458,7 @@ async def best_validation(request: web.Request) -> web.Response:
         from dettui.errors import NotFound
 
         raise NotFound(f"no validation metrics for experiment {exp_id} yet")
-    return web.json_response({"metric": best})
+    return json_response({"metric": best})
 
 
 def best_metric(conn: Any, exp: Experiment) -> float | None:

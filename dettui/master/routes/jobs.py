@@ -22,7 +22,7 @@ from dettui.master.store import experiments as exp_store
 from dettui.master.store import trials as trial_store
 from dettui.master.store.page import Page, Window
 from dettui.master.store.records import Experiment, JobView
-from dettui.master.wire import json_bytes, page_of, paginate, ts
+from dettui.master.wire import json_bytes, json_response, page_of, paginate, ts
 from dettui.models import JobState
 
 routes = web.RouteTableDef()
@@ -68,7 +68,7 @@ async def resource_pools(request: web.Request) -> web.Response:
     pools = [pool_json(n, cluster, n == settings.default_pool, used.get(n, 0), settings.policy(n))
              for n in names]
     page, pagination = paginate(pools, request)
-    return web.json_response({"resourcePools": page, "pagination": pagination})
+    return json_response({"resourcePools": page, "pagination": pagination})
 
 
 @dataclass(frozen=True)
@@ -262,7 +262,7 @@ async def update_jobs(request: web.Request) -> web.Response:
         raise NotFound(msg)
     request.app[keys.NOTIFIER].notify("jobs", "experiments")
     request.app[keys.CLUSTER].kick()
-    return web.json_response({})
+    return json_response({})
 
 
 async def _job_update(request: web.Request, exp: Experiment, upd: dict[str, Any],

@@ -12,7 +12,7 @@ from dettui.master.middleware import check_trial, principal, require_owner, task
 from dettui.master.openapi import op
 from dettui.master.store import experiments as exp_store
 from dettui.master.store import trials as trial_store
-from dettui.master.wire import path_int
+from dettui.master.wire import json_response, path_int
 
 routes = web.RouteTableDef()
 
@@ -23,7 +23,7 @@ async def get_metadata(request: web.Request) -> web.Response:
     run_id = path_int(request, "runId")
     check_trial(request, run_id)
     found = await request.app[keys.DB].read(trial_store.run_metadata, run_id)
-    return web.json_response({"metadata": found})
+    return json_response({"metadata": found})
 
 
 @task_route
@@ -43,7 +43,7 @@ async def post_metadata(request: web.Request) -> web.Response:
         exp = await db.read(exp_store.get, trial.experiment_id)
         require_owner(request, exp.owner_id, f"run {run_id}")
     stored = await db.run(trial_store.set_run_metadata, run_id, body.metadata)
-    return web.json_response({"metadata": stored})
+    return json_response({"metadata": stored})
 
 
 routes.get("/api/v1/runs/{runId}/metadata")(get_metadata)

@@ -19,7 +19,7 @@ from dettui.master.middleware import (
 from dettui.master.openapi import op
 from dettui.master.store import users
 from dettui.master.store.records import User
-from dettui.master.wire import paginate, path_int, query_bool
+from dettui.master.wire import json_response, paginate, path_int, query_bool
 
 routes = web.RouteTableDef()
 
@@ -35,7 +35,7 @@ async def info(request: web.Request) -> web.Response:
     body = serialize.master_info(request.app[keys.CLUSTER_ID], s.cluster_name)
     body.update({"master_id": body["masterId"], "cluster_id": body["clusterId"],
                  "cluster_name": body["clusterName"], "sso_providers": []})
-    return web.json_response(body)
+    return json_response(body)
 
 
 @routes.get("/api/v1/openapi.json")
@@ -59,7 +59,7 @@ _SPEC: list[bytes] = []
 @routes.get("/api/v1/master")
 async def master(request: web.Request) -> web.Response:
     s = request.app[keys.SETTINGS]
-    return web.json_response(serialize.master_info(request.app[keys.CLUSTER_ID], s.cluster_name))
+    return json_response(serialize.master_info(request.app[keys.CLUSTER_ID], s.cluster_name))
 
 
 @routes.post("/api/v1/auth/login")
@@ -74,18 +74,18 @@ async def login(request: web.Request) -> web.Response:
     if not user.active:
         raise PermissionDenied("user is not active")
     token = await db.run(users.new_session, user.id, request.app[keys.SETTINGS].session_lifetime)
-    return web.json_response({"token": token, "user": user_json(user)})
+    return json_response({"token": token, "user": user_json(user)})
 
 
 @routes.post("/api/v1/auth/logout")
 async def logout(request: web.Request) -> web.Response:
     await request.app[keys.DB].run(users.drop_session, principal(request).token)
-    return web.json_response({})
+    return json_response({})
 
 
 @task_route
 async def me(request: web.Request) -> web.Response:
-    return web.json_response({"user": user_json(require_user(request))})
+    return json_response({"user": user_json(require_user(request))})
 
 
 routes.get("/api/v1/me")(me)
@@ -98,13 +98,13 @@ async def list_users(request: web.Request) -> web.Response:
     """Every user (`det user list`), `active=true|false` to filter, paginated."""
     found = await request.app[keys.DB].read(users.list_, query_bool(request, "active"))
     page, pagination = paginate([user_json(u) for u in found], request)
-    return web.json_response({"users": page, "pagination": pagination})
+    return json_response({"users": page, "pagination": pagination})
 
 
 @routes.get("/api/v1/users/{id}")
 async def get_user(request: web.Request) -> web.Response:
     user = await request.app[keys.DB].run(users.by_id, path_int(request, "id"))
-    return web.json_response({"user": user_json(user)})
+    return json_response({"user": user_json(user)})
 
 
 @routes.get("/api/v1/users/{username}/by-username")
@@ -113,7 +113,7 @@ async def get_user_by_name(request: web.Request) -> web.Response:
     user = await request.app[keys.DB].run(users.by_name, name)
     if user is None:
         raise NotFound(f"user '{name}' not found")
-    return web.json_response({"user": user_json(user)})
+    return json_response({"user": user_json(user)})
 
 
 @routes.post("/api/v1/users")
@@ -131,7 +131,7 @@ async def create_user(request: web.Request) -> web.Response:
     user = await request.app[keys.DB].run(
         users.create, name, hashed, admin=bool(new.admin), active=new.active is not False,
         display_name=new.display_name)
-    return web.json_response({"user": user_json(user)})
+    return json_response({"user": user_json(user)})
 
 
 @routes.patch("/api/v1/users/{id}")
@@ -152,7 +152,7 @@ async def patch_user(request: web.Request) -> web.Response:
     user = await request.app[keys.DB].run(
         users.update, user_id, active=body.active, admin=body.admin,
         display_name=body.display_name, hashed_password=hashed)
-    return web.json_response({"user": user_json(user)})
+    return json_response({"user": user_json(user)})
 
 
 @routes.post("/api/v1/users/{username}/password")
@@ -167,4 +167,4 @@ async def set_password(request: web.Request) -> web.Response:
     if not isinstance(password, str):
         raise InvalidArgument("password: must be a string")
     await request.app[keys.DB].run(users.set_password, target, users.client_hash(password))
-    return web.json_response({})
+    return json_response({})

@@ -54,6 +54,7 @@ from dettui.master.wire import (
     encode_metrics,
     json_bytes,
     json_items,
+    json_response,
     page_of,
     parse_ts,
     path_int,
@@ -78,7 +79,7 @@ async def get_trial(request: web.Request) -> web.Response:
     trial = await db.read(trial_store.get, trial_id)
     exp = await db.read(exp_store.get, trial.experiment_id)
     views = await db.read(trial_views, exp, [trial])
-    return web.json_response({"trial": views[0]})
+    return json_response({"trial": views[0]})
 
 
 routes.get("/api/v1/trials/{id}")(get_trial)
@@ -93,7 +94,7 @@ async def report_metrics(request: web.Request) -> web.Response:
     (err,) = await _ingest(request, trial_id, [body])
     if err is not None:
         raise err
-    return web.json_response({})
+    return json_response({})
 
 
 @task_route
@@ -108,7 +109,7 @@ async def report_metrics_batch(request: web.Request) -> web.Response:
     if len(body.reports) > MAX_METRICS_BATCH:
         raise InvalidArgument(f"reports: at most {MAX_METRICS_BATCH} in one request")
     errors = await _ingest(request, trial_id, body.reports)
-    return web.json_response({"refused": [
+    return json_response({"refused": [
         {"index": i, "message": str(err)} for i, err in enumerate(errors) if err is not None]})
 
 
@@ -123,7 +124,7 @@ async def _ingest(request: web.Request, trial_id: int,
         except DettuiError as exc:
             reports.append(exc)
     valid = [r for r in reports if isinstance(r, MetricReport)]
-    done = iter(await request.app[keys.INGEST].report(*valid))
+    done = iter(await request.app[keys.INGEST].submit(*valid))
     errors = [r if isinstance(r, DettuiError) else next(done) for r in reports]
     ok = [r for r, e in zip(reports, errors, strict=True) if e is None]
     if ok:
@@ -196,7 +197,7 @@ async def read_metrics(request: web.Request) -> web.StreamResponse:
             raise InvalidArgument(f"maxPoints: must be between 2 and {MAX_POINTS}, with a group")
         raw = await db.read(metric_store.raw_series, trial_id, group, after)
         found = await offload.cpu(series.of_reports, raw, n, request.query.get("metric"))
-        return web.json_response({"group": group, "series": found, "reports": len(raw),
+        return json_response({"group": group, "series": found, "reports": len(raw),
                                   "lastSteps": raw[-1][0] if raw else None})
     window = page_of(request).window(await db.read(metric_store.count, trial_id, group, after))
     want = window.end - window.start
@@ -332,7 +333,7 @@ async def progress(request: web.Request) -> web.Response:
     trial = await db.read(trial_store.get, trial_id)
     await db.run(search_store.refresh_progress, await db.read(exp_store.get, trial.experiment_id))
     request.app[keys.NOTIFIER].experiment_changed(trial.experiment_id, trial_id, jobs=True)
-    return web.json_response({})
+    return json_response({})
 
 
 routes.post("/api/v1/trials/{id}/progress")(progress)
@@ -350,7 +351,7 @@ async def early_exit(request: web.Request) -> web.Response:
         raise InvalidArgument("should not report special exit reason")
     await request.app[keys.DB].run(trial_store.set_fields, trial_id, searcher_stopped=1,
                                    early_exit=body.reason)
-    return web.json_response({})
+    return json_response({})
 
 
 routes.post("/api/v1/trials/{id}/early_exit")(early_exit)
@@ -366,7 +367,7 @@ async def runner_metadata(request: web.Request) -> web.Response:
     await db.run(trial_store.set_fields, trial_id, runner_state=body.state)
     trial = await db.read(trial_store.get, trial_id)
     request.app[keys.NOTIFIER].experiment_changed(trial.experiment_id, trial_id)
-    return web.json_response({})
+    return json_response({})
 
 
 routes.post("/api/v1/trials/{id}/runner/metadata")(runner_metadata)
@@ -383,7 +384,7 @@ async def kill_trial(request: web.Request) -> web.Response:
     if exp.unmanaged:
         raise FailedPrecondition(f"trial {trial_id} is detached: end it from its script")
     await request.app[keys.CLUSTER].experiments.kill_trial(trial_id, exp.id)
-    return web.json_response({})
+    return json_response({})
 
 
 @task_route
@@ -407,7 +408,7 @@ async def post_task_logs(request: web.Request) -> web.Response:
                      "timestamp": parse_ts(line.timestamp) or time.time(), "log": line.log})
     await db.run(log_store.insert, rows)
     request.app[keys.NOTIFIER].notify(*(f"logs:{t}" for t in trial_ids))
-    return web.json_response({})
+    return json_response({})
 
 
 routes.post("/api/v1/task/logs")(post_task_logs)
@@ -441,7 +442,7 @@ SETTABLE = (TrialState.RUNNING, TrialState.PAUSED, TrialState.COMPLETED, TrialSt
 @op(body=CreateTrialBody)
 async def create_trial(request: web.Request) -> web.Response:
     body = await parse(request, CreateTrialBody)
-    return web.json_response({"trial": await _new_trial(request, body, None)})
+    return json_response({"trial": await _new_trial(request, body, None)})
 
 
 @routes.put("/api/v1/trials")
@@ -452,7 +453,7 @@ async def put_trial(request: web.Request) -> web.Response:
     external_id = body.external_trial_id.strip()
     if not external_id:
         raise InvalidArgument("externalTrialId: must not be empty")
-    return web.json_response(
+    return json_response(
         {"trial": await _new_trial(request, body.create_trial_request, external_id)})
 
 
@@ -496,7 +497,7 @@ async def start_trial(request: web.Request) -> web.Response:
     db = request.app[keys.DB]
     trial, latest = await db.run(unmanaged_store.start_trial, trial_id, bool(body.resume))
     request.app[keys.NOTIFIER].experiment_changed(trial.experiment_id, trial_id)
-    return web.json_response({
+    return json_response({
         "trialRunId": trial.run_id,
         "stepsCompleted": (latest.steps_completed or 0) if latest else 0,
         "latestCheckpoint": latest.uuid if latest else None,
@@ -536,7 +537,7 @@ async def patch_trial(request: web.Request) -> web.Response:
             [(trial.experiment_id, changed)])
     exp = await db.read(exp_store.get, trial.experiment_id)
     views = await db.read(trial_views, exp, [trial])
-    return web.json_response({"trial": views[0]})
+    return json_response({"trial": views[0]})
 
 
 @task_route
@@ -546,7 +547,7 @@ async def start_run(request: web.Request) -> web.Response:
     body = await parse(request, StartRunBody)
     check_trial(request, body.run_id)
     await request.app[keys.DB].read(trial_store.get, body.run_id)
-    return web.json_response({})
+    return json_response({})
 
 
 routes.post("/api/v1/runs/start")(start_run)
@@ -576,4 +577,4 @@ async def post_core_v2_logs(request: web.Request) -> web.Response:
                      "log": item["log"]})
     await db.run(log_store.insert, rows)
     request.app[keys.NOTIFIER].notify(*(f"logs:{t}" for t in trial_ids))
-    return web.json_response({})
+    return json_response({})

@@ -6,6 +6,7 @@ import json
 import sqlite3
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,28 +69,50 @@ def create(
     """Store the experiment, its first trials and its job, in one commit: the given
     (hparams, seed) pairs, or the searcher's `opening` (its first trials and state, worked
     out before: `search.opening`). The experiment and its trials' ids."""
-    first = opening or search.Opening.of(trials or [])
+    return create_many(conn, [(new, opening or search.Opening.of(trials or []))])[0]
+
+
+def create_many(conn: sqlite3.Connection, news: Sequence[tuple[NewExperiment, search.Opening]],
+                ) -> list[tuple[Experiment, list[int]]]:
+    """Experiments asked for together (while the store thread was busy: a group commit), each
+    stored as `create` stores one, all in one commit: one reservation of ids, a few statements
+    each and one read of them back, where one at a time took ten statements and a commit
+    each. An error fails them all (none is stored)."""
+    if not news:
+        return []
+    with transaction(conn):
+        given = ids.reserve(conn, {"experiments": len(news),
+                                   "trials": sum(len(first.trials) for _, first in news)})
+        trial_ids = iter(given["trials"])
+        made = []
+        for exp_id, (new, first) in zip(given["experiments"], news, strict=True):
+            mine = [next(trial_ids) for _ in first.trials]
+            _insert(conn, exp_id, new, first, mine)
+            made.append(mine)
+        exps = {e.id: e for e in _get_many(conn, given["experiments"])}
+    return [(exps[exp_id], mine) for exp_id, mine in zip(given["experiments"], made,
+                                                         strict=True)]
+
+
+def _insert(conn: sqlite3.Connection, exp_id: int, new: NewExperiment, first: search.Opening,
+            trial_ids: list[int]) -> None:
     now = time.time()
     state = ExperimentState.ACTIVE if new.activate else ExperimentState.PAUSED
     trial_state = TrialState.QUEUED if new.activate else TrialState.PAUSED
-    with transaction(conn):
-        given = ids.reserve(conn, {"experiments": 1, "trials": len(first.trials)})
-        exp_id, trial_ids = given["experiments"][0], given["trials"]
-        conn.execute(
-            "INSERT INTO experiments (id, name, description, labels, state, owner_id, config, "
-            "original_config, searcher_type, job_id, resource_pool, priority, weight, max_slots, "
-            "queue_position, start_time, unmanaged, best_stale, slots_per_trial, "
-            "searcher_state, progress) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,0,?,?,?)",
-            (exp_id, new.name, new.description,
-             json.dumps(new.labels), state.value, new.owner_id, json.dumps(new.config),
-             new.original_config, new.searcher_type, str(uuid.uuid4()), new.resource_pool,
-             new.priority, new.weight, new.max_slots, now * 1e6, now, int(new.unmanaged),
-             slots_of(new.config), first.state, first.progress),
-        )
-        if new.context is not None:
-            _put_context(conn, exp_id, new.context)
-        search.insert_trials(conn, exp_id, trial_ids, first.trials, trial_state, now)
-    return get(conn, exp_id), trial_ids
+    conn.execute(
+        "INSERT INTO experiments (id, name, description, labels, state, owner_id, config, "
+        "original_config, searcher_type, job_id, resource_pool, priority, weight, max_slots, "
+        "queue_position, start_time, unmanaged, best_stale, slots_per_trial, "
+        "searcher_state, progress) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,0,?,?,?)",
+        (exp_id, new.name, new.description,
+         json.dumps(new.labels), state.value, new.owner_id, json.dumps(new.config),
+         new.original_config, new.searcher_type, str(uuid.uuid4()), new.resource_pool,
+         new.priority, new.weight, new.max_slots, now * 1e6, now, int(new.unmanaged),
+         slots_of(new.config), first.state, first.progress),
+    )
+    if new.context is not None:
+        _put_context(conn, exp_id, new.context)
+    search.insert_trials(conn, exp_id, trial_ids, first.trials, trial_state, now)
 
 
 def _put_context(conn: sqlite3.Connection, exp_id: int, targz: bytes) -> None:
@@ -127,6 +150,14 @@ def get(conn: sqlite3.Connection, exp_id: int) -> Experiment:
     if row is None:
         raise not_found(exp_id)
     return Experiment.from_row(row)
+
+
+def _get_many(conn: sqlite3.Connection, exp_ids: Sequence[int]) -> list[Experiment]:
+    out = []
+    for chunk, marks in in_chunks(exp_ids):
+        rows = conn.execute(f"{SELECT} WHERE e.id IN ({marks})", chunk)
+        out += [Experiment.from_row(row) for row in rows]
+    return out
 
 
 def by_job_id(conn: sqlite3.Connection, job_id: str) -> Experiment:
