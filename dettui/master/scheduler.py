@@ -17,11 +17,10 @@ a multiple of the agents' slot count (seed 002).
 from __future__ import annotations
 
 import heapq
-import itertools
 import operator
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 PRIORITY = "priority"
 FAIR_SHARE = "fair_share"
@@ -101,17 +100,61 @@ def order(requests: Iterable[Request]) -> list[Request]:
     return sorted(requests, key=_ORDER)
 
 
+class Queue(Protocol):
+    """The waiting requests as a pass reads them: per pool, one at a time in `order`. A pass
+    takes only as many as it can use (once a pool's slots are taken, the rest of 100,000
+    queued trials are never built); the queue kept between passes hands them over so
+    (cluster/waiting.py), and a list is wrapped as `Listed`."""
+
+    def pools(self) -> Collection[str]:
+        """The pools with requests."""
+        ...
+
+    def sizes(self, pool: str) -> Collection[int]:
+        """The slot counts the pool's requests ask for (each once)."""
+        ...
+
+    def in_order(self, pool: str) -> Iterator[Request]:
+        """The pool's requests, in `order`."""
+        ...
+
+
+class Listed:
+    """Requests given as a list, as a `Queue` (sorted here unless `ordered`)."""
+
+    def __init__(self, requests: Sequence[Request], ordered: bool = False) -> None:
+        pools = set(map(_POOL, requests))  # most clusters have one pool: no split of 20,000
+        if len(pools) == 1:
+            self.by_pool = {pools.pop(): list(requests)}
+        else:
+            self.by_pool = {}
+            for r in requests:
+                self.by_pool.setdefault(r.pool, []).append(r)
+        if not ordered:
+            self.by_pool = {p: order(reqs) for p, reqs in self.by_pool.items()}
+
+    def pools(self) -> Collection[str]:
+        return self.by_pool.keys()
+
+    def sizes(self, pool: str) -> Collection[int]:
+        return set(map(_SLOTS, self.by_pool.get(pool, ())))
+
+    def in_order(self, pool: str) -> Iterator[Request]:
+        return iter(self.by_pool.get(pool, ()))
+
+
 def schedule(
-    requests: Sequence[Request], agents: Sequence[AgentView],
+    requests: Sequence[Request] | Queue, agents: Sequence[AgentView],
     running: Sequence[Running] = (), policies: dict[str, PoolPolicy] | None = None,
     unread: dict[str, int] | None = None, ordered: bool = False,
 ) -> Decision:
     """One pass: what starts where, which allocations are preempted, and why requests that can
     never fit wait. `unread` is the slots more requests of a job would ask for, beyond those in
     `requests` (the caller reads only the first few of a job: no pass starts more trials than
-    there are free slots); fair share counts them as demand. `ordered`: `requests` are in
-    `order` already (the kept queue keeps them so: no sort of 100,000 requests a pass)."""
+    there are free slots); fair share counts them as demand. A list of `requests` is sorted
+    unless `ordered` (in `order` already)."""
     policies = policies or {}
+    queue = Listed(requests, ordered) if isinstance(requests, Sequence) else requests
     by_pool_agents: dict[str, list[AgentView]] = {}
     for agent in agents:
         if agent.enabled:
@@ -119,37 +162,30 @@ def schedule(
     start: list[Assignment] = []
     preempt: list[str] = []
     unschedulable: dict[int, str] = {}
-    pools = set(map(_POOL, requests))  # most clusters have one pool: no split of 20,000
-    if len(pools) == 1:
-        reqs_by_pool = {pools.pop(): list(requests)}
-    else:
-        reqs_by_pool = {}
-        for r in requests:
-            reqs_by_pool.setdefault(r.pool, []).append(r)
     runs_by_pool: dict[str, list[Running]] = {}
     for run in running:
         runs_by_pool.setdefault(run.pool, []).append(run)
-    for pool in sorted(reqs_by_pool.keys() | runs_by_pool.keys()):
+    for pool in sorted(set(queue.pools()) | runs_by_pool.keys()):
         members = by_pool_agents.get(pool, [])
-        reqs = reqs_by_pool.get(pool, [])
         runs = runs_by_pool.get(pool, [])
         policy = policies.get(pool, PoolPolicy())
         shape = PoolShape.of(members)
-        largest = shape.largest
-        if members and max(map(_SLOTS, reqs), default=0) <= largest:
-            fitting = reqs
-        else:  # in the order given: those that can never fit say why, the rest are tried
+        sizes = queue.sizes(pool)
+        fitting: Iterable[Request]
+        if members and max(sizes, default=0) <= shape.largest:
+            fitting = queue.in_order(pool)  # taken as the pass goes
+        else:  # in order: those that can never fit say why, the rest are tried
             fitting = []
-            for req in reqs:
+            for req in queue.in_order(pool):
                 why = shape.never_fits(req)
                 if why:
                     unschedulable[req.key] = why
                 else:
                     fitting.append(req)
         if policy.scheduler == FAIR_SHARE:
-            s, p = _fair_share(fitting, members, runs, policy, unread or {})
+            s, p = _fair_share(list(fitting), members, runs, policy, unread or {})
         else:
-            s, p = _priority(fitting if ordered else order(fitting), members, runs, policy)
+            s, p = _priority(fitting, members, runs, policy, zero=0 in sizes)
         start += s
         preempt += p
     return Decision(tuple(start), tuple(preempt), unschedulable)
@@ -294,9 +330,9 @@ def _assignment(req: Request, parts: Parts, backfilled: bool = False) -> Assignm
 # --- priority -------------------------------------------------------------------------------
 
 
-def _priority(reqs: list[Request], members: list[AgentView], runs: list[Running],
-              policy: PoolPolicy) -> tuple[list[Assignment], list[str]]:
-    """`reqs` in `order`."""
+def _priority(reqs: Iterable[Request], members: list[AgentView], runs: list[Running],
+              policy: PoolPolicy, zero: bool) -> tuple[list[Assignment], list[str]]:
+    """`reqs` in `order`, taken one at a time; `zero`: some of them ask for no slot."""
     free = FreeIndex(members)
     start: list[Assignment] = []
     preempt: list[str] = []
@@ -305,15 +341,11 @@ def _priority(reqs: list[Request], members: list[AgentView], runs: list[Running]
     hopeless: list[tuple[int, int]] = []
     # A preemption already under way: wait for it to free its slots before choosing more.
     in_flight = any(r.preempting for r in runs)
-    zero_left: bool | None = None  # zero-slot requests further on? (asked once the pool is full)
-    for i, req in enumerate(reqs):
+    for req in reqs:
         if blocked is not None and req.priority != blocked and not policy.preemption:
             break  # nothing below the first blocked priority starts
-        if not free.total and (in_flight or not policy.preemption):
-            if zero_left is None:
-                zero_left = 0 in set(map(_SLOTS, itertools.islice(reqs, i, None)))
-            if not zero_left:
-                break  # every slot is taken, none may be freed by preemption, all need slots
+        if not free.total and (in_flight or not policy.preemption) and not zero:
+            break  # every slot is taken, none may be freed by preemption, all need slots
         parts = fit(req, free)
         if parts is not None:
             if blocked is None or req.priority == blocked:

@@ -380,9 +380,11 @@ def _kept_equals_whole(conn: sqlite3.Connection, kept: Waiting, seen: waiting.Wa
     whole_live, whole_of = waiting.running(conn)
     assert {a.id: a for a in live} == {a.id: a for a in whole_live} and len(live) == len(whole_live)
     assert experiment_of == whole_of
-    assert kept.requests(per_job)[0] == fresh.requests(per_job)[0] == \
-        scheduler.order(fresh.requests(per_job)[0])  # in the scheduler's order, unsorted
-    assert kept.requests(per_job)[1] == fresh.requests(per_job)[1]
+    handed = [r for pool in kept.queue(per_job).pools()
+              for r in kept.queue(per_job).in_order(pool)]  # as a pass takes them, unsorted
+    assert handed == fresh.requests(per_job) == scheduler.order(handed)
+    assert kept.unread(per_job) == fresh.unread(per_job)
+    assert kept.shapes == fresh.shapes
     assert {t: e for t, e in kept.experiment_of.items()
             if any(r.key == t for r in kept.heads[e][:per_job])} == \
         {t: e for t, e in fresh.experiment_of.items()

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Collection, Iterator
 
 import pytest
 
-from dettui.master.cluster.waiting import Waiting
+from dettui.master.cluster.waiting import Kept, Waiting
 from dettui.master.scheduler import (
     FAIR_SHARE,
     AgentView,
@@ -233,12 +234,14 @@ def test_the_kept_queue_hands_requests_over_in_order(seed: int) -> None:
         kept.apply(_read({e: jobs[e] for e in changed if e in jobs},
                          {e: heads[e] for e in changed if e in heads}, False, changed), 0.0)
         for per_job in (1, 2, 64):
-            got, _ = kept.requests(per_job)
+            got = kept.requests(per_job)
             assert got == order(got)
             assert sorted(r.key for r in got) == sorted(t for h in heads.values()
                                                         for t in h[:per_job])
+            assert [r for r in kept.queue(per_job).in_order("default")] == got
             agents = [agent(f"a{i}", 2, used=tuple(range(rng.randrange(3)))) for i in range(4)]
             assert schedule(got, agents, ordered=True) == schedule(got[::-1], agents)
+            assert schedule(kept.queue(per_job), agents) == schedule(got[::-1], agents)
 
 
 def test_a_full_pool_ends_the_pass_early_with_the_same_decision() -> None:
@@ -252,3 +255,52 @@ def test_a_full_pool_ends_the_pass_early_with_the_same_decision() -> None:
     # a zero-slot trial further on needs no slot: it still starts
     late = schedule([*reqs, req(5000, slots=0)], agents, ordered=True)
     assert [a.key for a in late.start] == [1, 2, 3, 5000]
+
+
+class Counted:
+    """A kept queue that counts the requests a pass takes from it."""
+
+    def __init__(self, queue: Kept) -> None:
+        self.queue = queue
+        self.taken = 0
+
+    def pools(self) -> Collection[str]:
+        return self.queue.pools()
+
+    def sizes(self, pool: str) -> Collection[int]:
+        return self.queue.sizes(pool)
+
+    def in_order(self, pool: str) -> Iterator[Request]:
+        for r in self.queue.in_order(pool):
+            self.taken += 1
+            yield r
+
+
+@pytest.mark.parametrize("pools", [("default",), ("default", "gpu")])
+def test_a_pass_over_the_kept_queue_takes_only_the_requests_it_can_use(
+        pools: tuple[str, ...]) -> None:
+    """10,000 jobs of 10 queued trials wait and 3 slots are free: the pass takes a handful of
+    requests, not 100,000 (it built every one, 12 ms of CPU a pass), with the same decision as
+    a pass over all of them."""
+    kept = Waiting()
+    jobs = {e: Job(e, f"job-{e}", ExperimentState.ACTIVE, pools[e % len(pools)], 42, 1.0, None,
+                   float(e), 1) for e in range(1, 10_001)}
+    heads = {e: list(range(e * 10, e * 10 + 10)) for e in jobs}
+    kept.apply(Read(True, set(jobs), jobs, heads, {e: 10 for e in jobs}, 64), 0.0)
+    agents = [agent(f"a{i}", 8, used=tuple(range(8 if i else 5)), pool=p)
+              for p in pools for i in range(4)]
+    per_job = 3 * len(pools) + 1
+    counted = Counted(kept.queue(per_job))
+    decision = schedule(counted, agents)
+    assert len(decision.start) == 3 * len(pools)
+    assert counted.taken <= 2 * per_job * len(pools)
+    assert decision == schedule(kept.requests(per_job), agents, ordered=True)
+    # a job that can never fit is still told why, wherever it waits
+    big = Job(20_000, "job-big", ExperimentState.ACTIVE, pools[0], 42, 1.0, None, 20_000.0, 12)
+    kept.apply(Read(False, {20_000}, {20_000: big}, {20_000: [999_999]}, {20_000: 1}, 64), 0.0)
+    decision = schedule(kept.queue(per_job), agents)
+    assert "not a multiple of the slots per agent" in decision.unschedulable[999_999]
+    assert kept.shapes[(pools[0], 12)] == 1
+    kept.apply(Read(False, {20_000}, {}, {}, {}, 64), 0.0)  # it ended
+    assert (pools[0], 12) not in kept.shapes
+    assert kept.any_unread(per_job) and not kept.any_unread(10)

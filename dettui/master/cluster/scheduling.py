@@ -101,8 +101,8 @@ class Scheduling:
                 self.hub.notify("jobs")
             self.hub.unschedulable = {}
             return
-        decision, unread = planned
-        if unread and decision.start:
+        decision, more = planned
+        if more:
             self.hub.kick()  # trials not read this pass (zero-slot ones) may start next
         if dict(decision.unschedulable) != self.hub.unschedulable:
             self.hub.notify("jobs")  # the queue shows why jobs wait
@@ -117,17 +117,20 @@ class Scheduling:
 
     def _plan(self, read: waiting_store.Read, now: float, per_job: int, live: list[Allocation],
               experiment_of: dict[int, int], agents: list[scheduler.AgentView],
-              preempting: set[str]) -> tuple[scheduler.Decision, dict[str, int]] | None:
-        """The queue kept brought up to date with `read`, then the pass's decision over it
-        (None: nothing waits and nothing runs)."""
+              preempting: set[str]) -> tuple[scheduler.Decision, bool] | None:
+        """The queue kept brought up to date with `read`, then the pass's decision over it,
+        and whether trials it did not read may start at once (None: nothing waits and nothing
+        runs). The pass takes the requests one by one and only as many as it can use."""
         self.waiting.apply(read, now)
         if not self.waiting.heads and not live:
             return None
         running = _running(live, experiment_of, self.waiting.jobs, preempting)
-        requests, unread = self.waiting.requests(per_job)
-        decision = scheduler.schedule(requests, agents, running, self.hub.settings.policies,
-                                      unread=unread, ordered=True)
-        return decision, unread
+        policies = self.hub.settings.policies
+        fair = any(p.scheduler == scheduler.FAIR_SHARE for p in policies.values())
+        unread = self.waiting.unread(per_job) if fair else {}
+        decision = scheduler.schedule(self.waiting.queue(per_job), agents, running, policies,
+                                      unread=unread)
+        return decision, bool(decision.start) and self.waiting.any_unread(per_job)
 
     async def _start(self, assignments: list[scheduler.Assignment],
                      experiment_of: dict[int, int]) -> int:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import operator
 from bisect import bisect_left, insort
+from collections import Counter
+from collections.abc import Collection, Iterator
 
 from dettui.master import scheduler
 from dettui.master.store.records import Job
@@ -42,6 +44,9 @@ class Waiting:
         # kept as jobs change, so a pass hands its requests over in order, unsorted.
         self.order: list[tuple[int, float, int]] = []
         self.place: dict[int, tuple[int, float, int]] = {}  # job -> its entry in `order`
+        # How many jobs of `heads` ask for each (pool, slots per trial): a pass learns the
+        # pools and whether any request could never fit without going through the requests.
+        self.shapes: Counter[tuple[str, int]] = Counter()
 
     def reset(self) -> None:
         """Read the whole queue at the next pass (a pass failed after taking the changes)."""
@@ -58,20 +63,25 @@ class Waiting:
         if read.whole:
             self.jobs, self.heads, self.counts, self.short = {}, {}, {}, {}
             self.experiment_of, self.order, self.place = {}, [], {}
+            self.shapes = Counter()
             self.whole_at = now
         else:
             for exp_id in read.ids:
-                self.jobs.pop(exp_id, None)
+                old = self.jobs.pop(exp_id, None)
                 self.counts.pop(exp_id, None)
                 self.short.pop(exp_id, None)
-                for req in self.heads.pop(exp_id, ()):
+                reqs = self.heads.pop(exp_id, ())
+                for req in reqs:
                     self.experiment_of.pop(req.key, None)
+                if reqs and old is not None:
+                    self._count(old, -1)
                 if (place := self.place.pop(exp_id, None)) is not None:
                     del self.order[bisect_left(self.order, place)]
         self.jobs.update(read.jobs)
         for exp_id, first in read.heads.items():
             job = read.jobs[exp_id]
             self.heads[exp_id] = tuple(request(t, job) for t in first)
+            self._count(job, 1)
             self.counts[exp_id] = n = read.counts[exp_id]
             if n > len(first):
                 self.short[exp_id] = len(first)
@@ -83,12 +93,52 @@ class Waiting:
         if read.whole:
             self.order = sorted(self.place.values())
 
-    def requests(self, per_job: int) -> tuple[list[scheduler.Request], dict[str, int]]:
-        """The first `per_job` queued trials of each active job, in the scheduler's order
-        (`scheduler.order`), and the slots of each job's trials left out (fair share counts
-        them as demand)."""
-        out: list[scheduler.Request] = []
-        order, heads, counts, jobs = self.order, self.heads, self.counts, self.jobs
+    def _count(self, job: Job, n: int) -> None:
+        key = (job.resource_pool, job.slots_per_trial)
+        self.shapes[key] += n
+        if not self.shapes[key]:
+            del self.shapes[key]
+
+    def queue(self, per_job: int) -> Kept:
+        """The first `per_job` queued trials of each active job, as a pass takes them
+        (`scheduler.Queue`): one at a time, in the scheduler's order."""
+        return Kept(self, per_job)
+
+    def requests(self, per_job: int) -> list[scheduler.Request]:
+        """All of `queue`'s requests, in order (every pool's)."""
+        kept = self.queue(per_job)
+        return scheduler.order(r for pool in kept.pools() for r in kept.in_order(pool))
+
+    def unread(self, per_job: int) -> dict[str, int]:
+        """The slots of each job's queued trials left out of `queue` (fair share counts them
+        as demand)."""
+        jobs = self.jobs
+        return {jobs[e].job_id: jobs[e].slots_per_trial * (n - per_job)
+                for e, n in self.counts.items() if n > per_job}
+
+    def any_unread(self, per_job: int) -> bool:
+        """Whether some job has more queued trials than `queue` hands over."""
+        return any(n > per_job for n in self.counts.values())
+
+
+class Kept:
+    """A pass's view of the kept queue (`scheduler.Queue`)."""
+
+    def __init__(self, waiting: Waiting, per_job: int) -> None:
+        self.waiting = waiting
+        self.per_job = per_job
+        self._pools = {pool for pool, _ in waiting.shapes}
+
+    def pools(self) -> Collection[str]:
+        return self._pools
+
+    def sizes(self, pool: str) -> Collection[int]:
+        return {slots for p, slots in self.waiting.shapes if p == pool}
+
+    def in_order(self, pool: str) -> Iterator[scheduler.Request]:
+        w, per_job = self.waiting, self.per_job
+        order, heads, jobs = w.order, w.heads, w.jobs
+        mixed = len(self._pools) > 1
         i, end = 0, len(order)
         while i < end:
             priority, position, exp_id = order[i]
@@ -96,11 +146,10 @@ class Waiting:
             while j < end and order[j][1] == position and order[j][0] == priority:
                 j += 1
             if j == i + 1:  # a job's requests are in trial id order already
-                out += heads[exp_id][:per_job]
+                if not mixed or jobs[exp_id].resource_pool == pool:
+                    yield from heads[exp_id][:per_job]
             else:  # jobs queued at the same place: their trials by id, as `order` sorts them
-                out += sorted((r for _, _, e in order[i:j] for r in heads[e][:per_job]),
-                              key=_KEY)
+                yield from sorted((r for _, _, e in order[i:j]
+                                   if not mixed or jobs[e].resource_pool == pool
+                                   for r in heads[e][:per_job]), key=_KEY)
             i = j
-        unread = {jobs[e].job_id: jobs[e].slots_per_trial * (n - per_job)
-                  for e, n in counts.items() if n > per_job}
-        return out, unread
