@@ -145,7 +145,7 @@ async def _enable(request: web.Request, enabled: bool) -> web.Response:
     agents = request.app[keys.CLUSTER].agents
     agent = await agents.set_enabled(request.match_info["agentId"], enabled, drain)
     return json_response({"agent": {"id": agent.id, "enabled": agent.enabled,
-                                        "draining": agent.draining}})
+                                    "draining": agent.draining}})
 
 
 @routes.post("/api/v1/agents/{agentId}/enable")

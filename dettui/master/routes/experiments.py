@@ -89,13 +89,13 @@ async def create(request: web.Request) -> web.Response:
     )
     if got.body.validate_only:
         return json_response({"experiment": _preview(new, user.username), "config": None,
-                                  "warnings": [], "configWarnings": got.warnings})
+                              "warnings": [], "configWarnings": got.warnings})
     assert got.opening is not None  # a managed experiment's, read with its body
     exp, _ = await request.app[keys.CREATIONS].one((new, got.opening))
     request.app[keys.NOTIFIER].experiment_changed(exp.id, jobs=True)
     request.app[keys.CLUSTER].kick()
     return json_response({"experiment": serialize.experiment(exp), "config": exp.config,
-                              "warnings": [], "configWarnings": got.warnings})
+                          "warnings": [], "configWarnings": got.warnings})
 
 
 @routes.put("/api/v1/experiments/by-external-id/{externalId}")
@@ -126,11 +126,11 @@ async def _create_unmanaged(request: web.Request, got: Intake,
     )
     if got.body.validate_only:
         return json_response({"experiment": _preview(new, user.username), "config": None,
-                                  "warnings": [], "configWarnings": got.warnings})
+                              "warnings": [], "configWarnings": got.warnings})
     exp = await request.app[keys.DB].run(unmanaged_store.create_experiment, new, external_id)
     request.app[keys.NOTIFIER].experiment_changed(exp.id)
     return json_response({"experiment": serialize.experiment(exp), "config": exp.config,
-                              "warnings": [], "configWarnings": got.warnings})
+                          "warnings": [], "configWarnings": got.warnings})
 
 
 async def _pool(request: web.Request, conf: dict[str, Any]) -> str:
@@ -205,7 +205,7 @@ def _list_body(conn: sqlite3.Connection, want: Page, config: bool, **query: Any)
 async def get(request: web.Request) -> web.Response:
     exp, more = await request.app[keys.DB].read(_with_extras, path_int(request, "id"))
     return json_response({"experiment": serialize.experiment(exp) | more,
-                              "config": exp.config, "jobSummary": None})
+                          "config": exp.config, "jobSummary": None})
 
 
 def _with_extras(conn: sqlite3.Connection, exp_id: int) -> tuple[Experiment, dict[str, Any]]:

@@ -198,7 +198,7 @@ async def read_metrics(request: web.Request) -> web.StreamResponse:
         raw = await db.read(metric_store.raw_series, trial_id, group, after)
         found = await offload.cpu(series.of_reports, raw, n, request.query.get("metric"))
         return json_response({"group": group, "series": found, "reports": len(raw),
-                                  "lastSteps": raw[-1][0] if raw else None})
+                              "lastSteps": raw[-1][0] if raw else None})
     window = page_of(request).window(await db.read(metric_store.count, trial_id, group, after))
     want = window.end - window.start
     read = functools.partial(metric_store.chunk, trial_id=trial_id, group=group,
