@@ -287,9 +287,9 @@ def test_a_page_is_read_through_an_index(store_target: Path | str) -> None:
             metric_store.chunk(conn, 1, group, desc=want.desc, offset=want.offset,
                                limit=want.limit)
             metric_store.chunk(conn, 1, group, desc=want.desc, key=(1, 1), limit=want.limit)
-        exp_store.queue_ids(conn, want)
-        exp_store.queue_ids(conn, want, "default")
-        exp_store.queue_ids(conn, want, None, with_requests=True)
+        exp_store.queue_views(conn, want)
+        exp_store.queue_views(conn, want, "default")
+        exp_store.queue_views(conn, want, None, with_requests=True)
     exp_store.live_keys(conn)
     trial_store.active(conn)
     trial_store.running_of(conn, [1, 2])

@@ -171,7 +171,8 @@ def _queue_rows(conn: sqlite3.Connection, want: Page, pool: str | None, only_req
                 fair: set[str], owners: Mapping[int, int],
                 ) -> tuple[list[dict[str, Any]], Window]:
     if not states:  # a walk of the queue's index (Determined's queue: the jobs with requests)
-        ids, window = exp_store.queue_ids(conn, want, pool, only_requests)
+        exps, window = exp_store.queue_views(conn, want, pool, only_requests)
+        ids = [e.id for e in exps]
         places = range(window.start, window.end)
         if want.desc:
             places = range(window.total - 1 - window.start, window.total - 1 - window.end, -1)
@@ -180,7 +181,9 @@ def _queue_rows(conn: sqlite3.Connection, want: Page, pool: str | None, only_req
     else:
         ids, window, ahead, running = _filtered(conn, want, pool, only_requests, states,
                                                 backfilled)
-    exps = exp_store.job_views(conn, ids)
+        exps = exp_store.job_views(conn, ids)
+        place = {eid: i for i, eid in enumerate(ids)}
+        exps.sort(key=lambda e: place[e.id])
     on_page = set(ids)
     runs: dict[int, list[int]] = {}
     for trial_id, eid in running:
@@ -197,8 +200,6 @@ def _queue_rows(conn: sqlite3.Connection, want: Page, pool: str | None, only_req
         if e in on_page and t < first.get(e, t + 1):
             first[e] = t
     requests = Requests(runs, trial_store.queued_counts(conn, ids), reasons, first)
-    place = {eid: i for i, eid in enumerate(ids)}
-    exps.sort(key=lambda e: place[e.id])
     return job_rows(exps, requests, ahead, fair, backfilled, only_requests), window
 
 
