@@ -26,7 +26,8 @@ from dettui.master.tokens import Mint
 log = logging.getLogger("dettui.master")
 MAX_BODY = 140 * 1024 * 1024  # a 95 MiB context arrives base64-encoded inside JSON
 MAX_REPORTS = 2000  # metric reports in one transaction
-MAX_CREATIONS = 64  # experiments in one transaction (each up to a 95 MiB context)
+MAX_CREATIONS = 64  # experiments in one transaction
+MAX_CREATION_BYTES = 16 * 2**20  # of their contexts in one transaction (but for the first)
 
 
 def create_app(settings: MasterSettings) -> web.Application:
@@ -62,7 +63,8 @@ async def _lifetime(app: web.Application) -> AsyncIterator[None]:
         app[keys.CLUSTER_ID] = cluster_id
         app[keys.CLUSTER] = cluster
         app[keys.INGEST] = GroupCommit(db, metric_store.report_many, MAX_REPORTS)
-        app[keys.CREATIONS] = GroupCommit(db, exp_store.create_many, MAX_CREATIONS)
+        app[keys.CREATIONS] = GroupCommit(db, exp_store.create_many, MAX_CREATIONS,
+                                          _context_bytes, MAX_CREATION_BYTES)
         await cluster.start()
         try:
             async with collector.old_generation_on_a_timer():
@@ -71,6 +73,10 @@ async def _lifetime(app: web.Application) -> AsyncIterator[None]:
             await cluster.stop()
     finally:
         await asyncio.get_running_loop().run_in_executor(None, db.close)
+
+
+def _context_bytes(item: tuple[exp_store.NewExperiment, object]) -> int:
+    return len(item[0].context or b"")
 
 
 def _private_dir(path: Path) -> None:

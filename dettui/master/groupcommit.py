@@ -26,13 +26,17 @@ Write = Callable[[sqlite3.Connection, list[I]], Sequence[R | DettuiError]]
 
 class GroupCommit(Generic[I, R]):
     """Items written by `write(conn, items)` on the store thread, a group of up to `most` in one
-    transaction; `write` gives each item's result, or its refusal (a `DettuiError`, the
-    others written all the same)."""
+    transaction (and, with `size`, of at most `most_bytes` but for its first item: a group of
+    95 MiB contexts would hold the store thread for seconds); `write` gives each item's
+    result, or its refusal (a `DettuiError`, the others written all the same)."""
 
-    def __init__(self, db: Database, write: Write[I, R], most: int) -> None:
+    def __init__(self, db: Database, write: Write[I, R], most: int,
+                 size: Callable[[I], int] | None = None, most_bytes: int = 0) -> None:
         self.db = db
         self.write = write
         self.most = most
+        self.size = size
+        self.most_bytes = most_bytes
         self._pending: list[tuple[I, asyncio.Future[R]]] = []
         self._writer: asyncio.Task[None] | None = None
         self.groups = 0  # transactions written (for tests and benchmarks)
@@ -62,9 +66,21 @@ class GroupCommit(Generic[I, R]):
             self._writer = asyncio.create_task(self._write())
         return futures
 
+    def _next_group(self) -> list[tuple[I, asyncio.Future[R]]]:
+        n = min(self.most, len(self._pending))
+        if self.size is not None:
+            total = 0
+            for i, (item, _) in enumerate(self._pending[:n]):
+                total += self.size(item)
+                if i and total > self.most_bytes:
+                    n = i
+                    break
+        group, self._pending = self._pending[:n], self._pending[n:]
+        return group
+
     async def _write(self) -> None:
         while self._pending:
-            group, self._pending = self._pending[:self.most], self._pending[self.most:]
+            group = self._next_group()
             try:
                 results: Sequence[Any] = await self.db.run(self.write, [i for i, _ in group])
             except BaseException as exc:  # the transaction failed as a whole

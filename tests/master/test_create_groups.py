@@ -113,3 +113,25 @@ async def test_a_group_that_fails_to_commit_fails_each_request_and_stores_none(
     assert again["experiment"]["id"] == 2
     trials = (await api.call("GET", "/api/v1/experiments/2/trials"))["trials"]
     assert [t["id"] for t in trials] == [3]
+
+
+async def test_a_group_holds_at_most_its_bytes_but_always_one() -> None:
+    """Contexts of 95 MiB are not written in one transaction together (it would hold the store
+    thread for seconds): a group stops before the item that takes it over its bytes, and an
+    item over them alone still goes, in a group of its own."""
+    groups: list[list[int]] = []
+
+    class Store:
+        async def run(self, fn: Callable[..., Any], items: list[int]) -> list[int]:
+            await asyncio.sleep(0)
+            return list(fn(None, items))
+
+    def write(conn: object, items: list[int]) -> list[int]:
+        groups.append(items)
+        return items
+
+    commit: GroupCommit[int, int] = GroupCommit(Store(), write, 3,  # type: ignore[arg-type]
+                                                size=lambda n: n, most_bytes=10)
+    got = await commit.submit(4, 4, 4, 30, 1, 1, 1, 1)
+    assert got == [4, 4, 4, 30, 1, 1, 1, 1]
+    assert groups == [[4, 4], [4], [30], [1, 1, 1], [1]]
