@@ -116,34 +116,3 @@ async def test_a_page_does_not_wait_behind_a_feed_read(database: dbmod.Database)
         release.set()
     assert (await feeding).startswith("dettui-feeds")
     assert database._idle.qsize() == len(database.readers) == dbmod.READERS
-
-
-async def test_the_wal_is_checkpointed_by_its_own_thread_not_in_a_commit(
-        tmp_path: Path) -> None:
-    """No commit on the store thread copies the WAL back (SQLite's automatic checkpoint ran
-    inside the commit that passed 1,000 pages, with an fsync); the checkpoints' thread does,
-    within a few of its periods, and a master that stops leaves no WAL behind."""
-    database = dbmod.Database(tmp_path / "m.db")
-    try:
-        assert database.run_sync(
-            lambda conn: conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0]) == 0
-        before = (tmp_path / "m.db").stat().st_size
-
-        def write(conn: sqlite3.Connection) -> None:
-            conn.execute("BEGIN IMMEDIATE")
-            for n in range(1500):  # 1,500 pages and more of WAL, in one commit
-                _put(conn, f"k{n}-" + "x" * 4000)
-            conn.execute("COMMIT")
-
-        await database.run(write)
-        assert (tmp_path / "m.db").stat().st_size == before  # the commit copied nothing back
-        for _ in range(100):
-            if (tmp_path / "m.db").stat().st_size > before + 6 * 2**20:
-                break
-            await asyncio.sleep(0.1)
-        else:
-            raise AssertionError("the WAL was not checkpointed within 10 s")
-    finally:
-        database.close()
-    assert not (tmp_path / "m.db-wal").exists() or (tmp_path / "m.db-wal").stat().st_size == 0
-    assert not [t for t in threading.enumerate() if t.name == "dettui-checkpoints"]

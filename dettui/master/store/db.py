@@ -25,10 +25,8 @@ import asyncio
 import contextvars
 import functools
 import hashlib
-import logging
 import queue
 import sqlite3
-import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
@@ -37,11 +35,9 @@ from typing import ParamSpec, TypeVar, cast
 
 from dettui.master.store import callers, pg, tx
 
-log = logging.getLogger("dettui.master")
 P = ParamSpec("P")
 T = TypeVar("T")
 READERS = 1  # reader connections (and threads) of a SQLite store: see below
-CHECKPOINT_EVERY = 1.0  # seconds between two WAL checkpoints (`Checkpoints`)
 # Set (to True) in a stream feed's task: its reads go to the feeds' reader (see above).
 FEED_READS: contextvars.ContextVar[bool] = contextvars.ContextVar("dettui_feed_reads",
                                                                   default=False)
@@ -137,34 +133,6 @@ def _snapshot(conn: sqlite3.Connection, fn: Callable[..., T], args: tuple[object
         conn.execute("COMMIT")  # the snapshot ends; query-only, so nothing to commit
 
 
-class Checkpoints:
-    """The WAL copied back into the database file by a thread and connection of their own,
-    every CHECKPOINT_EVERY seconds (PASSIVE: it waits for no reader or writer). SQLite's
-    automatic checkpoint, turned off on the store connection, ran inside whichever commit
-    passed 1,000 pages of WAL: 10-15 ms on this machine's disk, with its fsync, and every call
-    queued behind it on the store thread waited as long."""
-
-    def __init__(self, target: Path | str) -> None:
-        self.conn = sqlite3.connect(target, check_same_thread=False, isolation_level=None)
-        self.conn.execute("PRAGMA busy_timeout=5000")
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="dettui-checkpoints",
-                                        daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.wait(CHECKPOINT_EVERY):
-            try:
-                self.conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
-            except sqlite3.Error as exc:  # busy or locked: the next one copies what is left
-                log.debug("WAL checkpoint skipped: %s", exc)
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join()
-        self.conn.close()
-
-
 class Database:
     """Owns the store connection and the one thread that touches it, and the reader
     connections (SQLite) with their threads."""
@@ -179,10 +147,6 @@ class Database:
             raise
         tx.adopt_plan(self.conn)  # tests only: a simulated crash at a planned commit
         self.callers = self._executor.submit(callers.watch, self.conn).result()
-        self._checkpoints: Checkpoints | None = None
-        if isinstance(self.conn, sqlite3.Connection):
-            self._executor.submit(self.conn.execute, "PRAGMA wal_autocheckpoint=0").result()
-            self._checkpoints = Checkpoints(target)
         # Reader connections, opened after the store's migrations; none on PostgreSQL (its
         # reads go to the store thread, as its writes do).
         self.readers: list[sqlite3.Connection] = []
@@ -242,8 +206,6 @@ class Database:
 
         self._reading.shutdown(wait=True)
         self._feeding.shutdown(wait=True)
-        if self._checkpoints is not None:
-            self._checkpoints.stop()
         for reader in [*self.readers, *filter(None, [self._feed_reader])]:
             reader.close()
         self._executor.submit(_close).result()
