@@ -89,7 +89,7 @@ def create_many(conn: sqlite3.Connection, news: Sequence[tuple[NewExperiment, se
             mine = [next(trial_ids) for _ in first.trials]
             _insert(conn, exp_id, new, first, mine)
             made.append(mine)
-        exps = {e.id: e for e in _get_many(conn, given["experiments"])}
+        exps = {e.id: e for e in of_ids(conn, given["experiments"])}
     return [(exps[exp_id], mine) for exp_id, mine in zip(given["experiments"], made,
                                                          strict=True)]
 
@@ -150,14 +150,6 @@ def get(conn: sqlite3.Connection, exp_id: int) -> Experiment:
     if row is None:
         raise not_found(exp_id)
     return Experiment.from_row(row)
-
-
-def _get_many(conn: sqlite3.Connection, exp_ids: Sequence[int]) -> list[Experiment]:
-    out = []
-    for chunk, marks in in_chunks(exp_ids):
-        rows = conn.execute(f"{SELECT} WHERE e.id IN ({marks})", chunk)
-        out += [Experiment.from_row(row) for row in rows]
-    return out
 
 
 def by_job_id(conn: sqlite3.Connection, job_id: str) -> Experiment:
