@@ -102,7 +102,7 @@ async def test_a_page_does_not_wait_behind_a_feed_read(database: dbmod.Database)
         return threading.current_thread().name
 
     async def feed() -> str:
-        dbmod.FEED_READS.set(True)  # as a stream feed's task does
+        dbmod.READ_LANE.set(dbmod.FEEDS)  # as a stream feed's task does
         return await database.read(long_feed_read)
 
     feeding = asyncio.ensure_future(feed())
@@ -116,3 +116,43 @@ async def test_a_page_does_not_wait_behind_a_feed_read(database: dbmod.Database)
         release.set()
     assert (await feeding).startswith("dettui-feeds")
     assert database._idle.qsize() == len(database.readers) == dbmod.READERS
+
+
+async def test_a_feeds_read_of_a_few_objects_does_not_wait_behind_a_whole_read(
+        database: dbmod.Database) -> None:
+    """A feed's re-read of the objects a change named (lane FEW) is answered while the feeds'
+    reader and the pages' reader are each held by a long read, and sees what was committed."""
+    held = [threading.Event(), threading.Event()]
+    release = threading.Event()
+
+    def long_read(conn: sqlite3.Connection, i: int) -> str:
+        conn.execute("SELECT 1")
+        held[i].set()
+        release.wait(10)
+        return threading.current_thread().name
+
+    async def feed() -> str:
+        dbmod.READ_LANE.set(dbmod.FEEDS)
+        return await database.read(long_read, 0)
+
+    async def few() -> tuple[int, str]:
+        dbmod.READ_LANE.set(dbmod.FEEDS)
+        with dbmod.lane(dbmod.FEW):
+            count = await database.read(_count)
+            name = await database.read(lambda conn: threading.current_thread().name)
+        assert dbmod.READ_LANE.get() == dbmod.FEEDS  # `lane` gave the feed's lane back
+        return count, name
+
+    feeding = asyncio.ensure_future(feed())
+    paging = asyncio.ensure_future(database.read(long_read, 1))
+    for event in held:
+        await asyncio.get_running_loop().run_in_executor(None, event.wait, 10)
+    try:
+        await database.run(_put, "a")
+        count, name = await asyncio.wait_for(few(), 5)
+        assert count == 1
+    finally:
+        release.set()
+    assert name.startswith("dettui-few")
+    assert (await feeding).startswith("dettui-feeds")
+    assert (await paging).startswith("dettui-reader")

@@ -28,7 +28,8 @@ seconds (AGENTS_SPACING for `agents`) or three times its last read's length (a b
 one or two diffs; a big topic never takes more than a third of the master) and at least every
 IDLE_REREAD seconds, computes the diff once and hands the same text to every subscriber; a
 notification that names the ids that changed makes it re-read only those objects
-(experiments, and an experiment's trials). A new subscriber gets its snapshot from the feed's
+(experiments, and an experiment's trials), on a reader of their own (`store.db.FEW`): never
+in line behind another topic's whole read. A new subscriber gets its snapshot from the feed's
 last read. Each connection sends from a queue of its own: a client that falls more than
 MAX_BACKLOG messages behind is disconnected (it reconnects and gets fresh snapshots) rather
 than holding up the others.
@@ -54,8 +55,8 @@ from dettui.master.openapi import op
 from dettui.master.routes import agents as agent_routes
 from dettui.master.routes import experiments as exp_routes
 from dettui.master.routes import jobs as job_routes
+from dettui.master.store import db as store_db
 from dettui.master.store import experiments as exp_store
-from dettui.master.store.db import FEED_READS
 from dettui.master.store.page import Page
 
 log = logging.getLogger("dettui.master.stream")
@@ -203,7 +204,7 @@ class Feed:
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
-        FEED_READS.set(True)  # this task's reads: the feeds' reader, not the one pages use
+        store_db.READ_LANE.set(store_db.FEEDS)  # this task's reads: the feeds' own reader
         with self.app[keys.NOTIFIER].watching(*self.source.signals) as changes:
             full = True
             spacing = COALESCE if self.source.spacing is None else self.source.spacing
@@ -219,7 +220,8 @@ class Feed:
                         self._apply_all(await self.source.read())
                     elif some:
                         assert self.source.read_some is not None
-                        found = await self.source.read_some(some)
+                        with store_db.lane(store_db.FEW):  # not behind another topic's read
+                            found = await self.source.read_some(some)
                         if self.source.window is None:
                             self._apply_some(some, found)
                         elif self._vanished(some, found):

@@ -14,20 +14,24 @@ under the GIL, so two at once each took twice as long (the whole job queue at la
 -> 790 ms) and the pages' p99s were no better.
 
 The stream's feeds re-read their topics after changes (a 500-job window: ~25 ms, up to a third
-of the time each while the cluster churns). Their reads (made in a task that set
-`FEED_READS`) go to a reader connection and thread of their own, so a page a user asked for
-never waits in line behind them; the two share the GIL instead.
+of the time each while the cluster churns). Their reads (made in a task that set `READ_LANE`
+to FEEDS) go to a reader connection and thread of their own, so a page a user asked for
+never waits in line behind them; the two share the GIL instead. A feed's re-read of the few
+objects a change named (FEW) has a third: at lab scale the feeds' reader is busy 25-70 ms at a
+time with whole reads of the job window and the agents, and a changed experiment's diff waited
+behind them (most of the stream's p99 of ~100 ms).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import functools
 import hashlib
 import queue
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
 from pathlib import Path
@@ -38,9 +42,21 @@ from dettui.master.store import callers, pg, tx
 P = ParamSpec("P")
 T = TypeVar("T")
 READERS = 1  # reader connections (and threads) of a SQLite store: see below
-# Set (to True) in a stream feed's task: its reads go to the feeds' reader (see above).
-FEED_READS: contextvars.ContextVar[bool] = contextvars.ContextVar("dettui_feed_reads",
-                                                                  default=False)
+# Which reader a read made in this context goes to (see above): PAGES (the default), FEEDS (a
+# stream feed's task sets it), FEW (a feed's re-read of the objects a change named: `lane`).
+PAGES, FEEDS, FEW = "pages", "feeds", "few"
+READ_LANE: contextvars.ContextVar[str] = contextvars.ContextVar("dettui_read_lane",
+                                                                default=PAGES)
+
+
+@contextlib.contextmanager
+def lane(name: str) -> Iterator[None]:
+    """Reads made inside go to the reader of lane `name` (FEEDS or FEW; PAGES: the pool)."""
+    token = READ_LANE.set(name)
+    try:
+        yield
+    finally:
+        READ_LANE.reset(token)
 
 
 def _migrations() -> list[tuple[int, str, str]]:
@@ -150,16 +166,18 @@ class Database:
         # Reader connections, opened after the store's migrations; none on PostgreSQL (its
         # reads go to the store thread, as its writes do).
         self.readers: list[sqlite3.Connection] = []
-        self._feed_reader: sqlite3.Connection | None = None  # only its thread touches it
+        # the other lanes: a connection each, touched only by its own thread
+        self._lanes: dict[str, tuple[ThreadPoolExecutor, sqlite3.Connection]] = {}
         if isinstance(self.conn, sqlite3.Connection):
             self.readers = [open_reader(target) for _ in range(READERS)]
-            self._feed_reader = open_reader(target)
+            self._lanes = {name: (ThreadPoolExecutor(max_workers=1,
+                                                     thread_name_prefix=f"dettui-{name}"),
+                                  open_reader(target)) for name in (FEEDS, FEW)}
         self._idle: queue.SimpleQueue[sqlite3.Connection] = queue.SimpleQueue()
         for reader in self.readers:
             self._idle.put(reader)
         self._reading = ThreadPoolExecutor(max_workers=max(1, len(self.readers)),
                                            thread_name_prefix="dettui-reader")
-        self._feeding = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dettui-feeds")
 
     async def call(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         loop = asyncio.get_running_loop()
@@ -175,9 +193,11 @@ class Database:
         if not self.readers:
             return await self.run(fn, *args, **kwargs)
         loop = asyncio.get_running_loop()
-        if FEED_READS.get():
+        own = self._lanes.get(READ_LANE.get())
+        if own is not None:
+            executor, conn = own
             return await loop.run_in_executor(
-                self._feeding, functools.partial(self._feed_read, fn, args, kwargs))
+                executor, functools.partial(_snapshot, conn, fn, args, kwargs))
         return await loop.run_in_executor(
             self._reading, functools.partial(self._read, fn, args, kwargs))
 
@@ -188,11 +208,6 @@ class Database:
             return _snapshot(conn, fn, args, kwargs)
         finally:
             self._idle.put(conn)
-
-    def _feed_read(self, fn: Callable[..., T], args: tuple[object, ...],
-                   kwargs: dict[str, object]) -> T:
-        assert self._feed_reader is not None
-        return _snapshot(self._feed_reader, fn, args, kwargs)
 
     def run_sync(self, fn: Callable[..., T], *args: object, **kwargs: object) -> T:
         """The same, from outside the event loop (start-up, tests)."""
@@ -205,8 +220,9 @@ class Database:
             self.conn.close()
 
         self._reading.shutdown(wait=True)
-        self._feeding.shutdown(wait=True)
-        for reader in [*self.readers, *filter(None, [self._feed_reader])]:
+        for executor, _ in self._lanes.values():
+            executor.shutdown(wait=True)
+        for reader in [*self.readers, *(conn for _, conn in self._lanes.values())]:
             reader.close()
         self._executor.submit(_close).result()
         self._executor.shutdown(wait=True)
