@@ -21,7 +21,7 @@ from dettui.master.settings import MasterSettings
 from dettui.master.store import control, exits, experiments, trials, users, waiting
 from dettui.master.store import db as dbmod
 from dettui.master.store.tx import transaction
-from dettui.models import ExperimentState, TrialState
+from dettui.models import AllocationState, ExperimentState, TrialState
 from tests.master.conftest import SIMPLE_CONFIG, TEST_MINT
 
 
@@ -459,6 +459,32 @@ def test_an_agents_live_allocations_are_read_alone(store_target: Path | str) -> 
     assert [a.id for a in trials.live_allocations_of(conn, "w_1")] == [one.id, two.id]
     assert [a.id for a in trials.live_allocations_of(conn, "wx1")] == [two.id]
     assert [a.id for a in trials.live_allocations_of(conn, 'odd"id')] == []
+
+
+def test_the_slots_in_use_are_those_of_the_live_allocations(store_target: Path | str) -> None:
+    """GET /api/v1/agents' slots (`slots_in_use`, three columns read) say what the live
+    allocations whole say: each part's slots on its agent with its container id (the node
+    rank), nothing of an allocation that exited."""
+    conn = dbmod.connect(store_target)
+    ((_, made),) = _experiments(conn, 3)
+    one = trials.allocate(conn, made[0], "a", [0, 1], mint=TEST_MINT)
+    two = trials.allocate(conn, made[1], "b", [0], [("b", [0]), ("a", [2, 3])], 30000,
+                          mint=TEST_MINT)
+    three = trials.allocate(conn, made[2], "c", [5], mint=TEST_MINT)
+    assert one and two and three
+    conn.execute("UPDATE allocations SET state=? WHERE id=?",
+                 (AllocationState.EXITED.value, three.id))
+    conn.commit()
+    whole: dict[str, dict[int, str]] = {}
+    for alloc in trials.live_allocations(conn):
+        for agent, slots in alloc.parts:
+            for slot in slots:
+                whole.setdefault(agent, {})[slot] = alloc.container_id(agent)
+    assert trials.slots_in_use(conn) == whole == {
+        "a": {0: one.container_id("a"), 1: one.container_id("a"),
+              2: two.container_id("a"), 3: two.container_id("a")},
+        "b": {0: two.container_id("b")}}
+    assert two.container_id("a").endswith(".1") and two.container_id("b").endswith(".0")
 
 
 def test_a_scheduling_pass_starts_its_trials_in_one_call(store_target: Path | str) -> None:

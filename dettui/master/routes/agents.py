@@ -89,11 +89,7 @@ def slot_stats(slots: list[dict[str, Any]]) -> dict[str, Any]:
 async def agent_objects(app: web.Application) -> list[dict[str, Any]]:
     """Every connected agent as GET /api/v1/agents shows them, ordered by id."""
     cluster = app[keys.CLUSTER]
-    used: dict[str, dict[int, str]] = {}
-    for alloc in await app[keys.DB].read(trial_store.live_allocations):
-        for agent_id, slots in alloc.parts:
-            for s in slots:
-                used.setdefault(agent_id, {})[s] = alloc.container_id(agent_id)
+    used = await app[keys.DB].read(trial_store.slots_in_use)
     return [agent_json(link, used.get(link.agent.id, {})) for link in cluster.agents.connected()]
 
 

@@ -242,6 +242,26 @@ def live_allocations(conn: sqlite3.Connection) -> list[Allocation]:
     return [Allocation.from_row(r) for r in rows]
 
 
+def slots_in_use(conn: sqlite3.Connection) -> dict[str, dict[int, str]]:
+    """Each agent's slots that live allocations hold, with the container id on each (what
+    GET /api/v1/agents shows), read from the three columns that say it: at lab scale the
+    stream's agents topic asks twice a second, and building all 800 live allocations whole
+    for it took 30 ms under the GIL."""
+    used: dict[str, dict[int, str]] = {}
+    for r in conn.execute("SELECT id, agent_id, slots, parts FROM allocations "
+                          "WHERE state != ? ORDER BY start_time",
+                          (AllocationState.EXITED.value,)):
+        parts = json.loads(r["parts"]) or [(r["agent_id"], json.loads(r["slots"]))]
+        agents = [agent for agent, _ in parts]
+        short = r["id"].split(".", 1)[-1]
+        for agent, slots in parts:  # Allocation.container_id: the part's node rank
+            container = f"{short}.{agents.index(agent)}"
+            mine = used.setdefault(agent, {})
+            for slot in slots:
+                mine[slot] = container
+    return used
+
+
 _PLAIN_ID = re.compile(r"[A-Za-z0-9._:@-]+")
 
 
