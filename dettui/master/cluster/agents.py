@@ -46,6 +46,10 @@ class Agents:
     def connected(self) -> list[AgentLink]:
         return sorted(self.hub.links, key=lambda link: link.agent.id)
 
+    def pools(self) -> set[str]:
+        """The resource pools of the connected agents (asked by every creation: no sort)."""
+        return {link.agent.pool for link in self.hub.links}
+
     async def register(
         self, agent_id: str, pool: str, slots: list[dict[str, Any]], hostname: str,
         addresses: list[str], running: list[str], no_gpu_reason: str | None = None,

@@ -24,23 +24,42 @@ PORTS_PER_ALLOCATION = 4
 MIN_GAP = 0.01  # seconds between two scheduling passes, at least
 
 
+# What `_running` made of each live allocation at the last pass, with what it was made from.
+Made = dict[str, tuple[Allocation, Job, bool, scheduler.Running]]
+
+
 def _running(live: list[Allocation], experiment_of: dict[int, int], jobs: dict[int, Job],
-             preempting: set[str]) -> list[scheduler.Running]:
-    """The live allocations of active jobs, as the scheduler weighs them."""
+             preempting: set[str], made: Made | None = None) -> list[scheduler.Running]:
+    """The live allocations of active jobs, as the scheduler weighs them. With `made` (kept
+    from the last pass, brought up to date here), an allocation whose record, job and
+    preemption are the very ones of the last pass (both records are immutable and replaced
+    when they change) gives the same `Running` again: 800 of them were built afresh every
+    pass, 8 % of the master's CPU while experiments were created at lab scale."""
     out = []
+    kept: Made = {}
     for alloc in live:
         if alloc.kill_requested:
             continue
         exp = jobs.get(experiment_of.get(alloc.trial_id, -1))
         if exp is None or exp.state is not ExperimentState.ACTIVE:
             continue
-        out.append(scheduler.Running(
-            key=alloc.id, job_id=exp.job_id, slots=exp.slots_per_trial,
-            priority=exp.priority, queue_position=exp.queue_position,
-            pool=exp.resource_pool, started=alloc.start_time, weight=exp.weight,
-            max_slots=exp.max_slots,
-            placement=tuple((a, tuple(sl)) for a, sl in alloc.parts),
-            preempting=alloc.id in preempting))
+        stopping = alloc.id in preempting
+        last = made.get(alloc.id) if made is not None else None
+        if last is not None and last[0] is alloc and last[1] is exp and last[2] == stopping:
+            run = last[3]
+        else:
+            run = scheduler.Running(
+                key=alloc.id, job_id=exp.job_id, slots=exp.slots_per_trial,
+                priority=exp.priority, queue_position=exp.queue_position,
+                pool=exp.resource_pool, started=alloc.start_time, weight=exp.weight,
+                max_slots=exp.max_slots,
+                placement=tuple((a, tuple(sl)) for a, sl in alloc.parts),
+                preempting=stopping)
+        kept[alloc.id] = (alloc, exp, stopping, run)
+        out.append(run)
+    if made is not None:
+        made.clear()
+        made.update(kept)
     return out
 
 
@@ -51,6 +70,7 @@ class Scheduling:
         self.allocations = allocations
         self._next_port = 30000 + (int(time.time()) % 1250) * PORTS_PER_ALLOCATION
         self.waiting = Waiting()
+        self.made: Made = {}  # the running allocations as the last pass weighed them
         self.watch: waiting_store.Watch | None = None  # set up by the first pass
         self.watching = False
         self.passing = asyncio.Lock()  # held by a pass (a test holds it to see the kept queue)
@@ -124,7 +144,7 @@ class Scheduling:
         self.waiting.apply(read, now)
         if not self.waiting.heads and not live:
             return None
-        running = _running(live, experiment_of, self.waiting.jobs, preempting)
+        running = _running(live, experiment_of, self.waiting.jobs, preempting, self.made)
         policies = self.hub.settings.policies
         fair = any(p.scheduler == scheduler.FAIR_SHARE for p in policies.values())
         unread = self.waiting.unread(per_job) if fair else {}

@@ -136,8 +136,7 @@ async def _create_unmanaged(request: web.Request, got: Intake,
 async def _pool(request: web.Request, conf: dict[str, Any]) -> str:
     settings = request.app[keys.SETTINGS]
     name = conf["resources"].get("resource_pool") or settings.default_pool
-    known = set(settings.pools) | {link.agent.pool for link in request.app[keys.CLUSTER]
-                                   .agents.connected()}
+    known = set(settings.pools) | request.app[keys.CLUSTER].agents.pools()
     if name not in known:
         raise InvalidArgument(
             f"resources.resource_pool: resource pool '{name}' not found "
