@@ -22,8 +22,9 @@ Phases, in order (what each measures is printed as it goes):
     lists at their first, middle and last page), `dettui job list` / `dettui e list`, the
     dashboard's first paint; then experiments with the largest contexts (`--big-contexts`)
     and the same list pages again, then the page holding them against the page of tiny ones
-    next to it, a GET of each in turn (the target: both under the same load); a change (an
-    experiment's description with a marker) timed to every dashboard.
+    next to it, a GET of each in turn (the target: both under the same load); `--marks`
+    changes (an experiment's description with a marker, every 0.25 s) timed to every
+    dashboard, and split into the change's own request and what follows its answer.
  5. the agents frozen (heartbeats only): metric ingest over REST (batched, plain) against
     MLflow's server (log_batch of 1,000, log_metric); the Core API one report at a time in
     blocks; the trial with those rows read back.
