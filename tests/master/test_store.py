@@ -462,7 +462,7 @@ def test_an_agents_live_allocations_are_read_alone(store_target: Path | str) -> 
 
 
 def test_the_slots_in_use_are_those_of_the_live_allocations(store_target: Path | str) -> None:
-    """GET /api/v1/agents' slots (`slots_in_use`, three columns read) say what the live
+    """GET /api/v1/agents' slots (`slots_in_use`, four columns read) say what the live
     allocations whole say: each part's slots on its agent with its container id (the node
     rank), nothing of an allocation that exited."""
     conn = dbmod.connect(store_target)

@@ -34,7 +34,7 @@ def _running(live: list[Allocation], experiment_of: dict[int, int], jobs: dict[i
     from the last pass, brought up to date here), an allocation whose record, job and
     preemption are the very ones of the last pass (both records are immutable and replaced
     when they change) gives the same `Running` again: 800 of them were built afresh every
-    pass, 8 % of the master's CPU while experiments were created at lab scale."""
+    pass, 8 % of the master's GIL time while experiments were created at lab scale."""
     out = []
     kept: Made = {}
     for alloc in live:

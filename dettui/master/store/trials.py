@@ -244,7 +244,7 @@ def live_allocations(conn: sqlite3.Connection) -> list[Allocation]:
 
 def slots_in_use(conn: sqlite3.Connection) -> dict[str, dict[int, str]]:
     """Each agent's slots that live allocations hold, with the container id on each (what
-    GET /api/v1/agents shows), read from the three columns that say it: at lab scale the
+    GET /api/v1/agents shows), read from the four columns that say it: at lab scale the
     stream's agents topic asks twice a second, and building all 800 live allocations whole
     for it took 30 ms under the GIL."""
     used: dict[str, dict[int, str]] = {}
