@@ -515,6 +515,46 @@ async def test_changes_outside_a_window_do_not_hold_up_one_inside_it(
     await inbox.ws.close()
 
 
+async def test_a_change_in_a_window_that_just_changed_is_not_held_for_the_whole_spacing(
+        api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
+    """After a re-read of only the objects a change named, the next change in the window waits
+    PARTIAL_SPACING, not COALESCE (meant for whole reads): with a COALESCE of 3 s, a change
+    made just after another one's diff still arrives at once."""
+    monkeypatch.setattr(stream_routes, "COALESCE", 3.0)
+    for _ in range(3):
+        await create(api)
+    inbox = await connect(api, "experiments?limit=2")
+    assert (await inbox.next("experiments?limit=2"))["order"] == ["3", "2"]
+    await asyncio.sleep(3.2)  # the snapshot's read is more than COALESCE ago
+    await api.call("PATCH", "/api/v1/experiments/2", {"description": "first"})
+    diff = await inbox.next("experiments?limit=2", timeout=2.5)
+    assert [o["description"] for o in diff["upsert"]] == ["first"]
+    started = time.monotonic()
+    await api.call("PATCH", "/api/v1/experiments/3", {"description": "second"})
+    diff = await inbox.next("experiments?limit=2", timeout=2.5)
+    assert [o["description"] for o in diff["upsert"]] == ["second"]
+    assert time.monotonic() - started < 1.5
+    await inbox.ws.close()
+
+
+async def test_a_burst_of_changes_in_a_window_is_coalesced(
+        api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Re-reads of a few objects are spaced too (PARTIAL_SPACING): 20 changes made back to back
+    reach a window's follower in fewer diffs, the last one shown."""
+    monkeypatch.setattr(stream_routes, "PARTIAL_SPACING", 1.0)
+    await create(api)
+    inbox = await connect(api, "experiments?limit=5")
+    await inbox.next("experiments?limit=5")
+    for n in range(20):
+        await api.call("PATCH", "/api/v1/experiments/1", {"description": f"d{n}"})
+    seen: list[str] = []
+    while not seen or seen[-1] != "d19":
+        seen.append((await inbox.next("experiments?limit=5", timeout=5))["upsert"][0]
+                    ["description"])
+    assert len(seen) < 20, seen
+    await inbox.ws.close()
+
+
 async def test_the_agents_topic_is_read_at_most_every_agents_spacing(api: Api) -> None:
     """Heartbeats change their agent every time: the agents topic follows them at most twice a
     second (AGENTS_SPACING), not at every heartbeat or every COALESCE, and shows the last."""

@@ -24,12 +24,13 @@ Protocol (JSON text frames):
 
 Changes are signalled by the master's Notifier. Each topic has one reader however many clients
 follow it (a `Feed`): it re-reads at once after a change (SETTLE), at most every COALESCE
-seconds (AGENTS_SPACING for `agents`) or three times its last read's length (a burst becomes
-one or two diffs; a big topic never takes more than a third of the master) and at least every
-IDLE_REREAD seconds, computes the diff once and hands the same text to every subscriber; a
-notification that names the ids that changed makes it re-read only those objects
-(experiments, and an experiment's trials), on a reader of their own (`store.db.FEW`): never
-in line behind another topic's whole read. A new subscriber gets its snapshot from the feed's
+seconds (AGENTS_SPACING for `agents`; PARTIAL_SPACING after a re-read of only the objects a
+change named) or three times its last read's length (a burst becomes one or two diffs; a big
+topic never takes more than a third of the master) and at least every IDLE_REREAD seconds,
+computes the diff once and hands the same text to every subscriber; a notification that
+names the ids that changed makes it re-read only those objects (experiments, and an
+experiment's trials), on a reader of their own (`store.db.FEW`): never in line behind another
+topic's whole read. A new subscriber gets its snapshot from the feed's
 last read. Each connection sends from a queue of its own: a client that falls more than
 MAX_BACKLOG messages behind is disconnected (it reconnects and gets fresh snapshots) rather
 than holding up the others.
@@ -62,6 +63,10 @@ from dettui.master.store.page import Page
 log = logging.getLogger("dettui.master.stream")
 routes = web.RouteTableDef()
 COALESCE = 0.1  # seconds between two reads: a burst of changes becomes one or two diffs
+# Seconds after a re-read of only the objects a change named (a few rows) before the next: a
+# window that holds running experiments changes many times a second, and a change made there
+# waited out the rest of COALESCE (50 ms on average, 100 at worst) for a read of 0.2 ms.
+PARTIAL_SPACING = 0.02
 SETTLE = 0.005  # seconds a first change waits for the others of the same moment
 IDLE_REREAD = 10.0  # seconds: re-read even without a signal (a safety net, not the mechanism)
 MAX_MESSAGE = 64 * 1024  # bytes a client message may have
@@ -209,6 +214,7 @@ class Feed:
             full = True
             spacing = COALESCE if self.source.spacing is None else self.source.spacing
             read_at = took = 0.0  # the last read: when it began, how long it took
+            gap = spacing  # and the least time after it before the next
             while self.subscribers:
                 seen = changes.take()  # from here on, any change means one more read
                 some = None if full else self._partial(seen)
@@ -237,19 +243,19 @@ class Feed:
                     return
                 if reads:
                     took = loop.time() - read_at
+                    gap = spacing if some is None else min(spacing, PARTIAL_SPACING)
                 try:
                     await asyncio.wait_for(changes.wait(), IDLE_REREAD)
                     full = False
                 except TimeoutError:
                     full = True
                 # The first change after a quiet spell is read at once; within COALESCE of the
-                # last read, the next waits out the rest of it (a burst costs two reads). A read
-                # that took long spaces the next by three times its length: a topic's reads
-                # take at most a third of the master's time, however large it grows. Changes
-                # that concern none of the topic's objects (outside a window) read nothing and
-                # hold nothing up.
-                await asyncio.sleep(max(SETTLE, read_at + max(spacing, 3 * took)
-                                        - loop.time()))
+                # last read (PARTIAL_SPACING after a re-read of a few objects), the next waits
+                # out the rest of it (a burst costs two reads). A read that took long spaces
+                # the next by three times its length: a topic's reads take at most a third of
+                # the master's time, however large it grows. Changes that concern none of the
+                # topic's objects (outside a window) read nothing and hold nothing up.
+                await asyncio.sleep(max(SETTLE, read_at + max(gap, 3 * took) - loop.time()))
 
     def _partial(self, seen: dict[str, set[str] | None]) -> set[str] | None:
         """The keys to re-read, or None when everything must be."""
