@@ -231,6 +231,12 @@ class Trial:
         )
 
 
+def container_id(alloc_id: str, rank: int) -> str:
+    """The container id of the part at node `rank` of allocation `alloc_id`: the allocation
+    id without the experiment id, and the rank (Determined's DET_CONTAINER_ID)."""
+    return f"{alloc_id.split('.', 1)[-1]}.{rank}"
+
+
 @dataclass(frozen=True)
 class Allocation:
     COLUMNS: ClassVar[str] = ("id trial_id run_id state token agent_id slots start_time end_time "
@@ -265,7 +271,7 @@ class Allocation:
         containerId, the slots' container): the allocation id without the experiment id, and
         the node rank."""
         rank = self.agents.index(agent_id) if agent_id in self.agents else 0
-        return f"{self.id.split('.', 1)[-1]}.{rank}"
+        return container_id(self.id, rank)
 
     def agent_of(self, resources_id: str) -> str | None:
         """The agent whose part has this resources (container) id."""

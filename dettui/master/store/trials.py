@@ -13,7 +13,7 @@ from dettui.errors import InvalidArgument, NotFound
 from dettui.master.store import page as pages
 from dettui.master.store import users
 from dettui.master.store.page import Page, Window
-from dettui.master.store.records import Allocation, Trial, columns, in_chunks
+from dettui.master.store.records import Allocation, Trial, columns, container_id, in_chunks
 from dettui.master.store.tx import transaction
 from dettui.models import AllocationState, ExperimentState, TrialState
 
@@ -253,9 +253,8 @@ def slots_in_use(conn: sqlite3.Connection) -> dict[str, dict[int, str]]:
                           (AllocationState.EXITED.value,)):
         parts = json.loads(r["parts"]) or [(r["agent_id"], json.loads(r["slots"]))]
         agents = [agent for agent, _ in parts]
-        short = r["id"].split(".", 1)[-1]
-        for agent, slots in parts:  # Allocation.container_id: the part's node rank
-            container = f"{short}.{agents.index(agent)}"
+        for agent, slots in parts:
+            container = container_id(r["id"], agents.index(agent))
             mine = used.setdefault(agent, {})
             for slot in slots:
                 mine[slot] = container
