@@ -8,13 +8,32 @@ from typing import Any
 import yaml
 
 from dettui import DETERMINED_VERSION
-from dettui.master.store.records import Checkpoint, Experiment, LogLine, Metric, Trial
+from dettui.master.store.records import (
+    Checkpoint,
+    Experiment,
+    ListedExperiment,
+    LogLine,
+    Metric,
+    Trial,
+)
 from dettui.master.wire import encode_metrics, ts
 
 LEVELS = ("TRACE", "DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
 def experiment(e: Experiment) -> dict[str, Any]:
+    searcher = e.config.get("searcher") or {}
+    return {**_experiment(e, e.config.get("hyperparameters", {}), searcher.get("metric")),
+            "config": e.config, "originalConfig": e.original_config}
+
+
+def listed_experiment(e: ListedExperiment) -> dict[str, Any]:
+    """`experiment` without `config` and `originalConfig` (a list that omits them)."""
+    return _experiment(e, e.hyperparameters, e.searcher_metric)
+
+
+def _experiment(e: Experiment | ListedExperiment, hyperparameters: Any,
+                searcher_metric: str | None) -> dict[str, Any]:
     return {
         "id": e.id,
         "name": e.name,
@@ -22,8 +41,6 @@ def experiment(e: Experiment) -> dict[str, Any]:
         "labels": e.labels,
         "state": e.state.value,
         "archived": e.archived,
-        "config": e.config,
-        "originalConfig": e.original_config,
         "searcherType": e.searcher_type,
         "jobId": e.job_id,
         "numTrials": e.num_trials,
@@ -44,7 +61,7 @@ def experiment(e: Experiment) -> dict[str, Any]:
         "notes": "",
         "unmanaged": e.unmanaged,
         "externalExperimentId": e.external_id,
-        "hyperparameters": e.config.get("hyperparameters", {}),
+        "hyperparameters": hyperparameters,
         # filled in for one experiment (GET /api/v1/experiments/{id}: routes.views.extras);
         # a list shows `duration` of ended experiments only (it would change every second)
         "checkpointSize": "0",
@@ -52,7 +69,7 @@ def experiment(e: Experiment) -> dict[str, Any]:
         "trialIds": [],
         "duration": None if e.end_time is None else duration(e.start_time, e.end_time),
         "bestTrialId": e.best_trial_id,
-        "searcherMetric": (e.config.get("searcher") or {}).get("metric"),
+        "searcherMetric": searcher_metric,
         "bestTrialSearcherMetric": e.best,
     }
 

@@ -339,16 +339,34 @@ async def test_stream_windows_and_client_pages(api: Api) -> None:
 
 
 async def test_dettuis_clients_list_experiments_without_their_configs(api: Api) -> None:
-    """`omitConfig=true` (dettui's own, for `dettui e list`): the same page without `config`
+    """`omitConfig=true` (dettui's own, for `dettui e list`, read as ListedExperiment without
+    building the whole config): the same page, in every order and filter, without `config`
     and `originalConfig`; Determined's clients, which do not ask, get them."""
-    for _ in range(3):
-        await create(api)
-    full = await api.call("GET", "/api/v1/experiments?limit=2")
-    lean = await api.call("GET", "/api/v1/experiments?limit=2&omitConfig=true")
-    assert full["pagination"] == lean["pagination"]
-    assert [e["id"] for e in full["experiments"]] == [e["id"] for e in lean["experiments"]]
-    for whole, part in zip(full["experiments"], lean["experiments"], strict=True):
-        assert whole["config"]["searcher"]["name"] == "single" and whole["originalConfig"]
-        assert part == {k: v for k, v in whole.items() if k not in ("config", "originalConfig")}
-        assert part["hyperparameters"] == whole["hyperparameters"]
-
+    grid = SIMPLE_CONFIG.replace("hyperparameters: {lr: 0.1}",
+                                 "hyperparameters: {lr: {type: categorical, vals: [0.1, 0.2]},"
+                                 " layers: 3}").replace("name: single", "name: grid")
+    made = [await create(api), await create(api, grid), await create(api)]
+    exp = made[0]["experiment"]["id"]
+    await api.call("PATCH", f"/api/v1/experiments/{exp}",
+                   {"name": "renamed", "description": "d", "labels": ["a", "b"]})
+    await api.call("POST", f"/api/v1/experiments/{made[2]['experiment']['id']}/kill")
+    queries = ["limit=2", "limit=10&orderBy=ORDER_BY_DESC", "limit=10&sortBy=SORT_BY_NAME",
+               "limit=10&sortBy=SORT_BY_NUM_TRIALS&orderBy=ORDER_BY_DESC",
+               "limit=10&sortBy=SORT_BY_USER", "offset=1&limit=1&sortBy=SORT_BY_STATE",
+               "limit=10&states=STATE_ACTIVE", "limit=10&users=determined&archived=false"]
+    for query in queries:
+        full = await api.call("GET", f"/api/v1/experiments?{query}")
+        lean = await api.call("GET", f"/api/v1/experiments?{query}&omitConfig=true")
+        assert full["pagination"] == lean["pagination"], query
+        assert [e["id"] for e in full["experiments"]] == [e["id"] for e in lean["experiments"]]
+        assert full["experiments"], query
+        for whole, part in zip(full["experiments"], lean["experiments"], strict=True):
+            assert whole["config"]["searcher"]["metric"] == "loss" and whole["originalConfig"]
+            assert part == {k: v for k, v in whole.items()
+                            if k not in ("config", "originalConfig")}, query
+    lean = await api.call("GET", "/api/v1/experiments?omitConfig=true")
+    shown = {e["id"]: e for e in lean["experiments"]}
+    assert shown[exp]["name"] == "renamed" and shown[exp]["labels"] == ["a", "b"]
+    assert shown[made[1]["experiment"]["id"]]["hyperparameters"]["layers"] == {
+        "type": "const", "val": 3}
+    assert all(e["searcherMetric"] == "loss" for e in shown.values())

@@ -192,11 +192,12 @@ async def list_(request: web.Request) -> web.Response:
 def _list_body(conn: sqlite3.Connection, want: Page, config: bool, **query: Any) -> bytes:
     """A page's JSON, read, built and encoded in one call on a reader connection (one hop
     off the event loop, not one per step)."""
-    exps, window = exp_store.page(conn, want, **query)
-    out = [serialize.experiment(e) for e in exps]
-    if not config:
-        for view in out:
-            del view["config"], view["originalConfig"]
+    if config:
+        exps, window = exp_store.page(conn, want, **query)
+        out = [serialize.experiment(e) for e in exps]
+    else:
+        listed, window = exp_store.listed_page(conn, want, **query)
+        out = [serialize.listed_experiment(e) for e in listed]
     return json_bytes({"experiments": out, "pagination": window.pagination()})
 
 

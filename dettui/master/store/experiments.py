@@ -20,6 +20,7 @@ from dettui.master.store.records import (
     Experiment,
     Job,
     JobView,
+    ListedExperiment,
     Trial,
     columns,
     in_chunks,
@@ -39,6 +40,12 @@ SELECT = (  # every column a record needs, by name: never the context (its own t
     f"SELECT {', '.join('e.' + c for c in COLUMNS)}, u.username, {NUM_TRIALS} AS num_trials "
     "FROM experiments e JOIN users u ON u.id = e.owner_id"
 )
+LISTED = (  # what a list without configs shows (ListedExperiment): no original_config
+    f"SELECT {', '.join('e.' + c for c in COLUMNS if c != 'original_config')}, u.username, "
+    f"{NUM_TRIALS} AS num_trials FROM experiments e JOIN users u ON u.id = e.owner_id"
+)
+
+
 @dataclass(frozen=True)
 class NewExperiment:
     name: str
@@ -204,6 +211,34 @@ def page(
 ) -> tuple[list[Experiment], Window]:
     """A page of the experiments list (by id unless `sort_by` names another column; values
     missing last), with the window Determined's pagination reports."""
+    ids, window = page_ids(conn, want, archived=archived, users=users, states=states,
+                           sort_by=sort_by)
+    place = {exp_id: i for i, exp_id in enumerate(ids)}
+    return sorted(of_ids(conn, ids), key=lambda e: place[e.id]), window
+
+
+def listed_page(
+    conn: sqlite3.Connection, want: Page, *, archived: bool | None = None,
+    users: list[str] | None = None, states: list[str] | None = None,
+    sort_by: str | None = None,
+) -> tuple[list[ListedExperiment], Window]:
+    """`page` as a list without configs shows it (ListedExperiment)."""
+    ids, window = page_ids(conn, want, archived=archived, users=users, states=states,
+                           sort_by=sort_by)
+    place = {exp_id: i for i, exp_id in enumerate(ids)}
+    found: list[ListedExperiment] = []
+    for chunk, marks in in_chunks(ids):
+        found += [ListedExperiment.from_row(r) for r in conn.execute(
+            f"{LISTED} WHERE e.id IN ({marks})", chunk)]
+    return sorted(found, key=lambda e: place[e.id]), window
+
+
+def page_ids(
+    conn: sqlite3.Connection, want: Page, *, archived: bool | None = None,
+    users: list[str] | None = None, states: list[str] | None = None,
+    sort_by: str | None = None,
+) -> tuple[list[int], Window]:
+    """The ids of `page`'s experiments, in its order, and its window."""
     column = EXPERIMENT_SORTS.get(sort_by or "SORT_BY_UNSPECIFIED")
     if column is None:
         raise InvalidArgument(f"sortBy: unknown value {str(sort_by)[:40]!r}; one of "
@@ -214,11 +249,11 @@ def page(
         f"({column} IS NULL), {column} {way}, e.id {way}"
     # The page's ids first, from the narrow experiments_list index (a walk of the rows, each
     # with its config, took 8 ms at offset 9,900 of 10,000), then only its rows.
-    table = "experiments e JOIN users u ON u.id = e.owner_id" if users else "experiments e"
+    joined = users or column.startswith("u.")  # filtered or sorted by the owner's name
+    table = "experiments e JOIN users u ON u.id = e.owner_id" if joined else "experiments e"
     keys, window = pages.read(conn, want, f"SELECT COUNT(*) FROM {table}{where}",
                               f"SELECT e.id FROM {table}{where} ORDER BY {order}", args)
-    place = {k[0]: i for i, k in enumerate(keys)}
-    return sorted(of_ids(conn, list(place)), key=lambda e: place[e.id]), window
+    return [k[0] for k in keys], window
 
 
 def live_where() -> tuple[str, list[str]]:
