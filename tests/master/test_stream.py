@@ -91,8 +91,10 @@ async def test_a_snapshot_then_a_diff_when_an_experiment_is_created(api: Api) ->
     jobs = await inbox.settle("jobs", "jobId")
     rest = (await api.call("GET", "/api/v1/job-queues-v2"))["jobs"]
     assert jobs == [j["full"] for j in rest]  # the REST objects, exactly
-    exps = await inbox.next("experiments")
-    assert exps["upsert"] == (await api.call("GET", "/api/v1/experiments"))["experiments"]
+    exps = await inbox.next("experiments")  # the REST list's objects without configs
+    lean = await api.call("GET", "/api/v1/experiments?omitConfig=true")
+    assert exps["upsert"] == lean["experiments"]
+    assert "config" not in exps["upsert"][0] and "originalConfig" not in exps["upsert"][0]
     assert exps["order"] == [str(first["id"])]
     second = (await create(api))["experiment"]
     diff = await inbox.next("experiments")
@@ -192,14 +194,15 @@ async def test_bad_messages_get_an_error_and_the_socket_stays(api: Api, raw: str
 
 async def test_unsubscribe_stops_a_topic_and_subscribe_again_resends_a_snapshot(
         api: Api) -> None:
-    job = (await create(api))["experiment"]["jobId"]
+    exp = (await create(api))["experiment"]
     inbox = await connect(api, "jobs", "experiments")
     await inbox.settle("jobs", "jobId")
     await inbox.settle("experiments", "id")
     await inbox.send({"unsubscribe": ["jobs"]})
     await asyncio.sleep(0.2)
-    await move(api, job, priority=7)
-    assert (await inbox.next("experiments"))["kind"] == "diff"  # the config changed
+    await move(api, exp["jobId"], priority=7)  # the queue changed: no jobs message now
+    await api.call("PATCH", f"/api/v1/experiments/{exp['id']}", {"description": "followed"})
+    assert (await inbox.next("experiments"))["kind"] == "diff"  # still followed
     await inbox.quiet("jobs")
     await inbox.send({"subscribe": ["experiments"]})
     assert (await inbox.next("experiments"))["kind"] == "snapshot"
@@ -389,13 +392,13 @@ async def test_a_feed_reads_on_the_feeds_reader_not_the_pages_one(
     from dettui.master.store import experiments as exp_store
 
     threads: list[str] = []
-    real = exp_store.page
+    real = exp_store.page_ids  # the stream's window and the REST page both read their ids
 
     def recorded(conn: Any, *args: Any, **kwargs: Any) -> Any:
         threads.append(threading.current_thread().name)
         return real(conn, *args, **kwargs)
 
-    monkeypatch.setattr(exp_store, "page", recorded)
+    monkeypatch.setattr(exp_store, "page_ids", recorded)
     await create(api)
     inbox = await connect(api, "experiments?limit=5")
     await inbox.next("experiments?limit=5")
@@ -416,13 +419,13 @@ async def test_the_newest_experiments_window_rereads_only_what_changed(
     from dettui.master.store import experiments as exp_store
 
     pages: list[object] = []
-    real = exp_store.page
+    real = exp_store.listed_page
 
     def counted(conn: Any, want: Any) -> Any:
         pages.append(want)
         return real(conn, want)
 
-    monkeypatch.setattr(exp_store, "page", counted)
+    monkeypatch.setattr(exp_store, "listed_page", counted)
     for _ in range(3):
         await create(api)
     inbox = await connect(api, "experiments?limit=2")

@@ -7,7 +7,8 @@ Protocol (JSON text frames):
   followed sends a fresh snapshot.
 - topics and their objects, each exactly as the matching REST list shows it:
   `jobs` (job objects of GET /api/v1/job-queues-v2, every pool; key `jobId`, queue order),
-  `experiments` (GET /api/v1/experiments incl. archived; key `id` as a string, by id),
+  `experiments` (GET /api/v1/experiments incl. archived, with `omitConfig=true`: no `config`
+  or `originalConfig`; key `id` as a string, by id),
   `agents` (GET /api/v1/agents with telemetry; key `id`, by id),
   `experiment:<id>` (GET /api/v1/experiments/<id>/trials; key trial `id` as a string, by id);
   windows of the long lists: `experiments?limit=N` (the newest N, by id descending) and
@@ -123,9 +124,9 @@ def _window(app: web.Application, name: str) -> Topic | None:
             jobs, window = await job_routes.queue_page(app, want)
             total[0] = window.total
             return _keyed(jobs, "jobId")
-        exps, window = await app[keys.DB].read(exp_store.page, want)
+        exps, window = await app[keys.DB].read(exp_store.listed_page, want)
         total[0] = window.total
-        return _keyed([serialize.experiment(e) for e in exps], "id")
+        return _keyed([serialize.listed_experiment(e) for e in exps], "id")
 
     if base == "jobs":
         return Topic(read, ("jobs", "experiments"), total=lambda: total[0])

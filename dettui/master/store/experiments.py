@@ -226,11 +226,19 @@ def listed_page(
     ids, window = page_ids(conn, want, archived=archived, users=users, states=states,
                            sort_by=sort_by)
     place = {exp_id: i for i, exp_id in enumerate(ids)}
+    return sorted(listed(conn, ids), key=lambda e: place[e.id]), window
+
+
+def listed(conn: sqlite3.Connection, ids: list[int] | None = None) -> list[ListedExperiment]:
+    """Every experiment (or those of `ids` that exist), archived ones too, by id, as a list
+    without configs shows them."""
+    if ids is None:
+        return [ListedExperiment.from_row(r) for r in conn.execute(f"{LISTED} ORDER BY e.id")]
     found: list[ListedExperiment] = []
-    for chunk, marks in in_chunks(ids):
+    for chunk, marks in in_chunks(sorted(ids)):
         found += [ListedExperiment.from_row(r) for r in conn.execute(
-            f"{LISTED} WHERE e.id IN ({marks})", chunk)]
-    return sorted(found, key=lambda e: place[e.id]), window
+            f"{LISTED} WHERE e.id IN ({marks}) ORDER BY e.id", chunk)]
+    return found
 
 
 def page_ids(
