@@ -482,3 +482,22 @@ async def test_a_body_cut_short_by_a_lost_connection_is_a_client_error() -> None
                                   match_info={})
     with pytest.raises(InvalidArgument, match="cut short"):
         await read_body(request)
+
+
+async def test_a_pool_counts_the_slots_its_running_trials_hold(api: Api) -> None:
+    """GET /api/v1/resource-pools' slotsUsed: the slots the live allocations hold on the pool's
+    agents (read from the allocations' slot columns, as the agents list reads them), the same
+    count the agents list shows in use."""
+    agent = await agent_headers(api)
+    await api.call("POST", "/api/v1/agents/register", {
+        "id": "a1", "slots": [{"id": i} for i in range(4)], "runningAllocations": []},
+        headers=agent)
+    await create(api, SIMPLE_CONFIG.replace("name: t", "name: two") +
+                 "resources: {slots_per_trial: 2}\n")
+    await create(api, SIMPLE_CONFIG.replace("name: t", "name: one"))
+    await _until_states(api, {"two": "STATE_SCHEDULED", "one": "STATE_SCHEDULED"})
+    pools = (await api.call("GET", "/api/v1/resource-pools"))["resourcePools"]
+    assert [(p["name"], p["slotsUsed"], p["slotsAvailable"]) for p in pools] == [
+        ("default", 3, 4)]
+    agents = (await api.call("GET", "/api/v1/agents"))["agents"]
+    assert sum(1 for s in agents[0]["slots"].values() if s.get("container")) == 3

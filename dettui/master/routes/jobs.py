@@ -59,12 +59,11 @@ async def resource_pools(request: web.Request) -> web.Response:
     cluster = request.app[keys.CLUSTER]
     names = list(dict.fromkeys([*settings.pools,
                                 *(lk.agent.pool for lk in cluster.agents.connected())]))
-    used: dict[str, int] = {}
-    for alloc in await request.app[keys.DB].read(trial_store.live_allocations):
-        for agent_id, slots in alloc.parts:
-            pool = cluster.agents.pool_of(agent_id)
-            if pool is not None:
-                used[pool] = used.get(pool, 0) + len(slots)
+    used: dict[str, int] = {}  # the slots live allocations hold (four columns each)
+    for agent_id, slots in (await request.app[keys.DB].read(trial_store.slots_in_use)).items():
+        pool = cluster.agents.pool_of(agent_id)
+        if pool is not None:
+            used[pool] = used.get(pool, 0) + len(slots)
     pools = [pool_json(n, cluster, n == settings.default_pool, used.get(n, 0), settings.policy(n))
              for n in names]
     page, pagination = paginate(pools, request)
