@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 import time
 from collections.abc import Mapping
 
@@ -21,6 +22,23 @@ from dettui.models import ExperimentState
 log = logging.getLogger("dettui.master.cluster")
 
 PORTS_PER_ALLOCATION = 4
+# Rendezvous ports of trials that span agents (torchrun's master port on the chief's host).
+# Below Linux's ephemeral range (32768-60999): a port in it may be held by any process's
+# client socket on that host (30000-34999 overlapped it, and a DDP trial failed with
+# EADDRINUSE on 33988 while another suite's clients ran). Where a master starts in the range is
+# random, so two masters on one host (or one restarted) do not walk the same ports in step.
+PORTS = range(20000, 30000)
+
+
+def first_port() -> int:
+    """Where a master's walk of PORTS starts: a random allocation's worth of ports."""
+    return PORTS.start + secrets.randbelow(len(PORTS) // PORTS_PER_ALLOCATION) * \
+        PORTS_PER_ALLOCATION
+
+
+def next_port(last: int) -> int:
+    """The rendezvous port after `last`, within PORTS (it wraps)."""
+    return PORTS.start + (last - PORTS.start + PORTS_PER_ALLOCATION) % len(PORTS)
 MIN_GAP = 0.01  # seconds between two scheduling passes, at least
 
 
@@ -68,7 +86,7 @@ class Scheduling:
         self.hub = hub
         self.db = hub.db
         self.allocations = allocations
-        self._next_port = 30000 + (int(time.time()) % 1250) * PORTS_PER_ALLOCATION
+        self._next_port = first_port()
         self.waiting = Waiting()
         self.made: Made = {}  # the running allocations as the last pass weighed them
         self.watch: waiting_store.Watch | None = None  # set up by the first pass
@@ -196,5 +214,5 @@ class Scheduling:
     def _port(self) -> int:
         """A rendezvous port for a trial spanning agents (torchrun's master port on the chief);
         the three after it are the allocation's too (Determined's ZMQ and SSH ports)."""
-        self._next_port = 30000 + (self._next_port - 30000 + PORTS_PER_ALLOCATION) % 5000
+        self._next_port = next_port(self._next_port)
         return self._next_port
