@@ -22,6 +22,7 @@ from dettui.models import ExperimentState
 log = logging.getLogger("dettui.master.cluster")
 
 PORTS_PER_ALLOCATION = 4
+MIN_GAP = 0.01  # seconds between two scheduling passes, at least
 # Rendezvous ports of trials that span agents (torchrun's master port on the chief's host).
 # Below Linux's ephemeral range (32768-60999): a port in it may be held by any process's
 # client socket on that host (30000-34999 overlapped it, and a DDP trial failed with
@@ -31,7 +32,7 @@ PORTS = range(20000, 30000)
 
 
 def first_port() -> int:
-    """Where a master's walk of PORTS starts: a random allocation's worth of ports."""
+    """Where a master's walk of PORTS starts: at random, on an allocation's boundary."""
     return PORTS.start + secrets.randbelow(len(PORTS) // PORTS_PER_ALLOCATION) * \
         PORTS_PER_ALLOCATION
 
@@ -39,7 +40,6 @@ def first_port() -> int:
 def next_port(last: int) -> int:
     """The rendezvous port after `last`, within PORTS (it wraps)."""
     return PORTS.start + (last - PORTS.start + PORTS_PER_ALLOCATION) % len(PORTS)
-MIN_GAP = 0.01  # seconds between two scheduling passes, at least
 
 
 # What `_running` made of each live allocation at the last pass, with what it was made from.

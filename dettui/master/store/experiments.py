@@ -8,7 +8,7 @@ import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from dettui.errors import InvalidArgument, NotFound
 from dettui.master.store import ids, search
@@ -34,6 +34,7 @@ COLUMNS = ("id", "name", "description", "labels", "state", "archived", "owner_id
            "original_config", "searcher_type", "job_id", "resource_pool", "priority", "weight",
            "max_slots", "queue_position", "start_time", "end_time", "progress", "unmanaged",
            "external_id", "best_value", "best_trial_id")
+E = TypeVar("E", Experiment, ListedExperiment)
 _PIECE = 4 * 2**20  # bytes of a large context written into its row at a time
 NUM_TRIALS = "(SELECT COUNT(*) FROM trials t WHERE t.experiment_id = e.id)"
 SELECT = (  # every column a record needs, by name: never the context (its own table)
@@ -213,8 +214,7 @@ def page(
     missing last), with the window Determined's pagination reports."""
     ids, window = page_ids(conn, want, archived=archived, users=users, states=states,
                            sort_by=sort_by)
-    place = {exp_id: i for i, exp_id in enumerate(ids)}
-    return sorted(of_ids(conn, ids), key=lambda e: place[e.id]), window
+    return _in_order(ids, of_ids(conn, ids)), window
 
 
 def listed_page(
@@ -225,8 +225,13 @@ def listed_page(
     """`page` as a list without configs shows it (ListedExperiment)."""
     ids, window = page_ids(conn, want, archived=archived, users=users, states=states,
                            sort_by=sort_by)
+    return _in_order(ids, listed(conn, ids)), window
+
+
+def _in_order(ids: list[int], found: list[E]) -> list[E]:
+    """The experiments `found` (read by id) in the order of `ids`, a page's."""
     place = {exp_id: i for i, exp_id in enumerate(ids)}
-    return sorted(listed(conn, ids), key=lambda e: place[e.id]), window
+    return sorted(found, key=lambda e: place[e.id])
 
 
 def listed(conn: sqlite3.Connection, ids: list[int] | None = None) -> list[ListedExperiment]:
