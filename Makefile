@@ -1,5 +1,9 @@
 # Two commands on a fresh machine: `make run` and `make test`.
-PYTHON ?= python3
+# The venv is built from an interpreter every trial user can run: trials run as unprivileged
+# Unix users (never the agent's root), and a Python under /root (mode 0700, as pyenv's is) is out
+# of their reach. Debian's /usr/bin/python3 when it is there, else the python3 on PATH.
+PYTHON ?= $(shell test -x /usr/bin/python3 && /usr/bin/python3 -c 'import venv' 2>/dev/null \
+	&& echo /usr/bin/python3 || echo python3)
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
@@ -59,6 +63,10 @@ postgres-packages:
 test: $(STAMP) $(DET_STAMP) slurm-packages postgres-packages
 	DETTUI_DET_VENV=$(CURDIR)/$(DET_VENV) $(PY) -m pytest -q -p no:cacheprovider --durations=25 \
 	  -n 2 --dist loadgroup
+
+# The inner loop: the pure parts and the master in-process (no agents, no terminals), ~3 min.
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -p no:cacheprovider -n 2 -x tests/unit tests/master
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check dettui tests

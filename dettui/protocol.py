@@ -111,6 +111,18 @@ class Registered(Message):
     agent_timeout_seconds: float = 30.0
 
 
+class AgentUser(Message):
+    """The Unix user a trial runs as on the agent: its owner's linked agent user (Determined's
+    `agentUserGroup`, set by `det user link-with-agent-user`). A name is looked up on the
+    agent's machine; an id is taken as it is. None on StartWork: the agent's default trial
+    user (`dettui agent --trial-user`)."""
+
+    uid: int | None = None
+    gid: int | None = None
+    user: str | None = None
+    group: str | None = None
+
+
 class StartWork(Message):
     """Start this agent's part of an allocation (node rank = its part's index)."""
 
@@ -126,6 +138,7 @@ class StartWork(Message):
     entrypoint: str | list[str] | None = None
     env: dict[str, str] = {}
     session_token: str = ""
+    agent_user: AgentUser | None = None  # the owner's linked Unix user; None: the default
 
 
 class KillWork(Message):
