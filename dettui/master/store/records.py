@@ -34,8 +34,19 @@ def columns(names: str, alias: str = "") -> str:
 
 
 @dataclass(frozen=True)
+class AgentLink:
+    """A user's linked agent user (Determined's agentUserGroup): its trials' Unix user."""
+
+    uid: int
+    gid: int
+    user: str
+    group: str
+
+
+@dataclass(frozen=True)
 class User:
-    COLUMNS: ClassVar[str] = "id username password_hash admin active display_name"
+    COLUMNS: ClassVar[str] = ("id username password_hash admin active display_name "
+                              "agent_uid agent_gid agent_user agent_group")
 
     id: int
     username: str
@@ -43,11 +54,16 @@ class User:
     admin: bool
     active: bool
     display_name: str | None
+    agent: AgentLink | None = None  # None: unlinked
 
     @classmethod
     def from_row(cls, r: sqlite3.Row) -> User:
+        agent = None
+        if r["agent_uid"] is not None:
+            agent = AgentLink(int(r["agent_uid"]), int(r["agent_gid"]), r["agent_user"],
+                              r["agent_group"])
         return cls(r["id"], r["username"], r["password_hash"], bool(r["admin"]),
-                   bool(r["active"]), r["display_name"])
+                   bool(r["active"]), r["display_name"], agent)
 
 
 @dataclass(frozen=True)
