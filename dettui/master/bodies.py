@@ -284,8 +284,21 @@ class PostUserBody(Body):
     is_hashed: bool = False
 
 
+class AgentUserGroupBody(Body):
+    """Determined's v1AgentUserGroup (`det user link-with-agent-user`): all four, or all four
+    null to unlink (checked in routes/session.py)."""
+
+    agent_uid: int | None = Field(default=None, strict=True, ge=0, le=2**31 - 1)
+    agent_gid: int | None = Field(default=None, strict=True, ge=0, le=2**31 - 1)
+    agent_user: str | None = Field(default=None, pattern=r"^[a-z_][a-z0-9_-]*$", max_length=32)
+    agent_group: str | None = Field(default=None, pattern=r"^[a-z_][a-z0-9_-]*$",
+                                    max_length=32)
+
+
 class PatchUserBody(Body):
     """PATCH /api/v1/users/{id} (Determined's PatchUser)."""
+
+    agent_user_group: AgentUserGroupBody | None = None
 
     active: bool | None = None
     admin: bool | None = None

@@ -1,4 +1,6 @@
-"""What an agent needs to start one allocation: the entrypoint and the DET_* environment.
+"""What an agent needs to start one allocation: the entrypoint, the DET_* environment, and
+the Unix user it runs as (the experiment owner's linked agent user; None when unlinked: the
+agent's default trial user).
 
 Built on the store thread from committed records (SEMANTICS §2.1).
 """
@@ -15,9 +17,9 @@ from dettui.master.store import checkpoints as ckpt_store
 from dettui.master.store import experiments as exp_store
 from dettui.master.store import trials as trial_store
 from dettui.master.store import users as user_store
-from dettui.master.store.records import Agent, Allocation
+from dettui.master.store.records import Agent, Allocation, User
 from dettui.master.tokens import Mint
-from dettui.protocol import StartWork
+from dettui.protocol import AgentUser, StartWork
 
 SLOT_TYPE_CUDA = "cuda"
 
@@ -78,7 +80,16 @@ def build_start(
     return StartWork(
         allocation_id=alloc.id, task_id=trial.task_id, trial_id=trial.id,
         experiment_id=exp.id, run_id=alloc.run_id, slots=my_slots, node_rank=node_rank,
-        cuda_devices=cuda, entrypoint=exp.conf.entrypoint, env=env, session_token=token)
+        cuda_devices=cuda, entrypoint=exp.conf.entrypoint, env=env, session_token=token,
+        agent_user=agent_user(owner))
+
+
+def agent_user(owner: User | None) -> AgentUser | None:
+    """The Unix user the owner's trials run as: its linked agent user, or None (unlinked)."""
+    if owner is None or owner.agent is None:
+        return None
+    link = owner.agent
+    return AgentUser(uid=link.uid, gid=link.gid, user=link.user, group=link.group)
 
 
 def build_starts(

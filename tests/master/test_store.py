@@ -63,16 +63,20 @@ def test_committed_changes_survive_a_reopen(store_target: Path | str) -> None:
 
 
 def test_passwords_are_salted_and_checked(store_target: Path | str) -> None:
+    """`--admin-password` gives admin and determined the same password, each with a salt of
+    its own (before, both had one stored hash: the same salt and digest)."""
     conn = dbmod.connect(store_target)
     users.ensure_default_users(conn, "s3cret")
     admin = users.by_name(conn, "admin")
-    assert admin is not None and admin.password_hash.startswith("pbkdf2$")
-    assert users.password_matches(admin, users.client_hash("s3cret"))
-    assert not users.password_matches(admin, users.client_hash("wrong"))
-    assert not users.password_matches(admin, "")
+    assert admin is not None and admin.password_hash.startswith("scrypt$16384$8$5$")
+    assert users.password_matches(admin.password_hash, users.client_hash("s3cret"))
+    assert not users.password_matches(admin.password_hash, users.client_hash("wrong"))
+    assert not users.password_matches(admin.password_hash, "")
     determined = users.by_name(conn, "determined")
-    assert determined is not None and users.password_matches(determined,
+    assert determined is not None and users.password_matches(determined.password_hash,
                                                              users.client_hash("s3cret"))
+    assert determined.password_hash.split("$")[4:] != admin.password_hash.split("$")[4:]
+    assert determined.password_hash.split("$")[4] != admin.password_hash.split("$")[4]
 
 
 def test_the_id_high_water_mark_starts_from_existing_rows(tmp_path: Path) -> None:

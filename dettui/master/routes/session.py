@@ -1,4 +1,10 @@
-"""/info, login, the current user, and the master's identity."""
+"""/info, login, users, and the master's identity.
+
+Passwords are hashed and checked off the event loop (`offload.cpu`: scrypt takes ~0.1 s); a
+login with a hash of an older form replaces it. A user's linked agent user (Determined's
+`agentUserGroup`) is set by admins only: a uid and gid in 0..2^31-1 and Unix-safe names of at
+most 32 characters, all four, or all four null to unlink.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +13,15 @@ import json
 from aiohttp import web
 
 from dettui.errors import InvalidArgument, NotFound, PermissionDenied, Unauthenticated
-from dettui.master import keys, openapi, serialize
-from dettui.master.bodies import LoginBody, PasswordBody, PatchUserBody, PostUserBody, parse
+from dettui.master import keys, offload, openapi, serialize
+from dettui.master.bodies import (
+    AgentUserGroupBody,
+    LoginBody,
+    PasswordBody,
+    PatchUserBody,
+    PostUserBody,
+    parse,
+)
 from dettui.master.middleware import (
     principal,
     read_json,
@@ -18,15 +31,38 @@ from dettui.master.middleware import (
 )
 from dettui.master.openapi import op
 from dettui.master.store import users
-from dettui.master.store.records import User
+from dettui.master.store.records import AgentLink, User
 from dettui.master.wire import json_response, paginate, path_int, query_bool
 
 routes = web.RouteTableDef()
 
 
 def user_json(u: User) -> dict[str, object]:
+    link = u.agent
+    group = None if link is None else {"agentUid": link.uid, "agentGid": link.gid,
+                                       "agentUser": link.user, "agentGroup": link.group}
     return {"id": u.id, "username": u.username, "admin": u.admin, "active": u.active,
-            "displayName": u.display_name or "", "agentUserGroup": None, "remote": False}
+            "displayName": u.display_name or "", "agentUserGroup": group, "remote": False}
+
+
+def agent_link(body: AgentUserGroupBody) -> AgentLink | None:
+    """The link a PATCH asks for: all four fields, or none (unlink)."""
+    values = (body.agent_uid, body.agent_gid, body.agent_user, body.agent_group)
+    if all(v is None for v in values):
+        return None
+    if body.agent_uid is None or body.agent_gid is None or not body.agent_user \
+            or not body.agent_group:
+        raise InvalidArgument("agentUserGroup: agentUid, agentGid, agentUser and agentGroup "
+                              "are all needed (or all null, to unlink)")
+    return AgentLink(body.agent_uid, body.agent_gid, body.agent_user, body.agent_group)
+
+
+async def _stored(password: str | None, is_hashed: bool) -> str | None:
+    """The stored form of a body's password (None: none given), hashed off the loop."""
+    if password is None:
+        return None
+    hashed = password if is_hashed else users.client_hash(password)
+    return await offload.cpu(users.hash_password, hashed)
 
 
 @routes.get("/info")
@@ -69,12 +105,25 @@ async def login(request: web.Request) -> web.Response:
     db = request.app[keys.DB]
     user = await db.run(users.by_name, body.username)
     hashed = body.password if body.is_hashed else users.client_hash(body.password)
-    if user is None or not users.password_matches(user, hashed):
+    # A name that does not exist costs a check too: the answer's delay names no users.
+    stored = user.password_hash if user is not None else None
+    if not await offload.cpu(_matches, stored, hashed) or user is None:
         raise Unauthenticated("invalid credentials")
     if not user.active:
         raise PermissionDenied("user is not active")
+    if users.needs_rehash(user.password_hash):
+        new = await offload.cpu(users.hash_password, hashed)
+        await db.run(users.rehash, user.id, user.password_hash, new)
     token = await db.run(users.new_session, user.id, request.app[keys.SETTINGS].session_lifetime)
     return json_response({"token": token, "user": user_json(user)})
+
+
+def _matches(stored: str | None, hashed: str) -> bool:
+    """`users.password_matches`, against the decoy when there is no such user (False)."""
+    if stored is None:
+        users.password_matches(users.decoy(), hashed)
+        return False
+    return users.password_matches(stored, hashed)
 
 
 @routes.post("/api/v1/auth/logout")
@@ -126,10 +175,9 @@ async def create_user(request: web.Request) -> web.Response:
     name = new.username.strip()
     if not name or len(name) > 128 or any(c.isspace() or c == "/" for c in name):
         raise InvalidArgument("user.username: 1 to 128 characters, without spaces or '/'")
-    hashed = "" if body.password is None else (
-        body.password if body.is_hashed else users.client_hash(body.password))
+    stored = await _stored(body.password, body.is_hashed) or ""
     user = await request.app[keys.DB].run(
-        users.create, name, hashed, admin=bool(new.admin), active=new.active is not False,
+        users.create, name, stored, admin=bool(new.admin), active=new.active is not False,
         display_name=new.display_name)
     return json_response({"user": user_json(user)})
 
@@ -137,21 +185,24 @@ async def create_user(request: web.Request) -> web.Response:
 @routes.patch("/api/v1/users/{id}")
 @op(body=PatchUserBody)
 async def patch_user(request: web.Request) -> web.Response:
-    """Change a user (`det user activate|deactivate|change-password|edit`): admins change
-    anyone; a user only their own password and display name."""
+    """Change a user (`det user activate|deactivate|change-password|edit|
+    link-with-agent-user`): admins change anyone; a user only their own password and display
+    name."""
     me_ = require_user(request)
     user_id = path_int(request, "id")
     body = await parse(request, PatchUserBody)
-    if user_id != me_.id or body.active is not None or body.admin is not None:
+    group = body.agent_user_group
+    if user_id != me_.id or body.active is not None or body.admin is not None \
+            or group is not None:
         require_admin(request)
     if body.username is not None or body.remote:
         raise InvalidArgument("renaming users and remote users are not supported by dettui")
-    hashed = None
-    if body.password is not None:
-        hashed = body.password if body.is_hashed else users.client_hash(body.password)
+    link = agent_link(group) if group is not None else None
+    stored = await _stored(body.password, body.is_hashed)
     user = await request.app[keys.DB].run(
         users.update, user_id, active=body.active, admin=body.admin,
-        display_name=body.display_name, hashed_password=hashed)
+        display_name=body.display_name, password_hash=stored, agent=link,
+        unlink_agent=group is not None and link is None)
     return json_response({"user": user_json(user)})
 
 
@@ -164,7 +215,8 @@ async def set_password(request: web.Request) -> web.Response:
         require_admin(request)
     raw = await read_json(request)
     password = raw.get("password", "") if isinstance(raw, dict) else raw
-    if not isinstance(password, str):
-        raise InvalidArgument("password: must be a string")
-    await request.app[keys.DB].run(users.set_password, target, users.client_hash(password))
+    if not isinstance(password, str) or len(password) > 1024:
+        raise InvalidArgument("password: must be a string of at most 1024 characters")
+    stored = await offload.cpu(users.hash_password, users.client_hash(password))
+    await request.app[keys.DB].run(users.set_password, target, stored)
     return json_response({})

@@ -1,7 +1,22 @@
-"""Users and their login sessions."""
+"""Users, their passwords, their linked agent users, and their login sessions.
+
+A password is kept as scrypt (N=2^14, r=8, p=5: OWASP's equivalent of N=2^17, 16 MiB and about
+0.1 s a check) of what Determined's client sends (its salted SHA-512), with a random salt of
+each user's own: two users with the same password have different stored hashes, and a stolen
+database gives no password without the work of scrypt for each user. The form names its
+parameters (`scrypt$N$r$p$salt$digest`), so they can grow. Hashes of older versions
+(`pbkdf2$salt$digest`, PBKDF2-SHA256 at 20,000 rounds) still log in, and a successful login
+replaces them (`needs_rehash`). An empty password is kept as '' (no password, as Determined's
+EmptyPassword): it hides nothing, anyone may try it.
+
+Hashing and checking are slow on purpose: routes run them off the event loop and off the store
+thread (`offload.cpu`); store functions take the stored form, never compute it, except
+`ensure_default_users` (once, at start).
+"""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import os
@@ -10,7 +25,7 @@ import sqlite3
 import time
 
 from dettui.errors import Conflict, NotFound
-from dettui.master.store.records import User, columns
+from dettui.master.store.records import AgentLink, User, columns
 from dettui.master.store.tx import transaction
 
 FROM_USERS = f"SELECT {columns(User.COLUMNS)} FROM users"
@@ -18,6 +33,10 @@ FROM_USERS = f"SELECT {columns(User.COLUMNS)} FROM users"
 # Determined's client-side salt (authentication.salt_and_hash).
 CLIENT_SALT = "GubPEmmotfiK9TMD6Zdw"
 SESSION_LIFETIME = 7 * 24 * 3600.0  # seconds a login lasts, as in Determined
+SCRYPT = (2**14, 8, 5)  # N, r, p of new hashes
+SCRYPT_MAXMEM = 64 * 1024 * 1024  # bytes scrypt may use: a stored form asking more is refused
+MAX_HASHED = 1024  # characters of a client hash that are checked at all (bodies cap at 1024)
+LEGACY_ROUNDS = 20_000  # PBKDF2-SHA256 rounds of the hashes before scrypt
 
 
 def client_hash(password: str) -> str:
@@ -27,36 +46,84 @@ def client_hash(password: str) -> str:
     return hashlib.sha512((CLIENT_SALT + password).encode()).hexdigest()
 
 
-def _stored_form(hashed: str) -> str:
+def _scrypt(hashed: str, salt: bytes, n: int, r: int, p: int) -> bytes:
+    return hashlib.scrypt(hashed.encode("utf-8", "surrogatepass"), salt=salt, n=n, r=r, p=p,
+                          maxmem=SCRYPT_MAXMEM, dklen=32)
+
+
+def hash_password(hashed: str) -> str:
+    """The stored form of client hash `hashed`, with a fresh salt ('' stays '': no password).
+    Slow: call it off the event loop."""
     if hashed == "":
         return ""
+    n, r, p = SCRYPT
     salt = os.urandom(16)
-    digest = hashlib.pbkdf2_hmac("sha256", hashed.encode(), salt, 20_000)
-    return f"pbkdf2${salt.hex()}${digest.hex()}"
+    return f"scrypt${n}${r}${p}${salt.hex()}${_scrypt(hashed, salt, n, r, p).hex()}"
 
 
-def password_matches(user: User, hashed: str) -> bool:
-    if user.password_hash == "":
-        return hashed == ""
-    if hashed == "":
+def password_matches(stored: str, hashed: str) -> bool:
+    """Whether client hash `hashed` is the password of stored form `stored` (either form).
+    Slow: call it off the event loop. A malformed stored form matches nothing."""
+    if stored == "" or hashed == "":
+        return stored == hashed
+    if len(hashed) > MAX_HASHED:
         return False
-    _, salt, digest = user.password_hash.split("$")
-    mine = hashlib.pbkdf2_hmac("sha256", hashed.encode(), bytes.fromhex(salt), 20_000)
-    return hmac.compare_digest(mine.hex(), digest)
+    kind, _, rest = stored.partition("$")
+    try:
+        if kind == "scrypt":
+            n, r, p, salt, digest = rest.split("$")
+            mine = _scrypt(hashed, bytes.fromhex(salt), int(n), int(r), int(p)).hex()
+        elif kind == "pbkdf2":
+            salt, digest = rest.split("$")
+            mine = hashlib.pbkdf2_hmac("sha256", hashed.encode("utf-8", "surrogatepass"),
+                                       bytes.fromhex(salt), LEGACY_ROUNDS).hex()
+        else:
+            return False
+    except ValueError:
+        return False
+    return hmac.compare_digest(mine, digest)
+
+
+def needs_rehash(stored: str) -> bool:
+    """A stored form of an older kind or weaker parameters: replaced at the next login."""
+    if stored == "":
+        return False
+    n, r, p = SCRYPT
+    return not stored.startswith(f"scrypt${n}${r}${p}$")
+
+
+@functools.cache
+def decoy() -> str:
+    """A stored form no one has: checked against when the user does not exist, so that a
+    login takes as long for a wrong name as for a wrong password."""
+    return hash_password(secrets.token_hex(16))
+
+
+def rehash(conn: sqlite3.Connection, user_id: int, old: str, new: str) -> bool:
+    """Replace a user's stored form `old` by `new` (a login's upgrade); False if it changed
+    meanwhile (a new password stays)."""
+    with transaction(conn):
+        cur = conn.execute("UPDATE users SET password_hash=? WHERE id=? AND password_hash=?",
+                           (new, user_id, old))
+        return cur.rowcount == 1
 
 
 def ensure_default_users(conn: sqlite3.Connection, admin_password: str | None) -> None:
-    """`admin` and `determined` exist; `admin_password` (plain text) is applied when given."""
+    """`admin` and `determined` exist; `admin_password` (plain text) is applied when given, to
+    `admin` and to a passwordless `determined`, each with a salt of its own."""
     with transaction(conn):
         for name, admin in (("admin", 1), ("determined", 0)):
             conn.execute("INSERT INTO users (username, admin) VALUES (?, ?) "
                          "ON CONFLICT DO NOTHING", (name, admin))
-        if admin_password:
-            stored = _stored_form(client_hash(admin_password))
-            conn.execute("UPDATE users SET password_hash=? WHERE username='admin'", (stored,))
-            # `determined` must not stay an open door once the master is reachable.
-            conn.execute("UPDATE users SET password_hash=? WHERE username='determined' "
-                         "AND password_hash=''", (stored,))
+    if not admin_password:
+        return
+    hashed = client_hash(admin_password)
+    admin_form, determined_form = hash_password(hashed), hash_password(hashed)
+    with transaction(conn):
+        conn.execute("UPDATE users SET password_hash=? WHERE username='admin'", (admin_form,))
+        # `determined` must not stay an open door once the master is reachable.
+        conn.execute("UPDATE users SET password_hash=? WHERE username='determined' "
+                     "AND password_hash=''", (determined_form,))
 
 
 def by_name(conn: sqlite3.Connection, username: str) -> User | None:
@@ -76,10 +143,11 @@ def has_password(conn: sqlite3.Connection, username: str) -> bool:
     return bool(user and user.password_hash)
 
 
-def set_password(conn: sqlite3.Connection, username: str, hashed: str) -> None:
+def set_password(conn: sqlite3.Connection, username: str, stored: str) -> None:
+    """Set a user's password: `stored` is `hash_password`'s form."""
     with transaction(conn):
         cur = conn.execute(
-            "UPDATE users SET password_hash=? WHERE username=?", (_stored_form(hashed), username)
+            "UPDATE users SET password_hash=? WHERE username=?", (stored, username)
         )
         if cur.rowcount == 0:
             raise NotFound(f"user '{username}' not found")
@@ -124,23 +192,25 @@ def drop_session(conn: sqlite3.Connection, token: str) -> None:
                      (token_hash(token), time.time()))
 
 
-def create(conn: sqlite3.Connection, username: str, hashed: str, *, admin: bool,
+def create(conn: sqlite3.Connection, username: str, stored: str, *, admin: bool,
            active: bool = True, display_name: str | None = None) -> User:
-    """A new user; `hashed` is the client-side hash of the password (empty: no password)."""
+    """A new user; `stored` is `hash_password`'s form of its password ('': no password)."""
     with transaction(conn):
         if by_name(conn, username) is not None:
             raise Conflict(f"user '{username}' already exists")
         row = conn.execute(
             "INSERT INTO users (username, password_hash, admin, active, display_name) "
             "VALUES (?, ?, ?, ?, ?) RETURNING id",
-            (username, _stored_form(hashed), int(admin), int(active), display_name)).fetchone()
+            (username, stored, int(admin), int(active), display_name)).fetchone()
         return by_id(conn, int(row[0]))
 
 
 def update(conn: sqlite3.Connection, user_id: int, *, active: bool | None = None,
            admin: bool | None = None, display_name: str | None = None,
-           hashed_password: str | None = None) -> User:
-    """Change a user; deactivating one ends its sessions in the same commit."""
+           password_hash: str | None = None, agent: AgentLink | None = None,
+           unlink_agent: bool = False) -> User:
+    """Change a user; deactivating one ends its sessions in the same commit. `password_hash`
+    is `hash_password`'s form; `agent` links its agent user, `unlink_agent` unlinks it."""
     with transaction(conn):
         user = by_id(conn, user_id)
         if active is not None:
@@ -151,10 +221,17 @@ def update(conn: sqlite3.Connection, user_id: int, *, active: bool | None = None
             conn.execute("UPDATE users SET admin=? WHERE id=?", (int(admin), user.id))
         if display_name is not None:
             conn.execute("UPDATE users SET display_name=? WHERE id=?", (display_name, user.id))
-        if hashed_password is not None:
-            conn.execute("UPDATE users SET password_hash=? WHERE id=?",
-                         (_stored_form(hashed_password), user.id))
+        if password_hash is not None:
+            conn.execute("UPDATE users SET password_hash=? WHERE id=?", (password_hash, user.id))
+        if agent is not None or unlink_agent:
+            _link(conn, user.id, agent)
         return by_id(conn, user.id)
+
+
+def _link(conn: sqlite3.Connection, user_id: int, agent: AgentLink | None) -> None:
+    values = (agent.uid, agent.gid, agent.user, agent.group) if agent else (None,) * 4
+    conn.execute("UPDATE users SET agent_uid=?, agent_gid=?, agent_user=?, agent_group=? "
+                 "WHERE id=?", (*values, user_id))
 
 
 def list_(conn: sqlite3.Connection, active: bool | None = None) -> list[User]:
