@@ -18,12 +18,21 @@ from aiohttp import web
 from dettui import client as api
 from dettui import statedir
 from dettui.agent.agent import Agent, AgentOptions
-from dettui.errors import AddressInUse, InvalidArgument, MasterRunning, Unavailable
+from dettui.errors import (
+    AddressInUse,
+    DettuiError,
+    InvalidArgument,
+    MasterRunning,
+    PermissionDenied,
+    Unauthenticated,
+    Unavailable,
+)
 from dettui.master import keys
 from dettui.master.app import start_master
 from dettui.master.settings import MasterSettings
 from dettui.master.store import credentials
 from dettui.master.store.pg import redact
+from dettui.protocol import RegisterAgentBody, Registered
 
 log = logging.getLogger("dettui")
 
@@ -75,8 +84,11 @@ async def _serve_locked(settings: MasterSettings, lock: statedir.StateLock, *, a
     agent_task = None
     pool = local_pool(settings, agent_pool) if agent else None
     if pool is not None:
-        local = await embedded_agent(runner, url, settings, agent_slots, pool)
-        agent_task = asyncio.create_task(local.run())
+        try:
+            local = await embedded_agent(runner, url, settings, agent_slots, pool)
+            agent_task = asyncio.create_task(local.run())
+        except PermissionDenied as exc:  # an admin's credential holds the local agent's id
+            print(f"no local agent: {exc.message}", flush=True)
     elif agent:
         print("no local agent: every resource pool of the master config is backed by Slurm",
               flush=True)
@@ -178,10 +190,11 @@ def stop_master(state_dir: Path, timeout: float = DRAIN_SECONDS + 60) -> int:
 async def embedded_agent(runner: web.AppRunner, url: str, settings: MasterSettings,
                          slots: int | None, pool: str) -> Agent:
     """The local agent started inside `dettui serve`, with a credential of its own issued in
-    the master's process (bound to its id at once)."""
+    the master's process (bound to its id at once; the master's credential of its previous
+    start is revoked, so after a restart on the same state dir the id is the new one's)."""
     db = runner.app[keys.DB]
     agent_id = f"{socket.gethostname()}-local"
-    _, secret = await db.run(credentials.issue, None, "the embedded agent", agent_id)
+    _, secret = await db.run(credentials.issue_for_master, agent_id, "the embedded agent")
     client = api.Client(url, secret)
     options = AgentOptions(master_url=url, agent_id=agent_id,
                            pool=pool, cpu_slots=slots, work_root=settings.state_dir / "agent",
@@ -190,12 +203,33 @@ async def embedded_agent(runner: web.AppRunner, url: str, settings: MasterSettin
     return Agent(options, client)
 
 
+class Refused(Exception):  # not a DettuiError, on purpose (see AgentClient)
+    """The master refused the agent's credential at registration."""
+
+    def __init__(self, error: DettuiError) -> None:
+        super().__init__(error.message)
+        self.error = error
+
+
+class AgentClient(api.Client):
+    """The client of `dettui agent`: a registration refused for the credential (revoked, or
+    bound to another agent id, or the id bound to another credential) ends the agent with the
+    master's message, since asking again cannot help. The agent retries every DettuiError,
+    so the refusal leaves it as another exception."""
+
+    async def register_agent(self, body: RegisterAgentBody) -> Registered:
+        try:
+            return await super().register_agent(body)
+        except (PermissionDenied, Unauthenticated) as exc:
+            raise Refused(exc) from exc
+
+
 async def run_agent(options: AgentOptions, token: str | None) -> None:
     if not token:
         raise InvalidArgument(
             "an agent needs a credential of its own: an admin issues one with `dettui agent "
-            "token create`; pass it with --token or DETTUI_AGENT_TOKEN")
-    client = api.Client(options.master_url, token)
+            "token create`; pass it with --token-file PATH or DETTUI_AGENT_TOKEN")
+    client = AgentClient(options.master_url, token)
     agent = Agent(options, client)
     stop = asyncio.Event()
     _on_signals(stop)
@@ -203,9 +237,16 @@ async def run_agent(options: AgentOptions, token: str | None) -> None:
     waiter = asyncio.create_task(stop.wait())
     await asyncio.wait([task, waiter], return_when=asyncio.FIRST_COMPLETED)
     agent.stop()
-    with contextlib.suppress(Exception):
+    waiter.cancel()
+    try:
         await asyncio.wait_for(task, 20)
-    await client.close()
+    except Refused as exc:
+        raise PermissionDenied(f"the master refused agent {options.agent_id}: "
+                               f"{exc.error.message}") from exc
+    except Exception:  # noqa: BLE001 - stopping: the agent logged what went wrong
+        pass
+    finally:
+        await client.close()
 
 
 def default_work_root(agent_id: str) -> Path:

@@ -362,6 +362,9 @@ async def test_ids_and_numbers_are_plain_and_in_range(api: Api, path: str) -> No
     NaN timeout is refused instead of waiting forever."""
     await create(api)
     headers = await agent_headers(api) if path.startswith("/api/v1/agents/") else None
+    if headers is not None:  # a credential speaks only for the agent it registered as
+        await api.call("POST", "/api/v1/agents/register",
+                       {"id": "a", "slots": [{"id": 0, "type": "cpu"}]}, headers=headers)
     body = await api.call("GET", path, status=400, headers=headers)
     assert "expected" in body["message"]
 

@@ -10,6 +10,7 @@ import logging
 import time
 from typing import Any
 
+from dettui.errors import PermissionDenied
 from dettui.master.cluster.allocations import Allocations
 from dettui.master.cluster.hub import Hub
 from dettui.master.cluster.links import AgentLink, kill_message
@@ -53,14 +54,24 @@ class Agents:
     async def register(
         self, agent_id: str, pool: str, slots: list[dict[str, Any]], hostname: str,
         addresses: list[str], running: list[str], no_gpu_reason: str | None = None,
+        cred_id: int | None = None,
     ) -> Agent:
-        agent = await self.db.run(agent_store.upsert, agent_id, pool, slots, hostname, addresses)
+        """An agent joins (or joins again); `cred_id` is the credential it registers with,
+        bound to `agent_id` in the same transaction (None: a pool the master runs itself)."""
+        if cred_id is not None and agent_id in self.master_ids():
+            raise PermissionDenied(f"agent id {agent_id} belongs to the master's Slurm pool")
+        agent = await self.db.run(agent_store.register, cred_id, agent_id, pool, slots,
+                                  hostname, addresses)
         link = AgentLink(agent, time.monotonic(), no_gpu_reason=no_gpu_reason)
         self.hub.links.put(link)
         await self._reconcile(link, set(running), registering=True)
         self.hub.notify("agents")
         self.hub.kick()
         return agent
+
+    def master_ids(self) -> set[str]:
+        """The agent ids of the pools the master runs itself (`SlurmProvider.agent_id`)."""
+        return {f"slurm-{pool}" for pool in self.hub.settings.slurm}
 
     async def heartbeat(
         self, agent_id: str, running: list[str], telemetry: dict[str, Any] | None,
@@ -119,7 +130,8 @@ class Agents:
         unknown = running - live.keys()
         if unknown:  # but those whose exit it reported since it listed them
             unknown -= await self.db.run(trial_store.exits_reported, me, sorted(unknown))
-        for alloc_id in sorted(unknown):
+            await self._note_foreign(me, unknown)
+        for alloc_id in sorted(unknown):  # its copies only: another agent's part runs on
             link.send(kill_message(alloc_id, "unknown allocation"))
         now = time.monotonic()
         assigned, resend = [], []
@@ -139,6 +151,17 @@ class Agents:
             for alloc_id in await self.db.run(trial_store.mark_running, *assigned):
                 self.hub.notify(f"trial:{live[alloc_id].trial_id}")  # its allocation runs now
         await self.hub.send_starts(resend)
+
+    async def _note_foreign(self, me: str, listed: set[str]) -> None:
+        """A log line for allocations an agent lists that live on other agents only: a
+        confused or hostile agent, never acted on beyond killing its own copies."""
+        if not listed:
+            return
+        foreign = sorted(a.id for a in await self.db.run(trial_store.live_allocations)
+                         if a.id in listed and me not in a.agents)
+        if foreign:
+            log.warning("agent %s lists allocation(s) %s that run on other agents only; "
+                        "ignored (it is told to kill its copies)", me, ", ".join(foreign[:10]))
 
     async def poll_work(self, agent_id: str, timeout: float) -> list[StartWork | KillWork]:
         link = self.hub.links.require(agent_id)

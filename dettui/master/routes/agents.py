@@ -109,12 +109,11 @@ async def register(request: web.Request) -> web.Response:
     if not body.id or "/" in body.id or len(body.id) > 255:
         raise InvalidArgument("id: an agent id must be 1 to 255 characters, without '/'")
     cred = require_agent(request, body.id)
-    await request.app[keys.DB].run(credentials.bind, cred.id, body.id)
     settings = request.app[keys.SETTINGS]
     agent = await request.app[keys.CLUSTER].agents.register(
         body.id, body.resource_pool or settings.default_pool,
         [s.model_dump() for s in body.slots], body.hostname, body.addresses,
-        body.running_allocations, body.no_gpu_reason,
+        body.running_allocations, body.no_gpu_reason, cred_id=cred.id,
     )
     return json_response(Registered(
         agent_id=agent.id, cluster_id=request.app[keys.CLUSTER_ID],
@@ -122,15 +121,26 @@ async def register(request: web.Request) -> web.Response:
         agent_timeout_seconds=settings.agent_timeout).wire())
 
 
+def own_agent(request: web.Request) -> str:
+    """The path's agent id, which the caller's credential must have registered as: a
+    credential speaks only for its own agent, and one not yet bound speaks for none (it
+    registers first, and is refused there if another credential holds the id)."""
+    agent_id = request.match_info["agentId"]
+    if require_agent(request, agent_id).agent_id != agent_id:
+        raise PermissionDenied(f"this agent credential has not registered as agent {agent_id}")
+    return agent_id
+
+
 @routes.post("/api/v1/agents/{agentId}/heartbeat")
 @op(body=HeartbeatBody)
 @agent_route
 async def heartbeat(request: web.Request) -> web.Response:
-    require_agent(request, request.match_info["agentId"])
+    """The agent is alive. Allocations it lists that are not its own are never touched: it is
+    told to kill its copies (`Agents._reconcile`)."""
+    agent_id = own_agent(request)
     body = await parse(request, HeartbeatBody)
-    await request.app[keys.CLUSTER].agents.heartbeat(request.match_info["agentId"],
-                                              body.running_allocations, body.telemetry,
-                                              body.samples)
+    await request.app[keys.CLUSTER].agents.heartbeat(agent_id, body.running_allocations,
+                                                     body.telemetry, body.samples)
     return json_response({})
 
 
@@ -220,16 +230,14 @@ def _resources(alloc: Any, agent_id: str, slots: list[int]) -> dict[str, Any]:
 @routes.post("/api/v1/agents/{agentId}/drain")
 @agent_route
 async def drain(request: web.Request) -> web.Response:
-    require_agent(request, request.match_info["agentId"])
-    request.app[keys.CLUSTER].agents.drain(request.match_info["agentId"])
+    request.app[keys.CLUSTER].agents.drain(own_agent(request))
     return json_response({})
 
 
 @routes.post("/api/v1/agents/{agentId}/leave")
 @agent_route
 async def leave(request: web.Request) -> web.Response:
-    require_agent(request, request.match_info["agentId"])
-    await request.app[keys.CLUSTER].agents.leave(request.match_info["agentId"])
+    await request.app[keys.CLUSTER].agents.leave(own_agent(request))
     return json_response({})
 
 
@@ -237,9 +245,9 @@ async def leave(request: web.Request) -> web.Response:
 @op(query={"timeout_seconds": float}, long_poll="timeout_seconds")
 @agent_route
 async def work(request: web.Request) -> web.Response:
-    require_agent(request, request.match_info["agentId"])
+    agent_id = own_agent(request)
     timeout = min(max(query_float(request, "timeout_seconds", 30.0), 0.0), MAX_POLL)
-    items = await request.app[keys.CLUSTER].agents.poll_work(request.match_info["agentId"], timeout)
+    items = await request.app[keys.CLUSTER].agents.poll_work(agent_id, timeout)
     return json_response(WorkBody(work=items).wire())
 
 
@@ -247,13 +255,13 @@ async def work(request: web.Request) -> web.Response:
 @op(body=AllocationExitBody)
 @agent_route
 async def allocation_exit(request: web.Request) -> web.Response:
-    require_agent(request, request.match_info["agentId"])
+    """An agent's part of an allocation exited: only a part that runs on this agent."""
+    agent_id = own_agent(request)
     body = await parse(request, AllocationExitBody)
     alloc_id = request.match_info["allocationId"]
     alloc = await request.app[keys.DB].read(trial_store.allocation, alloc_id)
-    agent_id = request.match_info["agentId"]
     if agent_id not in alloc.agents:
-        raise NotFound(f"allocation {alloc_id} does not run on this agent")
+        raise PermissionDenied(f"allocation {alloc_id} has no part on agent {agent_id}")
     await request.app[keys.CLUSTER].allocations.part_exit(agent_id, alloc_id, body.exit_code,
                                                           body.reason)
     return json_response({})
@@ -269,7 +277,7 @@ async def agent_logs(request: web.Request) -> web.Response:
     agent_id = request.match_info["agentId"]
     caller = principal(request)
     if caller.allocation is None:
-        require_agent(request, agent_id)
+        own_agent(request)
     body = await parse(request, AgentLogsBody)
     if caller.allocation is not None:
         for line in body.logs:

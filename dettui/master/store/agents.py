@@ -1,4 +1,6 @@
-"""Registered agents (kept so a restarted master knows its cluster)."""
+"""Registered agents (kept so a restarted master knows its cluster). An agent registers with
+its credential, and the credential's binding to the agent id is written in the same
+transaction as the agent's row (`credentials` says what the binding allows)."""
 
 from __future__ import annotations
 
@@ -8,17 +10,23 @@ import time
 from typing import Any
 
 from dettui.errors import NotFound
+from dettui.master.store import credentials
 from dettui.master.store.records import Agent, columns
 from dettui.master.store.tx import transaction
 
 FROM_AGENTS = f"SELECT {columns(Agent.COLUMNS)} FROM agents"
 
 
-def upsert(
-    conn: sqlite3.Connection, agent_id: str, pool: str, slots: list[dict[str, Any]],
-    hostname: str, addresses: list[str],
+def register(
+    conn: sqlite3.Connection, cred_id: int | None, agent_id: str, pool: str,
+    slots: list[dict[str, Any]], hostname: str, addresses: list[str],
 ) -> Agent:
+    """Record an agent's registration: with `cred_id`, the credential it registers with is
+    bound to `agent_id` (or refused) in the same transaction; None for the master's own pools
+    (Slurm), which no credential speaks for."""
     with transaction(conn):
+        if cred_id is not None:
+            credentials.bind(conn, cred_id, agent_id)
         conn.execute(
             "INSERT INTO agents (id, pool, slots, hostname, addresses, registered_time) "
             "VALUES (?,?,?,?,?,?) ON CONFLICT(id) DO UPDATE SET pool=excluded.pool, "
