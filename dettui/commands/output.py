@@ -69,6 +69,27 @@ def warn(message: str) -> None:
     __getattr__("err_console").print(Text.assemble(("warning:", "yellow"), " ", message))
 
 
+def log_line(message: str) -> None:
+    """Print a trial's log line (`dettui trial logs`): control characters escaped; its colours
+    shown on a terminal that has colour (not NO_COLOR), dropped elsewhere."""
+    from dettui.terminal_text import log_text, safe_line
+
+    if "\x1b[" in message and _colour():
+        body, end = (message[:-1], "\n") if message.endswith("\n") else (message, "")
+        _console().print(log_text(body), end=end, soft_wrap=True)
+        return
+    sys.stdout.write(safe_line(message))
+
+
+def _colour() -> bool:
+    """Whether stdout shows colour: a terminal, not TERM=dumb, no NO_COLOR."""
+    made = globals().get("console")
+    if made is not None:
+        return bool(made.is_terminal and made.color_system is not None)
+    return (sys.stdout.isatty() and not os.environ.get("NO_COLOR")
+            and os.environ.get("TERM", "") not in ("dumb", "unknown"))
+
+
 def print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2) + "\n")
 

@@ -1,4 +1,5 @@
-"""`dettui trial|t logs|describe`."""
+"""`dettui trial|t logs|describe`. Log lines are the trial's text: they reach the terminal
+through `output.log_line`, control sequences escaped (dettui.terminal_text)."""
 
 from __future__ import annotations
 
@@ -33,9 +34,9 @@ def _emit(item: dict[str, object], as_json: bool) -> None:
     import sys
 
     if as_json:
-        sys.stdout.write(json.dumps(item) + "\n")
+        sys.stdout.write(json.dumps(item) + "\n")  # JSON escapes every control character
     else:
-        sys.stdout.write(str(item["message"]))
+        output.log_line(str(item["message"]))
 
 
 async def logs(c: Client, trial_id: int, *, follow: bool, ranks: list[int] | None,

@@ -1,5 +1,10 @@
 """A trial's logs, followed live: filter by rank, search, jump to errors. The Log widget only
-renders the lines on screen, so 100,000 lines stay fast."""
+renders the lines on screen, so 100,000 lines stay fast.
+
+A line is the trial's text: its colour sequences are dropped and every other control character
+is shown escaped (`\\x1b`, as `dettui trial logs` prints it: dettui.terminal_text); the Log
+widget shows text, never markup. An item is one line on screen (a newline inside shows as
+`\\n`), so search positions are items."""
 
 from __future__ import annotations
 
@@ -12,8 +17,9 @@ from textual.binding import Binding, BindingType
 from textual.widgets import Header, Input, Log
 
 from dettui.screens.base import ApiScreen
+from dettui.terminal_text import safe_line
 from dettui.widgets.keybar import KeyBar
-from dettui.widgets.safe import Plain, PlainInput, clean
+from dettui.widgets.safe import Plain, PlainInput
 
 ERROR = re.compile(r"error|traceback|exception|failed|killed", re.IGNORECASE)
 MAX_LINES = 200_000
@@ -183,6 +189,7 @@ class LogsScreen(ApiScreen):
 
 def _line(item: dict[str, Any]) -> tuple[int | None, str]:
     rank = item.get("rankId")
-    text = clean(str(item.get("message") or item.get("log") or "").rstrip("\n"))
+    text = safe_line(str(item.get("message") or item.get("log") or "").rstrip("\n"))
+    text = text.replace("\n", "\\n")
     return (int(rank) if isinstance(rank, int) else None), text
 
