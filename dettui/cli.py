@@ -59,6 +59,13 @@ def _parser() -> argparse.ArgumentParser:
                                                  "admin)")
     up.add_argument("username", nargs="?", help="(default: you)")
     up.add_argument("--password", help="(default: prompt)")
+    lu = user.add_parser("link-with-agent-user", help="the Unix user and group a user's trials "
+                         "run as on the agents (admins)")
+    lu.add_argument("username")
+    lu.add_argument("--agent-uid", type=int, required=True, help="UID on the agents")
+    lu.add_argument("--agent-gid", type=int, required=True, help="GID on the agents")
+    lu.add_argument("--agent-user", required=True, help="user name on the agents")
+    lu.add_argument("--agent-group", required=True, help="group name on the agents")
     for parser in _subparsers(p):
         if parser.prog != "dettui serve":
             _connection_args(parser)

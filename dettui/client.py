@@ -529,6 +529,14 @@ class Client:
         await self.request("PATCH", f"/api/v1/users/{user_id}",
                            body={"password": password, "isHashed": False})
 
+    async def link_agent_user(self, user_id: int, uid: int, gid: int, user: str,
+                              group: str) -> dict[str, Any]:
+        """`det user link-with-agent-user`: the Unix user and group the user's trials run as."""
+        body = {"agentUserGroup": {"agentUid": uid, "agentGid": gid, "agentUser": user,
+                                   "agentGroup": group}}
+        got = await self.request("PATCH", f"/api/v1/users/{user_id}", body=body)
+        return dict(got["user"])
+
     # --- the agent protocol (dettui.protocol): what an agent calls --------------------------
 
     async def register_agent(self, body: protocol.RegisterAgentBody) -> protocol.Registered:

@@ -1,4 +1,7 @@
-"""`dettui user login|list|create|activate|deactivate|change-password`."""
+"""`dettui user login|list|create|activate|deactivate|change-password|link-with-agent-user`.
+
+A user's linked agent user (`link-with-agent-user`, admins only, as `det`'s) is the Unix user
+and group its trials run as on the agents; `user list` shows it as `uid:gid (user:group)`."""
 
 from __future__ import annotations
 
@@ -49,9 +52,9 @@ def action(args: argparse.Namespace) -> Callable[[api.Client], Awaitable[None]]:
         if args.json:
             output.print_json(users)
             return
-        output.table("Users", ["ID", "Username", "Admin", "Active"],
+        output.table("Users", ["ID", "Username", "Admin", "Active", "Agent user"],
                      [(u["id"], u["username"], "yes" if u["admin"] else "",
-                       "yes" if u["active"] else "no") for u in users])
+                       "yes" if u["active"] else "no", agent_user_text(u)) for u in users])
 
     async def create(c: api.Client) -> None:
         password = _password(f"Password for the new user '{args.username}': ", args.password)
@@ -70,6 +73,23 @@ def action(args: argparse.Namespace) -> Callable[[api.Client], Awaitable[None]]:
         await c.set_password(target["id"], password)
         output.console.print(f"Password of {name} changed", markup=False)
 
+    async def link(c: api.Client) -> None:
+        target = await c.user_by_name(args.username)
+        linked = await c.link_agent_user(target["id"], args.agent_uid, args.agent_gid,
+                                         args.agent_user, args.agent_group)
+        output.console.print(f"User {args.username} runs trials as {agent_user_text(linked)}",
+                             markup=False)
+
     actions = {"list": list_, "ls": list_, "create": create, "activate": set_active,
-               "deactivate": set_active, "change-password": change_password}
+               "deactivate": set_active, "change-password": change_password,
+               "link-with-agent-user": link}
     return actions[verb]
+
+
+def agent_user_text(user: dict[str, object]) -> str:
+    """A user's linked agent user as `uid:gid (user:group)`, or '' when unlinked."""
+    link = user.get("agentUserGroup")
+    if not isinstance(link, dict):
+        return ""
+    return (f"{link.get('agentUid')}:{link.get('agentGid')} "
+            f"({link.get('agentUser')}:{link.get('agentGroup')})")

@@ -127,3 +127,26 @@ async def test_a_linked_owners_trials_start_as_its_agent_user(api: Api) -> None:
     assert starts[linked]["agentUser"] == {"uid": 1001, "gid": 1002, "user": "alice",
                                            "group": "lab"}
     assert starts[unlinked]["agentUser"] is None
+
+
+async def test_dettui_user_link_with_agent_user_and_list(
+        api: Api, capsys: pytest.CaptureFixture[str]) -> None:
+    """`dettui user link-with-agent-user` (as `det`'s) sets the link; `user list` shows it."""
+    import argparse
+
+    from dettui.client import Client
+    from dettui.commands import user
+
+    admin = await as_user(api, "admin")
+    await _new_user(admin, "alice")
+    c = Client(str(api.client.server.make_url("")), admin.token)
+    args = argparse.Namespace(verb="link-with-agent-user", username="alice", agent_uid=1001,
+                              agent_gid=1002, agent_user="alice", agent_group="lab", json=False)
+    try:
+        await user.action(args)(c)
+        await user.action(argparse.Namespace(verb="list", json=False))(c)
+    finally:
+        await c.close()
+    out = capsys.readouterr().out
+    assert "User alice runs trials as 1001:1002 (alice:lab)" in out
+    assert "Agent user" in out and out.count("1001:1002 (alice:lab)") == 2, out
