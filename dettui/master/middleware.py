@@ -19,6 +19,8 @@ from dettui.errors import (
 from dettui.master import keys, offload, unsupported
 from dettui.master.openapi import op_of
 from dettui.master.store import callers, credentials
+from dettui.master.store import experiments as exp_store
+from dettui.master.store import trials as trial_store
 from dettui.master.store.credentials import AgentCredential
 from dettui.master.store.records import Allocation, User
 from dettui.master.wire import json_response
@@ -173,16 +175,53 @@ def principal(request: web.Request) -> Principal:
 
 
 def check_trial(request: web.Request, trial_id: int) -> None:
-    """A task token may touch only its own trial."""
+    """Reading a trial: a task token may read only its own trial (users read every trial).
+    Writes go through `require_trial_writer`."""
     p = principal(request)
     if p.allocation is not None and p.allocation.trial_id != trial_id:
         raise PermissionDenied(f"this allocation's token is not valid for trial {trial_id}")
 
 
 def check_allocation(request: web.Request, alloc_id: str) -> None:
+    """Reading an allocation (its preemption long-poll): a task token only its own."""
     p = principal(request)
     if p.allocation is not None and p.allocation.id != alloc_id:
         raise PermissionDenied(f"this allocation's token is not valid for allocation {alloc_id}")
+
+
+async def require_trial_writer(request: web.Request, trial_id: int | None,
+                               allocation_id: str | None = None) -> None:
+    """Who may write to a trial (metrics, progress, early exit, runner state, logs, checkpoint
+    reports, preemption signals and acks): the trial's own live allocation, by its token
+    (DET_SESSION_TOKEN, which the real `determined` client sends inside a trial as
+    `Grpc-Metadata-x-allocation-token`); for an unmanaged (detached) trial, which has no
+    allocation, its experiment's owner or an admin with a user's token. A user's token, even an
+    admin's, never writes to a trial the cluster runs: its reports would mix with the trial's
+    own. An exited allocation's token is refused before this (401, `_principal`). With
+    `allocation_id` (an allocation's route; `trial_id` may then be None), the token must be that
+    allocation's."""
+    p = principal(request)
+    if p.allocation is not None:
+        if trial_id not in (None, p.allocation.trial_id) or \
+                allocation_id not in (None, p.allocation.id):
+            what = f"allocation {allocation_id}" if allocation_id else f"trial {trial_id}"
+            raise PermissionDenied(f"this allocation's token may only write to its own trial "
+                                   f"and allocation, not to {what}")
+        return
+    user = require_user(request)
+    db = request.app[keys.DB]
+    if trial_id is None:
+        assert allocation_id is not None
+        trial_id = (await db.read(trial_store.allocation, allocation_id)).trial_id
+    trial = await db.read(trial_store.get, trial_id)
+    exp = await db.read(exp_store.get, trial.experiment_id)
+    if not exp.unmanaged:
+        raise PermissionDenied(
+            f"trial {trial_id} is run by the cluster: only its own allocation's token "
+            "(DET_SESSION_TOKEN) may write to it; a user's token may read it")
+    if not user.admin and user.id != exp.owner_id:
+        raise PermissionDenied(f"only the owner of experiment {exp.id} or an admin may write "
+                               f"to its trial {trial_id}")
 
 
 def require_user(request: web.Request) -> User:

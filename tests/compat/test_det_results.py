@@ -24,9 +24,11 @@ pytestmark = [pytest.mark.slow,
 
 TRAIN = """
 import os
+from types import SimpleNamespace
 from determined import core
 
 with core.init() as ctx:
+    uuids = {}
     for step in (1, 2, 3):
         ctx.train.report_training_metrics(steps_completed=step, metrics={"loss": 1 / step})
         ctx.train.report_validation_metrics(steps_completed=step,
@@ -35,7 +37,11 @@ with core.init() as ctx:
             (path / "weights.bin").write_bytes(os.urandom(300_000))
             (path / "sub").mkdir()
             (path / "sub" / "note.txt").write_text(f"step {step}")
+        uuids[step] = uuid
         print("checkpoint", step, uuid, flush=True)
+    # the trial stands here for one that used its best checkpoint (inference): only a trial's
+    # own allocation links it, with DET_SESSION_TOKEN (report_task_using_checkpoint reads .uuid)
+    ctx.experimental.report_task_using_checkpoint(SimpleNamespace(uuid=uuids[2]))
 """
 
 SDK = """
@@ -155,10 +161,7 @@ def test_checkpoints_and_metrics_come_back_out(served: Served, tmp_path: Path) -
     mine = json.loads(served.cli("checkpoint", "list", "1", "--best", "1", "--json").stdout)
     assert [c["uuid"] for c in mine] == [best]
 
-    # the trial that trained it stands here for one that used it (inference)
-    served.api("POST", "/api/v1/trial-source-info", {"trialSourceInfo": {
-        "checkpointUuid": best, "trialId": 1,
-        "trialSourceInfoType": "TRIAL_SOURCE_INFO_TYPE_INFERENCE"}})
+    # the trial linked itself to `best` (TRAIN): get_metrics finds its validation reports
     res = subprocess.run([f"{DET_VENV}/bin/python", "-c", SDK_CHANGES, served.url, best],
                          capture_output=True, text=True, timeout=120,
                          env={"HOME": str(home), "PATH": "/usr/bin:/bin"})

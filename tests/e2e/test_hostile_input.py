@@ -75,8 +75,8 @@ def test_huge_config_bomb_and_deep_json_are_refused_while_the_master_answers(
     status, body, _ = post(headless, "/api/v1/experiments",
                            b'{"config": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", token)
     assert status == 400 and "nested more than" in body["message"], body
-    status, body, _ = post(headless, "/api/v1/trials/1/metrics",
-                           b'{"group": "training", "metrics": ' + b'{"a": ' * 5000 + b"1"
+    status, body, _ = post(headless, "/api/v1/trials",  # a user's write with a body
+                           b'{"experimentId": 1, "hparams": ' + b'{"a": ' * 5000 + b"1"
                            + b"}" * 5001, token)
     assert status == 400 and "nested more than" in body["message"], body
     poller.stop.set()

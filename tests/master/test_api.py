@@ -148,10 +148,12 @@ async def test_malformed_input_gets_4xx_and_the_master_stays_up(
 
 async def test_metrics_merge_and_run_id_rules(api: Api) -> None:
     await create(api)
+    _, token = await allocate(api, 1)  # a trial's reports come from its allocation
     body = {"group": "training", "metrics": {"trialId": 1, "trialRunId": 5, "stepsCompleted": 1,
                                              "metrics": {"avgMetrics": {"loss": 1.0}}}}
-    bad = await api.call("POST", "/api/v1/trials/1/metrics", body, status=400)
-    assert bad["message"] == "invalid run id, 5 (reported) != 0 (expected)"
+    bad = await api.call("POST", "/api/v1/trials/1/metrics", body, status=400,
+                         headers={"Grpc-Metadata-x-allocation-token": f"Bearer {token}"})
+    assert bad["message"] == "invalid run id, 5 (reported) != 1 (expected)"
 
 
 async def test_pagination_offset_bounds(api: Api) -> None:

@@ -121,9 +121,11 @@ async def test_the_route_marks_the_part_its_resources_id_names(api: Api) -> None
                    headers=task, status=404)
     theirs = f"/api/v1/allocations/{one.id}/resources/{one.container_id(A)}/daemon"
     await api.call("POST", theirs, headers=task, status=403)
-    refused = await api.call("POST", theirs, status=403)
-    assert "only the owner of allocation" in refused["message"]
-    assert await admin.call("POST", theirs) == {}
+    for user in (api, admin):  # a user's token, even the owner's or an admin's: never
+        refused = await user.call("POST", theirs, status=403)
+        assert "only its own allocation's token" in refused["message"]
+    own = {"Grpc-Metadata-x-allocation-token": f"Bearer {mint.allocation(one.id)}"}
+    assert await api.call("POST", theirs, headers=own) == {}
     assert (await db.run(trials.allocation, one.id)).daemons == []
     logs = await api.call("GET", "/api/v1/trials/2/logs")
     assert logs["result"]["log"].startswith("Ignoring request to daemonize resources")

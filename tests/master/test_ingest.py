@@ -81,7 +81,8 @@ async def test_a_refused_report_is_raised_and_the_others_are_kept(api: Api) -> N
     ok = await api.call("POST", "/api/v1/trials/1/metrics/batch", {"reports": [
         {"group": "training", "metrics": {"trialId": 1, "trialRunId": run, "stepsCompleted": s,
                                           "metrics": {"avgMetrics": {"loss": 1.0}}}}
-        for run, s in ((1, 1), (7, 2), (1, 3))]})
+        for run, s in ((1, 1), (7, 2), (1, 3))]},
+        headers={"Grpc-Metadata-x-allocation-token": f"Bearer {train._info.session_token}"})
     assert ok == {"refused": [{"index": 1, "message":
                                "invalid run id, 7 (reported) != 1 (expected)"}]}
     assert await _steps(api) == [1, 3]

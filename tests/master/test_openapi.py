@@ -8,7 +8,8 @@ import re
 from typing import Any
 
 from dettui.master import openapi
-from tests.master.conftest import Api
+from tests.master.conftest import Api, allocate
+from tests.master.test_api import create
 
 
 async def test_every_route_is_published(api: Api) -> None:
@@ -48,8 +49,12 @@ def test_each_handler_declares_the_body_it_parses(api: Api) -> None:
 
 
 async def test_bodies_are_capped_per_operation(api: Api) -> None:
+    await create(api)
+    _, token = await allocate(api, 1)  # the trial's own writer: refused only for the size
+    task = {"Grpc-Metadata-x-allocation-token": f"Bearer {token}"}
     big = b'{"group": "training", "x": "' + b"x" * (17 * 1024 * 1024) + b'"}'
-    body = await api.call("POST", "/api/v1/trials/1/metrics", raw=big, status=413)
+    body = await api.call("POST", "/api/v1/trials/1/metrics", raw=big, status=413,
+                          headers=task)
     assert "over the limit of 16,777,216 bytes for POST /api/v1/trials/{id}/metrics" in body[
         "message"]
 
@@ -57,6 +62,5 @@ async def test_bodies_are_capped_per_operation(api: Api) -> None:
         for _ in range(17):
             yield b"x" * (1024 * 1024)
 
-    resp = await api.client.post("/api/v1/trials/1/metrics", data=chunks(),
-                                 headers=api.headers())
+    resp = await api.client.post("/api/v1/trials/1/metrics", data=chunks(), headers=task)
     assert resp.status == 413, await resp.text()

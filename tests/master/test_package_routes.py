@@ -16,7 +16,8 @@ from tests.master.test_auth import as_user
 
 async def test_run_metadata_is_replaced_whole_and_read_back(api: Api) -> None:
     """`core.train.set_metadata` / `get_metadata`: Determined's rules, the trial's own
-    allocation or its owner may set it, everyone may read it."""
+    allocation may set it (a user's token, even its owner's, may not: the cluster runs it),
+    everyone may read it."""
     admin = await as_user(api, "admin")
     await create(api)  # trial 1: determined's
     await create(admin)  # trial 2: the admin's
@@ -26,13 +27,16 @@ async def test_run_metadata_is_replaced_whole_and_read_back(api: Api) -> None:
     body = {"metadata": {"dataset": {"rows": 10, "tags": ["a", "b"]}, "note": "x"}, "runId": 1}
     set_ = await api.call("POST", "/api/v1/runs/1/metadata", body, headers=task)
     assert set_ == {"metadata": body["metadata"]}
-    await api.call("POST", "/api/v1/runs/1/metadata", {"metadata": {"note": "y"}})  # owner
+    refused = await api.call("POST", "/api/v1/runs/1/metadata", {"metadata": {"note": "z"}},
+                             status=403)  # its owner's user token
+    assert "is run by the cluster" in refused["message"]
+    await api.call("POST", "/api/v1/runs/1/metadata", {"metadata": {"note": "y"}}, headers=task)
     assert (await admin.call("GET", "/api/v1/runs/1/metadata")) == {"metadata": {"note": "y"}}
     await api.call("GET", "/api/v1/runs/2/metadata", headers=task, status=403)
     await api.call("POST", "/api/v1/runs/2/metadata", {"metadata": {}}, headers=task,
                    status=403)
     refused = await api.call("POST", "/api/v1/runs/2/metadata", {"metadata": {}}, status=403)
-    assert "only the owner of run 2" in refused["message"]
+    assert "is run by the cluster" in refused["message"]
     await api.call("POST", "/api/v1/runs/99/metadata", {"metadata": {}}, status=404)
     await api.call("GET", "/api/v1/runs/99/metadata", status=404)
     for bad, why in [({"a.b": 1}, "can not contain"), ({"k" * 51: 1}, "key exceeds"),
@@ -40,10 +44,11 @@ async def test_run_metadata_is_replaced_whole_and_read_back(api: Api) -> None:
                      (_nested(11), "nesting depth"), ({str(i): i for i in range(1001)},
                                                        "key count limit")]:
         refused = await api.call("POST", "/api/v1/runs/1/metadata", {"metadata": bad},
-                                 status=400)
+                                 headers=task, status=400)
         assert why in refused["message"], (bad, refused)
-    await api.call("POST", "/api/v1/runs/1/metadata", {"metadata": {}, "runId": 2}, status=400)
-    await api.call("POST", "/api/v1/runs/1/metadata", {"metadata": _nested(10)})
+    await api.call("POST", "/api/v1/runs/1/metadata", {"metadata": {}, "runId": 2},
+                   headers=task, status=400)
+    await api.call("POST", "/api/v1/runs/1/metadata", {"metadata": _nested(10)}, headers=task)
     assert (await api.call("GET", "/api/v1/runs/1/metadata"))["metadata"] == _nested(10)
 
 
@@ -133,18 +138,23 @@ async def test_a_trial_using_a_checkpoint_is_found_by_its_metrics(api: Api) -> N
     fine = await api.call("GET", f"/api/v1/checkpoints/{uuid}/metrics?trialSourceInfoType="
                                  "TRIAL_SOURCE_INFO_TYPE_FINE_TUNING")
     assert fine == {"metrics": []}
-    # who may link: the trial's own allocation, its owner or an admin
+    # who may link: the trial's own allocation only (the cluster runs it), not another
+    # trial's, nor a user's token, even its owner's or an admin's
     other = {**info, "trialId": 3}
     await api.call("POST", "/api/v1/trial-source-info", {"trialSourceInfo": other},
                    headers=_task(t2), status=403)
     await api.call("POST", "/api/v1/trial-source-info", {"trialSourceInfo": other}, status=403)
-    await admin.call("POST", "/api/v1/trial-source-info", {"trialSourceInfo": other})
+    await admin.call("POST", "/api/v1/trial-source-info", {"trialSourceInfo": other},
+                     status=403)
+    _, t3 = await allocate(api, 3)
+    await api.call("POST", "/api/v1/trial-source-info", {"trialSourceInfo": other},
+                   headers=_task(t3))
     for bad, status in [({**info, "trialSourceInfoType": "X"}, 400),
                         ({**info, "checkpointUuid": "../x"}, 400),
                         ({**info, "checkpointUuid": ckpt_uuid(99)}, 404),
-                        ({**info, "trialId": 99}, 404)]:
+                        ({**info, "trialId": 99}, 403)]:
         await api.call("POST", "/api/v1/trial-source-info", {"trialSourceInfo": bad},
-                       status=status)
+                       headers=_task(t2), status=status)
     await api.call("GET", f"/api/v1/checkpoints/{ckpt_uuid(99)}/metrics", status=404)
     await api.call("GET", f"/api/v1/checkpoints/{uuid}/metrics?trialSourceInfoType=X",
                    status=400)

@@ -137,12 +137,14 @@ async def test_a_uuid_of_another_trials_checkpoint_is_refused(setup: Setup) -> N
     assert "another trial" in refused["message"]
 
 
-async def _legacy_rows(setup: Setup) -> None:
-    """Rows written before uuids were checked: straight into the store."""
+async def _legacy_rows(setup: Setup, *uuids: str) -> None:
+    """Rows written before uuids and their directories were checked: straight into the
+    store (by default, three uuids that lead out of the storage)."""
     db = setup.api.client.server.app[keys.DB]
+    uuids = uuids or (str(setup.victim), "../victim", "../victim/data")
 
     def insert(conn: Any) -> None:
-        for i, uuid in enumerate((str(setup.victim), "../victim", "../victim/data")):
+        for i, uuid in enumerate(uuids):
             conn.execute(
                 "INSERT INTO checkpoints (uuid, trial_id, experiment_id, task_id, allocation_id,"
                 " report_time, state, resources, metadata, steps_completed) "
@@ -173,9 +175,12 @@ async def test_gc_and_delete_never_leave_the_storage(setup: Setup) -> None:
     real = setup.storage / ckpt_uuid(8)
     real.mkdir()
     (real / "model.pt").write_bytes(b"w")
-    for uuid, steps in ((ckpt_uuid(7), 7), (ckpt_uuid(8), 8)):
-        await setup.api.call("POST", "/api/v1/checkpoints", setup.body(uuid, steps),
-                             headers=setup.task)
+    refused = await setup.api.call("POST", "/api/v1/checkpoints", setup.body(ckpt_uuid(7), 7),
+                                   headers=setup.task, status=403)
+    assert "not a directory" in refused["message"]  # a report of a link is refused now...
+    await _legacy_rows(setup, ckpt_uuid(7))  # ...but a row from before may be in the store
+    await setup.api.call("POST", "/api/v1/checkpoints", setup.body(ckpt_uuid(8), 8),
+                         headers=setup.task)
     await setup.api.call("PATCH", "/api/v1/experiments/1", {"checkpointStorage": {
         "saveExperimentBest": 0, "saveTrialBest": 0, "saveTrialLatest": 0}})
     assert intact(setup.victim)

@@ -151,14 +151,19 @@ async def test_the_trials_of_an_experiment(api: Api) -> None:
     rest = (await api.call("GET", f"/api/v1/experiments/{exp['id']}/trials"))["trials"]
     assert snap["upsert"] == rest and snap["order"] == [str(rest[0]["id"])]
     trial = rest[0]["id"]
+    alloc, token = await allocate(api, trial)  # its reports come from its allocation
     await api.call("POST", f"/api/v1/trials/{trial}/metrics", {"group": "training", "metrics": {
-        "trialId": trial, "trialRunId": 0, "stepsCompleted": 5,
-        "metrics": {"avgMetrics": {"loss": 0.5}}}})
+        "trialId": trial, "trialRunId": alloc.run_id, "stepsCompleted": 5,
+        "metrics": {"avgMetrics": {"loss": 0.5}}}},
+        headers={"Grpc-Metadata-x-allocation-token": f"Bearer {token}"})
     diff = await inbox.next(topic)
     assert diff["upsert"][0]["latestTraining"]["totalBatches"] == 5
+    cluster = api.client.server.app[keys.CLUSTER]
+    await cluster.allocations.finish(alloc.id, None, "lost", "lost")  # queued again
     await api.call("POST", f"/api/v1/experiments/{exp['id']}/pause")
-    diff = await inbox.next(topic)
-    assert diff["upsert"][0]["state"] == "STATE_PAUSED" and diff["order"] is None
+    while (diff := await inbox.next(topic))["upsert"][0]["state"] != "STATE_PAUSED":
+        pass
+    assert diff["order"] is None
 
 
 async def test_an_unknown_experiment_is_an_error_of_its_topic(api: Api) -> None:

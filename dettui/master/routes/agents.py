@@ -20,7 +20,7 @@ from dettui.master.middleware import (
     read_json,
     require_admin,
     require_agent,
-    require_owner,
+    require_trial_writer,
     task_route,
 )
 from dettui.master.openapi import op
@@ -359,7 +359,7 @@ routes.get("/api/v1/allocations/{allocationId}/signals/preemption")(preemption)
 @task_route
 async def ack_preemption(request: web.Request) -> web.Response:
     alloc_id = request.match_info["allocationId"]
-    check_allocation(request, alloc_id)
+    await require_trial_writer(request, None, alloc_id)
     await request.app[keys.CLUSTER].allocations.ack_preemption(alloc_id)
     return json_response({})
 
@@ -369,8 +369,10 @@ routes.post("/api/v1/allocations/{allocationId}/signals/ack_preemption")(ack_pre
 
 @task_route
 async def pending_preemption(request: web.Request) -> web.Response:
+    """Determined's AllocationPendingPreemptionSignal, which `determined.exec.launch` sends on
+    SIGTERM: only the allocation's own token."""
     alloc_id = request.match_info["allocationId"]
-    check_allocation(request, alloc_id)
+    await require_trial_writer(request, None, alloc_id)
     await request.app[keys.CLUSTER].allocations.preempt(alloc_id)
     return json_response({})
 
@@ -383,10 +385,10 @@ routes.post("/api/v1/allocations/{allocationId}/signals/pending_preemption")(pen
 async def mark_daemon(request: web.Request) -> web.Response:
     """Determined's MarkAllocationResourcesDaemon, which the real `determined.launch.deepspeed`
     and `horovod` call from every non-chief node before running its sshd: that node's part is
-    ended once every other part has exited, and how it ends does not count. The allocation's
-    own token, its trial's owner or an admin."""
+    ended once every other part has exited, and how it ends does not count. Only the
+    allocation's own token (the launchers call it with DET_SESSION_TOKEN)."""
     alloc_id, resources_id = request.match_info["allocationId"], request.match_info["resourcesId"]
-    check_allocation(request, alloc_id)
+    await require_trial_writer(request, None, alloc_id)
     body = await parse(request, MarkDaemonBody)
     if body.allocation_id not in (None, "", alloc_id) or \
             body.resources_id not in (None, "", resources_id):
@@ -394,9 +396,6 @@ async def mark_daemon(request: web.Request) -> web.Response:
     db = request.app[keys.DB]
     alloc = await db.read(trial_store.allocation, alloc_id)
     trial = await db.read(trial_store.get, alloc.trial_id)
-    if principal(request).allocation is None:
-        exp = await db.read(exp_store.get, trial.experiment_id)
-        require_owner(request, exp.owner_id, f"allocation {alloc_id}")
     agent_id = alloc.agent_of(resources_id)
     if agent_id is None:
         raise NotFound(f"resources {resources_id} not found in allocation {alloc_id}")

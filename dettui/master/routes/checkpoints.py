@@ -1,8 +1,11 @@
-"""Checkpoints: report (from training code), get, and record deletions."""
+"""Checkpoints: report (from training code: only the trial's own allocation, of files it
+wrote), get, and record deletions."""
 
 from __future__ import annotations
 
 import asyncio
+import os
+import stat
 import time
 from typing import Any
 
@@ -20,11 +23,11 @@ from dettui.master.bodies import (
     parse,
 )
 from dettui.master.middleware import (
-    check_trial,
     principal,
     read_json,
     require_admin,
     require_owner,
+    require_trial_writer,
     task_route,
 )
 from dettui.master.openapi import op
@@ -33,10 +36,11 @@ from dettui.master.store import checkpoints as ckpt_store
 from dettui.master.store import experiments as exp_store
 from dettui.master.store import metrics as metric_store
 from dettui.master.store import trials as trial_store
-from dettui.master.store.records import Checkpoint, Experiment
+from dettui.master.store.records import Allocation, Checkpoint, Experiment, Trial
 from dettui.master.wire import big_json_response, json_response, page_of, parse_ts, path_int
 from dettui.models import CheckpointState
 from dettui.paths import checkpoint_uuid
+from dettui.storage import storage_base
 
 routes = web.RouteTableDef()
 MAX_PATCH = 10_000  # checkpoints per PATCH
@@ -51,14 +55,15 @@ async def report(request: web.Request) -> web.Response:
         raise InvalidArgument("invalid state for reported checkpoint")
     db = request.app[keys.DB]
     trial = await db.read(trial_store.by_task_id, body.task_id)
-    p = principal(request)
-    if p.allocation is not None and p.allocation.trial_id != trial.id:
-        raise PermissionDenied("an allocation token may only report its own trial's checkpoints")
+    await require_trial_writer(request, trial.id, body.allocation_id or None)
     if "steps_completed" not in body.metadata:
         raise InvalidArgument("metadata for reported checkpoints requires 'steps_completed'")
+    alloc = principal(request).allocation
+    if alloc is not None:
+        await _written_by(request, alloc, trial, body.uuid)
     ckpt = await db.run(
         ckpt_store.report, uuid=body.uuid, trial_id=trial.id, experiment_id=trial.experiment_id,
-        task_id=body.task_id, allocation_id=body.allocation_id,
+        task_id=body.task_id, allocation_id=alloc.id if alloc else body.allocation_id,
         report_time=parse_ts(body.report_time) or time.time(), resources=body.resources,
         metadata=body.metadata, storage_id=body.storage_id,
     )
@@ -67,6 +72,52 @@ async def report(request: web.Request) -> web.Response:
 
 
 routes.post("/api/v1/checkpoints")(report)
+
+
+async def _written_by(request: web.Request, alloc: Allocation, trial: Trial, uuid: str) -> None:
+    """A report names files its allocation wrote; it cannot adopt storage that is not its own.
+    A uuid another trial has is refused by the store (409). Where the master sees the
+    experiment's storage (shared_fs, directory), the uuid's entry must be a real directory
+    (a symlink could lead to another trial's checkpoint, which the master would then serve
+    and delete as this trial's), made after the allocation started: one whose inode changed
+    last before that (ctime never goes back) was there already, left by another trial. A
+    re-report (client retry) of a checkpoint this trial already has is not checked again.
+    What this cannot see: a directory another trial makes while this allocation runs (the
+    sandbox's file permissions keep trials out of each other's directories)."""
+    db = request.app[keys.DB]
+    try:
+        if (await db.read(ckpt_store.get, uuid)).trial_id == trial.id:
+            return
+    except NotFound:
+        pass
+    exp = await db.read(exp_store.get, trial.experiment_id)
+    problem = await asyncio.to_thread(_storage_problem, exp.config, uuid, alloc.start_time)
+    if problem:
+        raise PermissionDenied(f"checkpoint {uuid}: {problem}: a report may only name files "
+                               f"that allocation {alloc.id} wrote")
+
+
+CLOCK_SLACK = 1.0  # seconds a directory's ctime may be before its allocation's start
+
+
+def _storage_problem(config: dict[str, Any], uuid: str, started: float) -> str | None:
+    """Why the uuid's entry in the experiment's storage is not this allocation's, if the
+    master can see that storage (None when it cannot, or when it looks right)."""
+    if (config.get("checkpoint_storage") or {}).get("type") not in STORAGE_SEEN:
+        return None
+    try:
+        st = os.lstat(storage_base(config) / uuid)
+    except OSError:
+        return None  # not on the master's machine (or not there yet): nothing to compare
+    if not stat.S_ISDIR(st.st_mode):
+        return "its storage entry is not a directory (a symlink or a file)"
+    if st.st_ctime < started - CLOCK_SLACK:
+        return (f"its directory was there before the allocation started "
+                f"({time.ctime(st.st_ctime)} < {time.ctime(started)})")
+    return None
+
+
+STORAGE_SEEN = ("shared_fs", "directory")  # storage types that are paths on a file system
 
 
 async def _readable(request: web.Request, uuid: str) -> Checkpoint:
@@ -287,19 +338,16 @@ MAX_SOURCE_METRICS = 1000  # reports per linked trial, as Determined's
 @task_route
 @op(body=TrialSourceInfoBody)
 async def report_source(request: web.Request) -> web.Response:
-    """Determined's ReportTrialSourceInfo: the trial (its own allocation, its owner or an admin)
-    says it uses the checkpoint."""
+    """Determined's ReportTrialSourceInfo: the trial (its own allocation; a detached trial's
+    owner or an admin) says it uses the checkpoint."""
     info = (await parse(request, TrialSourceInfoBody)).trial_source_info
     if info.trial_source_info_type not in ckpt_store.SOURCE_KINDS:
         raise InvalidArgument(f"trialSourceInfo.trialSourceInfoType: one of "
                               f"{', '.join(ckpt_store.SOURCE_KINDS)}")
     uuid = checkpoint_uuid(info.checkpoint_uuid, "trialSourceInfo.checkpointUuid")
-    check_trial(request, info.trial_id)
+    await require_trial_writer(request, info.trial_id)
     db = request.app[keys.DB]
     trial = await db.read(trial_store.get, info.trial_id)
-    if principal(request).allocation is None:
-        exp = await db.read(exp_store.get, trial.experiment_id)
-        require_owner(request, exp.owner_id, f"trial {trial.id}")
     await db.run(ckpt_store.link_trial, trial.id, uuid, info.trial_source_info_type,
                  info.model_id, info.model_version)
     return json_response({"trialId": trial.id, "checkpointUuid": uuid})

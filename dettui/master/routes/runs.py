@@ -8,9 +8,8 @@ from aiohttp import web
 from dettui.errors import InvalidArgument
 from dettui.master import keys, run_metadata
 from dettui.master.bodies import RunMetadataBody, parse
-from dettui.master.middleware import check_trial, principal, require_owner, task_route
+from dettui.master.middleware import check_trial, require_trial_writer, task_route
 from dettui.master.openapi import op
-from dettui.master.store import experiments as exp_store
 from dettui.master.store import trials as trial_store
 from dettui.master.wire import json_response, path_int
 
@@ -29,19 +28,17 @@ async def get_metadata(request: web.Request) -> web.Response:
 @task_route
 @op(body=RunMetadataBody)
 async def post_metadata(request: web.Request) -> web.Response:
-    """Replace the run's metadata (its trial's own allocation, its owner or an admin)."""
+    """Replace the run's metadata: its trial's own allocation (`core.train.set_metadata`), or,
+    for a detached run, its owner or an admin."""
     run_id = path_int(request, "runId")
-    check_trial(request, run_id)
+    await require_trial_writer(request, run_id)
     body = await parse(request, RunMetadataBody)
     if body.run_id is not None and body.run_id != run_id:
         raise InvalidArgument(f"runId: {body.run_id} does not match the run {run_id} in the "
                               "path")
     run_metadata.check(body.metadata)
     db = request.app[keys.DB]
-    trial = await db.read(trial_store.get, run_id)
-    if principal(request).allocation is None:
-        exp = await db.read(exp_store.get, trial.experiment_id)
-        require_owner(request, exp.owner_id, f"run {run_id}")
+    await db.read(trial_store.get, run_id)
     stored = await db.run(trial_store.set_run_metadata, run_id, body.metadata)
     return json_response({"metadata": stored})
 
