@@ -153,8 +153,11 @@ def _serve_args(s: argparse.ArgumentParser) -> None:
     s.add_argument("--agent-timeout", type=_seconds, metavar="SECONDS",
                    help="silence after which an agent counts as lost and its trials are "
                    "requeued (default 20; the master's own stalls do not count)")
-    s.add_argument("--admin-password", default=os.environ.get("DETTUI_ADMIN_PASSWORD"),
-                   help="password for admin and determined (required beyond loopback)")
+    s.add_argument("--admin-password", help="password for admin and determined (required "
+                   "beyond loopback; visible in `ps`: prefer --admin-password-file or "
+                   "$DETTUI_ADMIN_PASSWORD)")
+    s.add_argument("--admin-password-file", type=Path, metavar="PATH",
+                   help="read the admin password from this file (mode 600)")
     s.add_argument("--db", metavar="URL", default=os.environ.get("DETTUI_DB"),
                    help="keep the store in PostgreSQL: postgresql://USER@HOST:PORT/DB (default "
                    "$DETTUI_DB, where a password stays out of the process list; none: SQLite "
@@ -172,9 +175,10 @@ def _agent_args(a: argparse.ArgumentParser) -> None:
     a.add_argument("--slots", type=int, default=1, help="CPU slots when no GPU is found")
     a.add_argument("--pool", default="default", help="resource pool to join")
     a.add_argument("--id", help="agent id (default: hostname)")
-    a.add_argument("--token", default=os.environ.get("DETTUI_AGENT_TOKEN"),
-                   help="the agent's credential (from `dettui agent token create`; default "
-                   "$DETTUI_AGENT_TOKEN)")
+    a.add_argument("--token", help="the agent's credential (from `dettui agent token "
+                   "create`); visible in `ps`: prefer --token-file or $DETTUI_AGENT_TOKEN")
+    a.add_argument("--token-file", type=Path, metavar="PATH",
+                   help="read the agent's credential from this file (mode 600)")
     a.add_argument("--work-dir", type=Path, help="where allocations' work dirs go")
     a.add_argument("--address", help="address peers use to reach this agent (default: the one "
                    "on the route to the master)")
@@ -361,12 +365,15 @@ def _run(args: argparse.Namespace) -> int:
         return runtime.stop_master(args.state_dir or _default_state_dir())
     if args.command == "serve":
         from dettui import statedir
+        from dettui.commands import secret
         from dettui.master import settings as ms
 
         cfg = ms.load_master_config(args.master_config) if args.master_config else (
             ms.MasterConfig())
         kw = ms.settings_from(cfg, preemption=args.preemption, host=args.host, port=args.port,
-                              admin_password=args.admin_password, state_dir=args.state_dir,
+                              admin_password=secret.admin_password(
+                                  args.admin_password, args.admin_password_file),
+                              state_dir=args.state_dir,
                               agent_timeout=args.agent_timeout, db_url=ms.db_url(args.db))
         kw.setdefault("state_dir", _default_state_dir())
         settings = ms.MasterSettings(**kw)
@@ -377,13 +384,15 @@ def _run(args: argparse.Namespace) -> int:
         return 0
     if args.command == "agent" and not args.action:
         from dettui.agent.agent import AgentOptions
+        from dettui.commands import secret
 
+        token = secret.agent_token(args.token, args.token_file)
         agent_id = args.id or socket.gethostname()
         options = AgentOptions(
             master_url=api.master_url(args.master), agent_id=agent_id, pool=args.pool,
             cpu_slots=args.slots, work_root=args.work_dir or runtime.default_work_root(agent_id),
             address=args.address)
-        asyncio.run(runtime.run_agent(options, args.token))
+        asyncio.run(runtime.run_agent(options, token))
         return 0
     if args.command == "user" and args.verb == "login":
         from dettui.commands import user

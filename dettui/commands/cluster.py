@@ -140,8 +140,9 @@ async def agent_token(c: Client, verb: str | None, cred_id: str | None, *, descr
         if as_json:
             output.print_json(body)
             return
-        output.console.print(f"Agent credential {body['credential']['id']} (shown once; "
-                             "start an agent with it):")
+        # the secret alone on stdout, so `... token create > agent.token` is the agent's file
+        output.err_console.print(f"Agent credential {body['credential']['id']} (shown once; "
+                                 "start an agent with it):")
         output.console.print(body["token"], markup=False, highlight=False, soft_wrap=True)
     elif verb in ("list", "ls"):
         creds = await c.agent_credentials()

@@ -18,12 +18,15 @@ from tests.e2e.test_single import _marked_processes, write_ctx
 pytestmark = pytest.mark.slow
 
 
-def start_agent(s: Served, tmp_path: Path, *args: str) -> subprocess.Popen[str]:
-    """A `dettui agent` with a credential of its own (issued by the admin)."""
+def start_agent(s: Served, tmp_path: Path, *args: str,
+                token: str | None = None) -> subprocess.Popen[str]:
+    """A `dettui agent` with a credential of its own (issued by the admin, unless `token`:
+    an agent id is bound to the first credential that registers under it)."""
     return subprocess.Popen(
         [sys.executable, "-m", "dettui.cli", "-m", s.url, "agent", "--work-dir",
-         str(tmp_path / "agent-work"), "--token", s.agent_token(), *args],
-        env=s.env(), stdout=subprocess.DEVNULL, stderr=open(tmp_path / "agent.log", "a"),  # noqa: SIM115
+         str(tmp_path / "agent-work"), *args],
+        env={**s.env(), "DETTUI_AGENT_TOKEN": token or s.agent_token()},
+        stdout=subprocess.DEVNULL, stderr=open(tmp_path / "agent.log", "a"),  # noqa: SIM115
         text=True)
 
 
@@ -66,7 +69,8 @@ def test_agent_joins_with_its_slots_and_runs_work(headless: Served, tmp_path: Pa
 def test_stopping_an_agent_ends_its_allocations_and_the_trial_resumes(
     headless: Served, tmp_path: Path
 ) -> None:
-    agent = start_agent(headless, tmp_path, "--id", "w")
+    token = headless.agent_token()
+    agent = start_agent(headless, tmp_path, "--id", "w", token=token)
     headless.wait_for_agents(1)
     cfg, ctx = write_ctx(tmp_path, """
         name: long
@@ -93,7 +97,7 @@ def test_stopping_an_agent_ends_its_allocations_and_the_trial_resumes(
     assert _marked_processes() == [], "the agent's stop ended every process of its allocations"
     trial = headless.api("GET", "/api/v1/trials/1")["trial"]
     assert trial["state"] == "STATE_QUEUED" and trial["restarts"] == 0
-    agent = start_agent(headless, tmp_path, "--id", "w")
+    agent = start_agent(headless, tmp_path, "--id", "w", token=token)  # the same agent again
     try:
         exp = headless.wait_experiment(1, timeout=60)
         assert exp["state"] == "STATE_COMPLETED"

@@ -103,7 +103,8 @@ def test_a_failing_node_ends_the_other_node(two_agents: Served) -> None:
 
 def test_sigkill_of_the_agent_leaves_no_worker_and_the_trial_resumes(
         headless: Served, tmp_path: Path) -> None:
-    agent = start_agent(headless, tmp_path, "--id", "box", "--slots", "2")
+    token = headless.agent_token()
+    agent = start_agent(headless, tmp_path, "--id", "box", "--slots", "2", token=token)
     headless.wait_for_agents(1)
     out = headless.cli("e", "create", str(SAMPLE / "ddp.yaml"), str(SAMPLE), "--config",
                        "hyperparameters.step_sleep=0.1").stdout
@@ -119,7 +120,7 @@ def test_sigkill_of_the_agent_leaves_no_worker_and_the_trial_resumes(
     while _marked_processes():
         assert time.monotonic() < deadline, f"left behind: {_marked_processes()}"
         time.sleep(0.1)
-    agent = start_agent(headless, tmp_path, "--id", "box", "--slots", "2")
+    agent = start_agent(headless, tmp_path, "--id", "box", "--slots", "2", token=token)
     try:
         exp = headless.wait_experiment(exp_id, timeout=180)
         logs = headless.cli("t", "logs", "1").stdout

@@ -21,8 +21,9 @@ pytestmark = pytest.mark.slow
 
 README = (REPO / "README.md").read_text()
 NOT_RUN = {  # command as printed -> why this test does not run it
-    "dettui serve --host 0.0.0.0 --admin-password ...": "starts a master beyond loopback; "
-    "tests/e2e/test_serve_flags.py checks that it needs the password",
+    "dettui serve --host 0.0.0.0 --admin-password-file admin.pass": "starts a master beyond "
+    "loopback; tests/e2e/test_serve_flags.py checks that it needs the password, and "
+    "tests/e2e/test_secret_files.py reads it from a file",
     "dettui t logs 1 --rank 1": "names the ddp sample's trial (2 ranks); the tour runs the "
     "one-slot sample, whose rank 0 the tour's `t logs 1 --rank 0` shows",
     "dettui user deactivate|activate|change-password": "a summary of three commands",
@@ -47,8 +48,8 @@ NOT_RUN = {  # command as printed -> why this test does not run it
     "dettui e download EXP [--top N]": "a synopsis; tests/compat/test_det_results.py runs it",
     "dettui serve --config master.yaml": "a synopsis; tests/e2e/test_slurm.py runs it with a "
     "Slurm pool",
-    "dettui agent --master URL --token TOKEN": "a synopsis; tests/e2e/test_multihost.py runs "
-    "agents on other (namespaced) hosts",
+    "dettui agent --master URL --token-file PATH": "a synopsis; tests/e2e/test_multihost.py "
+    "runs agents on other (namespaced) hosts",
 }
 
 
@@ -104,14 +105,17 @@ def test_the_readme_commands_run_as_printed(served: Served, tmp_path: Path) -> N
 
 
 def join_an_agent(served: Served, tmp_path: Path) -> set[str]:
-    """`dettui -u admin agent token create`, then the agent command with its placeholders."""
+    """`dettui -u admin agent token create` into a file of mode 600, then the agent command
+    with its placeholders."""
     create = "dettui -u admin agent token create"
-    join = "dettui agent --master http://MASTER:8080 --token TOKEN --slots 4"
-    assert f"`{create}`" in README and f"`{join}`" in README
-    token = re.search(r"^\S{20,}$", run(served, create), re.M)
-    assert token, "the token is printed on a line of its own"
+    join = "dettui agent --master http://MASTER:8080 --token-file agent.token --slots 4"
+    assert f"`(umask 077; {create} > agent.token)`" in README and f"`{join}`" in README
+    token_file = tmp_path / "agent.token"
+    token_file.touch(mode=0o600)  # what umask 077 gives
+    token_file.write_text(run(served, create))  # stdout is the token alone
+    assert re.fullmatch(r"\S{20,}\n", token_file.read_text()), "the token alone"
     command = join.replace("MASTER:8080", served.url.removeprefix("http://")).replace(
-        "TOKEN", token.group(0))
+        "agent.token", str(token_file))
     argv = [sys.executable, "-m", "dettui.cli", *shlex.split(command)[1:], "--id", "readme",
             "--work-dir", str(tmp_path / "agent")]
     agent = subprocess.Popen(argv, cwd=REPO, env=served.env(), stdout=subprocess.DEVNULL,
