@@ -136,3 +136,31 @@ def test_real_det_cli_manages_users(served: Served, tmp_path: Path) -> None:
     on = det(served, home, "user", "activate", "alice")
     assert on.returncode == 0, on.stdout + on.stderr
     assert det(served, alice, "user", "login", "alice", stdin="Other-456\n").returncode == 0
+
+
+@pytest.mark.skipif(not DET_VENV, reason="run through `make test` (needs the determined venv)")
+def test_real_det_cli_links_users_with_agent_users(served: Served, tmp_path: Path) -> None:
+    """`det user link-with-agent-user` as an admin stores the link: `det user list` shows it,
+    and the master's user object carries it; an ordinary user is refused."""
+    home = tmp_path / "home"
+    home.mkdir()
+    assert det(served, home, "user", "login", "admin", stdin="\n").returncode == 0
+    made = det(served, home, "user", "create", "alice", "--password", "Secret-123")
+    assert made.returncode == 0, made.stdout + made.stderr
+    linked = det(served, home, "user", "link-with-agent-user", "alice", "--agent-uid", "1001",
+                 "--agent-gid", "1002", "--agent-user", "alice", "--agent-group", "lab")
+    assert linked.returncode == 0, linked.stdout + linked.stderr
+    listed = det(served, home, "user", "list")
+    row = next(line for line in listed.stdout.splitlines() if " alice " in f" {line} ")
+    assert all(v in row for v in ("1001", "1002", "lab")), listed.stdout
+    got = served.api("GET", "/api/v1/users/alice/by-username")["user"]["agentUserGroup"]
+    assert got == {"agentUid": 1001, "agentGid": 1002, "agentUser": "alice",
+                   "agentGroup": "lab"}
+    alice = tmp_path / "alice"
+    alice.mkdir()
+    assert det(served, alice, "user", "login", "alice", stdin="Secret-123\n").returncode == 0
+    refused = det(served, alice, "user", "link-with-agent-user", "alice", "--agent-uid", "0",
+                  "--agent-gid", "0", "--agent-user", "root", "--agent-group", "root")
+    assert refused.returncode != 0, refused.stdout
+    again = served.api("GET", "/api/v1/users/alice/by-username")["user"]["agentUserGroup"]
+    assert again == got
