@@ -6,6 +6,7 @@ the binding outlives master restarts, and revoking the credential frees the id."
 from __future__ import annotations
 
 import sqlite3
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ import pytest
 from dettui.errors import PermissionDenied
 from dettui.master import keys
 from dettui.master.app import create_app
-from dettui.master.settings import MasterSettings
+from dettui.master.settings import MasterSettings, SlurmPool
 from dettui.master.store import credentials
 from dettui.master.store import db as dbmod
 from tests.master.conftest import Api, agent_headers, allocate
@@ -169,3 +170,13 @@ def test_migration_26_keeps_the_first_credential_of_an_id(tmp_path: Path) -> Non
     with pytest.raises(sqlite3.IntegrityError):
         conn.execute("UPDATE agent_credentials SET agent_id='other' WHERE id=4")
     conn.close()
+
+
+async def test_no_credential_joins_as_the_masters_slurm_pool(
+        master_settings: MasterSettings, aiohttp_client: Any) -> None:
+    """A Slurm pool's agent is the master's own (no credential speaks for it): its id is
+    refused to every agent credential, so none can take over its link and its work."""
+    settings = replace(master_settings, slurm={"hpc": SlurmPool("hpc", "gpu")})
+    api = await _master(settings, aiohttp_client)
+    body = await join(api, await agent_headers(api), "slurm-hpc", status=403)
+    assert "belongs to the master's Slurm pool" in body["message"]
