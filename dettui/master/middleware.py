@@ -1,4 +1,9 @@
-"""Errors become Determined-shaped JSON bodies; every request but a few needs a token."""
+"""Errors become Determined-shaped JSON bodies; every request but a few needs a token.
+
+Who may do what, once known who calls: users read every trial; a trial is written only by
+its own allocation's token, or, detached, by its owner or an admin (`require_trial_writer`);
+users change what they own, admins everything (`require_owner`); an agent credential speaks
+only the agent protocol, for its own agent (`require_agent`)."""
 
 from __future__ import annotations
 
