@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from dettui import paths, retry, telemetry
-from dettui.agent import process, sandbox, spool
+from dettui.agent import process, sandbox, spool, trialuser
 from dettui.agent.allocation import AllocationRun, ship
 from dettui.auth import token_path
 from dettui.client import Client
@@ -49,6 +49,9 @@ class AgentOptions:
     address: str | None = None  # what peers use to reach this machine (rendezvous)
     hidden: tuple[Path, ...] = ()  # paths trials must not read (besides the work root)
     exposed: tuple[Path, ...] = ()  # inside `hidden`, but trials may use them (checkpoints)
+    trial_user: str = trialuser.DEFAULT  # a root agent's trials of unlinked owners run as it
+    no_sandbox: bool = False  # run trials even where no sandbox can be made (said loudly)
+    nproc: int | None = sandbox.DEFAULT_NPROC  # RLIMIT_NPROC of a trial's user; None: none
 
 
 def cpu_cores() -> int:
@@ -90,6 +93,9 @@ class Agent:
         self._stopping = asyncio.Event()
         self._registered = asyncio.Event()
         self._supervisors: set[asyncio.Task[None]] = set()
+        self.trial_user: trialuser.TrialUser | None = None  # None: trials run as this process
+        self.sandbox_note: str | None = None
+        self.reach_problem: str | None = None  # why the default trial user cannot run trials
 
     async def run(self) -> None:
         process.become_subreaper()
@@ -102,8 +108,15 @@ class Agent:
         if self.note:
             log.warning("agent %s: %s", self.id, self.note)
         support = await asyncio.to_thread(sandbox.probe)  # once: the result is kept
-        if not support.on:
-            log.warning("agent %s: %s", self.id, support.note)
+        refusal = sandbox.refused(support, self.options.no_sandbox)
+        if refusal is not None:
+            raise DettuiError(f"agent {self.id}: {refusal}")
+        self.sandbox_note = sandbox.off_note(support, self.options.no_sandbox)
+        if self.sandbox_note:
+            log.warning("agent %s: %s", self.id, self.sandbox_note)
+        if support.root:
+            self.trial_user = trialuser.named(self.options.trial_user)
+            await asyncio.to_thread(self._check_reach, support)
         (self.options.work_root / STARTED).mkdir(exist_ok=True)
         await self._register()
         tasks = [asyncio.create_task(self._report_lost_by_earlier_run()),
@@ -123,6 +136,21 @@ class Agent:
 
     def stop(self) -> None:
         self._stopping.set()
+
+    def _check_reach(self, support: sandbox.Support) -> None:
+        """Say at start, naming the path and the user, when the default trial user cannot run
+        what every trial needs (the Python and dettui), rather than every trial failing later."""
+        user = self.trial_user
+        assert user is not None
+        if user.root:
+            log.warning("agent %s: trials of unlinked users run as root (--trial-user root), "
+                        "without capabilities", self.id)
+        why = sandbox.reach(support, user, self.options.hidden)
+        if why is None:
+            log.info("agent %s: trials of unlinked users run as %s", self.id, user.describe())
+        else:
+            log.error("agent %s: %s", self.id, why)
+            self.reach_problem = why
 
     async def _register(self) -> None:
         waits = retry.delays()
@@ -270,7 +298,7 @@ class Agent:
             run = AllocationRun(item, self.client, self.id, self.options.work_root,
                                 self.options.master_url, self.own_pids,
                                 (*self.options.hidden, token_path().parent),
-                                self.options.exposed)
+                                self.options.exposed, self.trial_user, self.options.nproc)
             self.runs[alloc_id] = run
             self._supervisors.add(asyncio.create_task(self._supervise(run)))
         else:

@@ -18,7 +18,8 @@ from typing import Any
 import psutil
 
 from dettui import context, lifeline, paths, retry
-from dettui.agent import logship, process, runinfo, sandbox, spool
+from dettui.agent import logship, process, runinfo, sandbox, spool, trialuser
+from dettui.agent.trialuser import TrialUser
 from dettui.client import Client
 from dettui.errors import ContextError, DettuiError, MasterUnreachable
 from dettui.launch import sitedir, spec
@@ -38,8 +39,11 @@ MASTER_PATIENCE = 600.0  # seconds to wait for an unreachable master before givi
 class AllocationRun:
     def __init__(self, spec: StartWork, client: Client, agent_id: str, work_root: Path,
                  master_url: str, own_pids: set[int], hidden: Sequence[Path] = (),
-                 exposed: Sequence[Path] = ()) -> None:
+                 exposed: Sequence[Path] = (), user: TrialUser | None = None,
+                 nproc: int | None = None) -> None:
         self.spec = spec
+        self.user = user  # who the trial runs as (None: this process's user)
+        self.nproc = nproc
         self.hidden = [*hidden, work_root]  # what the trial must not read
         self.exposed = list(exposed)  # inside `hidden`, but a trial may use it (checkpoints)
         self.id = spec.allocation_id
@@ -85,6 +89,14 @@ class AllocationRun:
         return self.exit_code, self.reason
 
     async def _prepare(self) -> None:
+        if self.user is not None:  # a root agent: the owner's linked user, else its default
+            self.user = trialuser.linked(self.spec.agent_user, self.user)
+            if self.user.root:
+                self._system_line("note: this trial runs as root, as its owner's link or the "
+                                  "agent's --trial-user says (without capabilities)")
+        elif self.spec.agent_user is not None and os.geteuid() != 0:
+            self._system_line("note: the owner's linked agent user is not used: this agent is "
+                              "not root, so trials run as the agent's own user")
         self.workdir.mkdir(parents=True, exist_ok=True)
         data = await self._fetch_context()
         if data:
@@ -126,6 +138,8 @@ class AllocationRun:
         env.update(runinfo.environment(self.run_dir, self.workdir, mounted))
         for name, port in runinfo.ports(env, free_port).items():
             env.setdefault(name, port)
+        if self.user is not None and self.user.uid != os.geteuid():
+            env.update(self._identity(env["DET_WORKDIR"]))
         env.update({
             "DET_MASTER": self.master_url,
             "DET_MASTER_ADDR": self.master_url.split("://", 1)[-1].rsplit(":", 1)[0],
@@ -144,6 +158,29 @@ class AllocationRun:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(d) for d in cuda)
         return env
 
+    def _identity(self, workdir: str) -> dict[str, str]:
+        """USER, LOGNAME and HOME of the trial's user: its home when it owns one, else the work
+        dir (`nobody`'s /nonexistent would fail every cache write)."""
+        assert self.user is not None
+        home = self.user.home
+        try:
+            owned = bool(home) and Path(home).is_dir() and Path(home).stat().st_uid == self.user.uid
+        except OSError:
+            owned = False
+        return {"USER": self.user.name, "LOGNAME": self.user.name,
+                "HOME": home if owned else workdir}
+
+    def _hand_over(self) -> None:
+        """Give the trial's user its work and run dirs, 0700: no other user reads them. (The
+        default checkpoint storage is made open to every trial user by the master.)"""
+        user = self.user
+        if user is None or user.uid == os.geteuid() or os.geteuid() != 0:
+            return
+        for top in (self.workdir, self.run_dir):
+            if top.exists():
+                chown_tree(top, user.uid, user.gid)
+                top.chmod(0o700)
+
     async def _execute(self) -> None:
         argv = self._argv()
         # The parent-death signal through setpriv rather than a preexec_fn keeps the spawn a
@@ -153,11 +190,13 @@ class AllocationRun:
         env = self._env(support.on)
         self._check_storage(env)
         await asyncio.to_thread(runinfo.write, self.run_dir, env, self.workdir, support.on)
+        mounts = self._mounts(env)
+        await asyncio.to_thread(self._hand_over)
         found = _runnable(argv[0], self.workdir, env["PATH"])
         prefix = lifeline.pdeathsig_prefix() if found else ()
         if found:
             argv = sandbox.wrap(support, argv, env["DET_WORKDIR"], self.hidden,
-                                self._kept(env), self._mounts(env))
+                                self._kept(env), mounts, self.user, self.nproc)
         if not support.on:
             self._system_line(f"note: {support.note}")
         self.proc = await asyncio.create_subprocess_exec(
@@ -328,6 +367,15 @@ def _runnable(program: str, cwd: Path, path: str) -> bool:
     if os.sep in program:
         return os.access(cwd / program, os.X_OK)
     return shutil.which(program, path=path) is not None
+
+
+def chown_tree(top: Path, uid: int, gid: int) -> None:
+    """`top` and everything under it owned by uid:gid (links themselves, never followed)."""
+    os.chown(top, uid, gid, follow_symlinks=False)
+    for root, dirs, files in os.walk(top):
+        for name in (*dirs, *files):
+            with contextlib.suppress(FileNotFoundError):
+                os.chown(os.path.join(root, name), uid, gid, follow_symlinks=False)
 
 
 def hook_shell() -> str:

@@ -1,35 +1,48 @@
 """Each allocation's processes run in Linux namespaces of their own, set up with util-linux's
-`unshare` (no containers, no new dependency):
+`unshare` and `setpriv` (no containers, no new dependency), as an unprivileged Unix user:
 
 - a PID namespace: the entrypoint is its init, so when the allocation ends (or the agent dies:
   the agent's parent-death signal ends `unshare`, whose --kill-child ends the init) every process
-  in it ends, however it double-forked or re-parented itself;
+  in it ends, however it double-forked or re-parented itself, and it sees no host process;
 - a mount namespace in which the paths the trial must not read (the master's state dir with its
   database, the agent's work root with other allocations, the dettui config dir with tokens) are
   covered by empty read-only tmpfs, with only what the trial needs bound back: its own work dir
-  and its checkpoint storage;
+  and its checkpoint storage. Directories the trial's user could not pass anyway (/root, a
+  0700 temporary dir) are covered the same way, with the Python that runs the trial bound back;
 - in that namespace, Determined's container paths (`runinfo.mounts`): the allocation's run dir
   with its info files at /run/determined, the work dir at /run/determined/workdir, shared_fs
   storage at /determined_shared_fs. Where /run cannot be written (a user namespace without
-  root), a tmpfs goes over /run with its entries bound back, so /run/determined can be made.
+  root), a tmpfs goes over /run with its entries bound back, so /run/determined can be made;
+- then `setpriv` becomes the trial's user (a root agent: the owner's linked user, or the
+  default trial user; see trialuser.py) with no capabilities at all (an empty bounding set),
+  `no_new_privs` and a process limit (RLIMIT_NPROC), and execs the entrypoint. Without
+  capabilities the trial cannot undo a mount, and the state dir, keys and other users' run dirs
+  are closed to it by their modes (0700, 0600) as well: a mount is not a boundary against root.
 
-Where namespaces are not available (not root, and no user namespaces), `probe` says why once and
-allocations run as plain process groups with a parent-death signal, swept at agent start.
+A non-root agent makes the namespaces inside a user namespace of its own (the trial is "root"
+there, with no capabilities, and its mounts locked). Where no namespace can be made, the agent
+refuses to run trials unless started with `--no-sandbox` (or DETTUI_NO_SANDBOX set), which it
+prints at start and shows in `agent list`; allocations then run as plain process groups with a
+parent-death signal, swept at agent start.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import shutil
 import subprocess
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from dettui.agent import runinfo
+from dettui.agent.trialuser import TrialUser, readable, unreachable
+from dettui.launch import sitedir
 
-OFF_SWITCH = "DETTUI_NO_SANDBOX"  # set (to anything): run without namespaces, as a fallback
+OFF_SWITCH = "DETTUI_NO_SANDBOX"  # set (to anything): as --no-sandbox
 STAGE = "/tmp/.dettui-sandbox"  # where kept paths wait while their parents are covered
 
 # Run as the init of the new namespaces: place the mounts, stage what is kept, cover what is
@@ -84,6 +97,7 @@ for h in $hidden; do mount -o remount,ro,bind "$h" 2>/dev/null || true; done
 umount -l "$STAGE"
 cd "$CWD"
 unset IFS STAGE CWD
+umask 077
 exec "$@"
 """
 
@@ -91,10 +105,11 @@ exec "$@"
 @dataclass(frozen=True)
 class Support:
     """What this machine lets the agent do: `prefix` starts a command in new namespaces (empty
-    when it cannot), `note` says why not."""
+    when it cannot), `note` says why not; `root`: the agent may run trials as other users."""
 
     prefix: tuple[str, ...]
     note: str | None = None
+    root: bool = False
 
     @property
     def on(self) -> bool:
@@ -104,31 +119,87 @@ class Support:
 @functools.cache
 def probe() -> Support:
     """Try `unshare` once: as root, or in a user namespace of its own when not root."""
-    if os.environ.get(OFF_SWITCH):
-        return Support((), f"sandbox off ({OFF_SWITCH} is set): allocations run as process "
-                           "groups, without namespaces")
-    unshare = shutil.which("unshare")
-    if unshare is None:
-        return Support((), "util-linux's unshare is not installed: allocations run as "
-                           "process groups, without namespaces")
+    root = os.geteuid() == 0
+    unshare, setpriv = shutil.which("unshare"), shutil.which("setpriv")
+    if unshare is None or setpriv is None:
+        return Support((), "util-linux's unshare and setpriv are not both installed", root)
     base = (unshare, "--mount", "--pid", "--fork", "--kill-child", "--mount-proc")
-    tries = [base] if os.geteuid() == 0 else []
-    tries.append((unshare, "--user", "--map-current-user", *base[1:]))
+    tries = [base] if root else []
+    tries.append((unshare, "--user", "--map-root-user", *base[1:]))
     last = ""
     for prefix in tries:
         try:
             res = subprocess.run([*prefix, "--", "sh", "-c", "mount -t tmpfs t /mnt 2>/dev/null "
-                                  "|| mount -t tmpfs t /tmp"], capture_output=True, timeout=10,
-                                 stdin=subprocess.DEVNULL, text=True)
+                                  f"|| mount -t tmpfs t /tmp; exec {' '.join(DROP)} true"],
+                                 capture_output=True, timeout=10, stdin=subprocess.DEVNULL,
+                                 text=True)
         except (OSError, subprocess.SubprocessError) as exc:
             last = str(exc)
             continue
         if res.returncode == 0:
-            return Support(prefix)
+            return Support(prefix, None, root)
         lines = (res.stderr or "").strip().splitlines()
         last = lines[-1] if lines else f"exit status {res.returncode}"
-    return Support((), f"Linux namespaces are not available here ({last or 'unshare failed'}):"
-                       " allocations run as process groups, without namespaces")
+    return Support((), f"Linux namespaces are not available here ({last or 'unshare failed'})",
+                   root)
+
+
+def refused(support: Support, no_sandbox: bool) -> str | None:
+    """Why this agent must not run trials (no sandbox, and not told to go without), or None."""
+    if support.on or no_sandbox or os.environ.get(OFF_SWITCH):
+        return None
+    return (f"no sandbox can be made for trials: {support.note}. Trials would read the "
+            "master's state and keys and signal its processes; install util-linux, run the "
+            "agent as root or allow user namespaces (sysctl kernel.unprivileged_userns_clone=1)"
+            ", or start the agent with --no-sandbox to run trials unconfined")
+
+
+def off_note(support: Support, no_sandbox: bool) -> str | None:
+    """What `agent list` and the agent's start say when trials run without a sandbox."""
+    if no_sandbox or os.environ.get(OFF_SWITCH):
+        return "--no-sandbox: trials run unconfined, as process groups without namespaces"
+    return None if support.on else support.note
+
+
+# What the trial's process becomes, after the mounts: no capabilities (an empty bounding set,
+# so not even a root trial user gets any at exec), no new privileges through setuid files.
+DROP = ("setpriv", "--inh-caps=-all", "--ambient-caps=-all", "--bounding-set=-all",
+        "--no-new-privs")
+DEFAULT_NPROC = 4096  # processes and threads of the trial's Unix user (RLIMIT_NPROC)
+
+
+def become(support: Support, user: TrialUser | None, nproc: int | None) -> list[str]:
+    """The commands that turn the sandbox's root into the trial: its process limit, then its
+    user (a root agent only), groups and no capabilities."""
+    out: list[str] = []
+    change = user is not None and support.root and user.uid != os.geteuid()
+    if nproc and change:
+        # Counted per Unix user, threads included; never applied to the agent's own user,
+        # whose other processes (the master) would count against it.
+        out += ["prlimit", f"--nproc={nproc}:{nproc}", "--"]
+    if change:
+        assert user is not None
+        groups = ["--groups", ",".join(map(str, user.groups))] if user.groups else [
+            "--clear-groups"]
+        # A change of credentials clears the parent-death signal `unshare --kill-child` armed:
+        # armed again, or the trial would outlive a SIGKILLed agent.
+        out += [*DROP[:1], f"--reuid={user.uid}", f"--regid={user.gid}", *groups,
+                "--pdeathsig", "KILL", *DROP[1:], "--"]
+    elif support.on or support.root:
+        out += [*DROP, "--"]
+    return out
+
+
+def needed_by_python() -> list[Path]:
+    """What any trial needs to read besides its own files: the interpreter the agent runs
+    trials with, its libraries, and dettui (the trial's sitecustomize and Core API)."""
+    import site
+
+    out = {Path(sys.prefix), Path(sys.base_prefix), Path(sys.exec_prefix),
+           Path(os.path.realpath(sys.executable)).parent, Path(sitedir.DIRECTORY).parent.parent}
+    with contextlib.suppress(AttributeError):
+        out.update(Path(p) for p in site.getsitepackages())
+    return sorted(p for p in out if p.is_dir())
 
 
 def outermost(paths: Sequence[Path]) -> list[Path]:
@@ -141,15 +212,28 @@ def outermost(paths: Sequence[Path]) -> list[Path]:
     return out
 
 
+def covers(hidden: Sequence[Path], kept: Sequence[Path], user: TrialUser | None) -> list[Path]:
+    """What the sandbox covers: the hidden paths, and the directories on the way to what is kept
+    that the trial's user could not pass (they hold nothing it could read anyway)."""
+    out = list(hidden)
+    if user is not None:
+        out += [u for k in kept if (u := unreachable(k, user)) is not None]
+    return [h for h in outermost(out) if h.is_dir() and h != Path("/")]
+
+
 def wrap(support: Support, argv: Sequence[str], cwd: str | Path, hidden: Sequence[Path],
-         kept: Sequence[Path], mounts: Sequence[runinfo.Mount] = ()) -> list[str]:
+         kept: Sequence[Path], mounts: Sequence[runinfo.Mount] = (),
+         user: TrialUser | None = None, nproc: int | None = None) -> list[str]:
     """`argv` run in new namespaces with `mounts` placed, `hidden` covered and `kept` (inside
     them) bound back, from `cwd` as seen through the new mounts (a cwd inherited from before
-    them would still reach what they cover through `..`); `argv` unchanged when namespaces are
-    unavailable. A mount whose target cannot be made (outside /run, without root) is skipped."""
+    them would still reach what they cover through `..`), as `user` without capabilities;
+    without namespaces, `argv` as `user` (a root agent) or unchanged. A mount whose target
+    cannot be made (outside /run, without root) is skipped."""
+    tail = [*become(support, user, nproc), *argv]
     if not support.on:
-        return list(argv)
-    cover = [h for h in outermost(hidden) if h.is_dir()]
+        return tail
+    kept = [*kept, *needed_by_python()]
+    cover = covers(hidden, kept, user if support.root else None)
     keep = [k.resolve() for k in kept if any(k.resolve().is_relative_to(h) for h in cover)]
     for k in keep:
         k.mkdir(parents=True, exist_ok=True)  # a bind needs its source
@@ -157,4 +241,28 @@ def wrap(support: Support, argv: Sequence[str], cwd: str | Path, hidden: Sequenc
     pairs = [str(x) for m in placed for x in (m.source.resolve(), m.target)]
     return [*support.prefix, "--", "env", f"STAGE={STAGE}", f"CWD={cwd}", "sh", "-c", SCRIPT,
             "sandbox", str(len(cover)), *map(str, cover), str(len(placed)), *pairs,
-            *map(str, keep), "--", *argv]
+            *map(str, keep), "--", *tail]
+
+
+def reach(support: Support, user: TrialUser, hidden: Sequence[Path]) -> str | None:
+    """Whether `user` can run what every trial needs (this Python, importing dettui.core) in
+    the sandbox a trial gets; if not, why, naming the path and the user."""
+    argv = [sys.executable, "-c", "import dettui.core"]
+    wrapped = wrap(support, argv, "/", hidden, (), (), user)
+    try:
+        res = subprocess.run(wrapped, capture_output=True, text=True, timeout=120, cwd="/",
+                             stdin=subprocess.DEVNULL, env={"PATH": os.environ.get("PATH", "")})
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"could not check what trial user {user.describe()} can run: {exc}"
+    if res.returncode == 0:
+        return None
+    lines = (res.stderr or "").strip().splitlines()
+    why = lines[-1] if lines else f"exit status {res.returncode}"
+    for path in (Path(os.path.realpath(sys.executable)), *needed_by_python()):
+        where = None if support.on else unreachable(path, user)
+        if where is not None:
+            return (f"trial user {user.describe()} cannot reach {where} (on the way to {path}),"
+                    f" so it cannot run trials: {why}")
+        if path.is_file() and not readable(path, user):
+            return f"trial user {user.describe()} cannot read {path}: {why}"
+    return f"trial user {user.describe()} cannot run {sys.executable} with dettui: {why}"

@@ -44,7 +44,7 @@ def create_app(settings: MasterSettings) -> web.Application:
 async def _lifetime(app: web.Application) -> AsyncIterator[None]:
     settings = app[keys.SETTINGS]
     _private_dir(settings.state_dir)
-    settings.checkpoint_root.mkdir(parents=True, exist_ok=True)
+    _shared_dir(settings.checkpoint_root)
     offload.warm_up("dettui.master.intake")
     mint = Mint.load(settings.state_dir)
     db = Database(settings.db_target)
@@ -84,6 +84,17 @@ def _private_dir(path: Path) -> None:
     path.mkdir(mode=0o700, parents=True, exist_ok=True)
     if path.stat().st_uid == os.geteuid():
         path.chmod(0o700)
+
+
+def _shared_dir(path: Path) -> None:
+    """The default checkpoint storage: every trial writes its checkpoints there, each as its
+    own Unix user (see dettui/agent/trialuser.py), so the directory is sticky and open to all
+    as /tmp is: a trial makes its checkpoint's directory (0700 under the trials' umask) and no
+    other user's trial can remove or rename it. The state dir above it stays 0700: a trial
+    reaches it only through the sandbox's bind."""
+    path.mkdir(parents=True, exist_ok=True)
+    if path.stat().st_uid == os.geteuid():
+        path.chmod(0o1777)
 
 
 async def start_master(settings: MasterSettings) -> tuple[web.AppRunner, str]:

@@ -193,7 +193,7 @@ def test_an_agent_sigkill_leaves_no_process(headless: Served, tmp_path: Path,
         # without namespaces the daemon survives the agent; the agent's next start sweeps it
         agent = start_agent(headless, tmp_path, "--slots", "1", "--id", "doomed")
         wait_for("the sweep at agent start", lambda: alloc not in allocation_processes(), 30)
-        assert "sandbox off" in (tmp_path / "agent.log").read_text()  # said once, at start
+        assert "--no-sandbox: trials run unconfined" in (tmp_path / "agent.log").read_text()
     finally:
         if agent.poll() is None:
             agent.terminate()

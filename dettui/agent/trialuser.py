@@ -1,0 +1,135 @@
+"""The Unix user a trial runs as, and what that user can reach on this machine.
+
+As Slurm runs a job as the user who submitted it, and Determined runs a task as its owner's
+linked agent user (`det user link-with-agent-user`), a trial on a root agent runs as its owner's
+linked Unix user; an unlinked owner's trials run as the agent's default trial user
+(`dettui agent --trial-user`, `nobody` unless told otherwise). Root only when an admin linked
+the owner to root, or the agent was started with `--trial-user root`, explicitly.
+
+`unreachable` tells which directory on the way to a path a user cannot pass (by mode bits, as
+the kernel checks them for a process without capabilities): the sandbox covers such a
+directory with an empty tmpfs and binds back only what the trial needs inside it (its work
+dir, its checkpoint storage, the Python that runs it), and the agent names the path and the
+user when something a trial needs stays out of reach.
+"""
+
+from __future__ import annotations
+
+import grp
+import os
+import pwd
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+from dettui.errors import InvalidArgument
+from dettui.protocol import AgentUser
+
+DEFAULT = "nobody"
+
+
+@dataclass(frozen=True)
+class TrialUser:
+    uid: int
+    gid: int
+    name: str
+    groups: tuple[int, ...] = ()  # supplementary groups, as `initgroups` gives them
+    home: str = ""
+
+    @property
+    def root(self) -> bool:
+        return self.uid == 0
+
+    def describe(self) -> str:
+        return f"{self.name} (uid {self.uid}, gid {self.gid})"
+
+
+def named(name: str) -> TrialUser:
+    """The user called `name` (or with that numeric id) on this machine."""
+    try:
+        entry = pwd.getpwuid(int(name)) if name.isdigit() else pwd.getpwnam(name)
+    except (KeyError, ValueError, OverflowError) as exc:
+        raise InvalidArgument(f"trial user {name!r}: no such user on this machine") from exc
+    return _of(entry)
+
+
+def _of(entry: pwd.struct_passwd, gid: int | None = None) -> TrialUser:
+    gid = entry.pw_gid if gid is None else gid
+    try:
+        groups = tuple(g for g in os.getgrouplist(entry.pw_name, gid) if g != gid)
+    except OSError:
+        groups = ()
+    return TrialUser(entry.pw_uid, gid, entry.pw_name, groups, entry.pw_dir)
+
+
+def linked(link: AgentUser | None, default: TrialUser) -> TrialUser:
+    """The user a trial runs as: its owner's linked agent user, else `default`. A name is
+    looked up on this machine; a bare uid that has no entry here runs with that uid and gid
+    and no supplementary groups."""
+    if link is None or (link.uid is None and not link.user):
+        return default
+    gid = link.gid
+    if link.group:
+        try:
+            gid = grp.getgrnam(link.group).gr_gid
+        except KeyError as exc:
+            raise InvalidArgument(f"the owner's linked agent group {link.group!r} does not "
+                                  "exist on this machine") from exc
+    if link.user:
+        try:
+            entry = pwd.getpwnam(link.user)
+        except KeyError as exc:
+            raise InvalidArgument(f"the owner's linked agent user {link.user!r} does not exist "
+                                  "on this machine") from exc
+        if link.uid is not None and link.uid != entry.pw_uid:
+            raise InvalidArgument(f"the owner's linked agent user {link.user!r} has uid "
+                                  f"{entry.pw_uid} here, not {link.uid}")
+        return _of(entry, gid)
+    assert link.uid is not None
+    try:
+        return _of(pwd.getpwuid(link.uid), gid)
+    except KeyError:
+        return TrialUser(link.uid, link.uid if gid is None else gid, str(link.uid))
+
+
+def _passes(st: os.stat_result, user: TrialUser, bit: int) -> bool:
+    """Whether `user`, without capabilities, has permission `bit` (an S_IXOTH-style bit: 1, 2
+    or 4) on a file of this status."""
+    if user.uid == st.st_uid:
+        return bool(st.st_mode & (bit << 6))
+    if st.st_gid == user.gid or st.st_gid in user.groups:
+        return bool(st.st_mode & (bit << 3))
+    return bool(st.st_mode & bit)
+
+
+def unreachable(path: Path, user: TrialUser) -> Path | None:
+    """The first directory on the way to `path` (itself included when it is a directory)
+    that `user` cannot pass, or None. Symbolic links are followed as the kernel would."""
+    path = Path(os.path.abspath(path))
+    current = Path("/")
+    for part in (*path.parts[1:], None):
+        try:
+            st = current.stat()
+        except OSError:
+            return None  # what does not exist is the trial's own error to see
+        if stat.S_ISDIR(st.st_mode) and not _passes(st, user, 1):
+            return current
+        if part is None:
+            return None
+        nxt = current / part
+        if nxt.is_symlink():
+            found = unreachable(nxt.resolve(), user)
+            if found is not None:
+                return found
+            current = nxt.resolve()
+        else:
+            current = nxt
+    return None
+
+
+def readable(path: Path, user: TrialUser) -> bool:
+    """Whether `user` may read `path` (a file) or list it (a directory), given it can reach it."""
+    try:
+        return _passes(path.stat(), user, 4)
+    except OSError:
+        return False
