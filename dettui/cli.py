@@ -158,10 +158,32 @@ def _serve_args(s: argparse.ArgumentParser) -> None:
                    "$DETTUI_ADMIN_PASSWORD)")
     s.add_argument("--admin-password-file", type=Path, metavar="PATH",
                    help="read the admin password from this file (mode 600)")
+    _sandbox_args(s)
     s.add_argument("--db", metavar="URL", default=os.environ.get("DETTUI_DB"),
                    help="keep the store in PostgreSQL: postgresql://USER@HOST:PORT/DB (default "
                    "$DETTUI_DB, where a password stays out of the process list; none: SQLite "
                    "in the state dir). One master per database")
+
+
+def _sandbox_args(a: argparse.ArgumentParser) -> None:
+    """How an agent (or serve's local agent) runs trials."""
+    a.add_argument("--trial-user", metavar="USER", help="as root: the Unix user that trials "
+                   "of users not linked to one run as (default nobody; root only if named)")
+    a.add_argument("--no-sandbox", action="store_true", help="run trials even where no "
+                   "sandbox (namespaces) can be made: they can then read the agent's files")
+    a.add_argument("--trial-nproc", type=int, metavar="N", help="processes and threads a "
+                   "trial's Unix user may have (RLIMIT_NPROC; default 4096, 0: no limit)")
+
+
+def _sandbox_options(args: argparse.Namespace) -> dict[str, Any]:
+    out: dict[str, Any] = {"no_sandbox": args.no_sandbox}
+    if args.trial_user:
+        out["trial_user"] = args.trial_user
+    if args.trial_nproc is not None:
+        if args.trial_nproc < 0:
+            raise InvalidArgument("--trial-nproc: must be 0 (no limit) or more")
+        out["nproc"] = args.trial_nproc or None
+    return out
 
 
 def _agent_args(a: argparse.ArgumentParser) -> None:
@@ -180,6 +202,7 @@ def _agent_args(a: argparse.ArgumentParser) -> None:
     a.add_argument("--token-file", type=Path, metavar="PATH",
                    help="read the agent's credential from this file (mode 600)")
     a.add_argument("--work-dir", type=Path, help="where allocations' work dirs go")
+    _sandbox_args(a)
     a.add_argument("--address", help="address peers use to reach this agent (default: the one "
                    "on the route to the master)")
     a.add_argument("--json", action="store_true")
@@ -380,7 +403,7 @@ def _run(args: argparse.Namespace) -> int:
         asyncio.run(runtime.serve(
             settings, agent=not args.no_agent, agent_slots=args.agent_slots,
             mode=statedir.BACKGROUND if args.background else statedir.SERVE,
-            drain_seconds=args.stop_timeout))
+            drain_seconds=args.stop_timeout, trials=_sandbox_options(args)))
         return 0
     if args.command == "agent" and not args.action:
         from dettui.agent.agent import AgentOptions
@@ -391,7 +414,7 @@ def _run(args: argparse.Namespace) -> int:
         options = AgentOptions(
             master_url=api.master_url(args.master), agent_id=agent_id, pool=args.pool,
             cpu_slots=args.slots, work_root=args.work_dir or runtime.default_work_root(agent_id),
-            address=args.address)
+            address=args.address, **_sandbox_options(args))
         asyncio.run(runtime.run_agent(options, token))
         return 0
     if args.command == "user" and args.verb == "login":

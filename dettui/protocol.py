@@ -42,6 +42,7 @@ class RegisterAgentBody(Message):
     running_allocations: list[str] = []
     version: str = ""
     no_gpu_reason: str | None = None  # why the agent offers CPU slots (NVML unavailable)
+    sandbox: str = ""  # how its trials run: "on, as nobody", "OFF (--no-sandbox)" (agent list)
 
 
 class HeartbeatBody(Message):

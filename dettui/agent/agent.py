@@ -137,6 +137,13 @@ class Agent:
     def stop(self) -> None:
         self._stopping.set()
 
+    def _sandbox_summary(self) -> str:
+        """How this agent runs trials, for `agent list`."""
+        if self.sandbox_note:
+            return "OFF (--no-sandbox)"
+        user = self.trial_user.name if self.trial_user is not None else "the agent's user"
+        return f"sandboxed, as {user}" + (" (cannot run them!)" if self.reach_problem else "")
+
     def _check_reach(self, support: sandbox.Support) -> None:
         """Say at start, naming the path and the user, when the default trial user cannot run
         what every trial needs (the Python and dettui), rather than every trial failing later."""
@@ -163,7 +170,8 @@ class Agent:
                     addresses=[self.options.address] if self.options.address
                     else _addresses(self.options.master_url),
                     running_allocations=list(self.runs),
-                    no_gpu_reason=None if self.gpu_indices else self.note))
+                    no_gpu_reason=None if self.gpu_indices else self.note,
+                    sandbox=self._sandbox_summary()))
                 self.heartbeat_seconds = registered.heartbeat_seconds
                 self._registered.set()
                 log.info("agent %s registered in pool %s with %d slot(s)", self.id,

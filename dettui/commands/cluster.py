@@ -56,9 +56,9 @@ async def agent_list(c: Client, *, as_json: bool) -> None:
         types = sorted({s["device"]["type"].removeprefix("TYPE_") for s in slots})
         rows.append((a["id"], a.get("hostname", ""), output.when(a["registeredTime"]),
                      len(a["slots"]), used, ",".join(types), ",".join(a["resourcePools"]),
-                     "yes" if a["enabled"] else "no"))
+                     "yes" if a["enabled"] else "no", a.get("sandbox") or "-"))
     output.table("Agents", ["Agent ID", "Host", "Registered Time", "Slots", "Slots in use",
-                            "Slot type", "Resource Pool", "Enabled"], rows)
+                            "Slot type", "Resource Pool", "Enabled", "Trials run"], rows)
 
 
 async def resolve_job(c: Client, ref: str) -> str:

@@ -9,9 +9,11 @@ import logging
 import os
 import signal
 import socket
+import sys
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from aiohttp import web
 
@@ -56,7 +58,8 @@ def _on_signals(stop: asyncio.Event, drain: asyncio.Event | None = None) -> None
 
 async def serve(settings: MasterSettings, *, agent: bool, agent_slots: int | None,
                 agent_pool: str | None = None, mode: str = statedir.SERVE,
-                drain_seconds: float = DRAIN_SECONDS) -> None:
+                drain_seconds: float = DRAIN_SECONDS,
+                trials: dict[str, Any] | None = None) -> None:
     """The master (and a local agent) until a signal; one per state dir. `mode` BACKGROUND:
     started by a dashboard, so a busy port 8080 falls back to a free one."""
     lock = statedir.StateLock(settings.state_dir)
@@ -64,14 +67,15 @@ async def serve(settings: MasterSettings, *, agent: bool, agent_slots: int | Non
         raise _running(settings.state_dir)
     try:
         await _serve_locked(settings, lock, agent=agent, agent_slots=agent_slots,
-                            agent_pool=agent_pool, mode=mode, drain_seconds=drain_seconds)
+                            agent_pool=agent_pool, mode=mode, drain_seconds=drain_seconds,
+                            trials=trials or {})
     finally:
         lock.release()
 
 
 async def _serve_locked(settings: MasterSettings, lock: statedir.StateLock, *, agent: bool,
                         agent_slots: int | None, agent_pool: str | None, mode: str,
-                        drain_seconds: float) -> None:
+                        drain_seconds: float, trials: dict[str, Any]) -> None:
     runner, url = await listen(settings, any_port=mode == statedir.BACKGROUND)
     lock.publish(url, mode)
     runner.app[keys.CLUSTER].advertise(url)
@@ -85,8 +89,9 @@ async def _serve_locked(settings: MasterSettings, lock: statedir.StateLock, *, a
     pool = local_pool(settings, agent_pool) if agent else None
     if pool is not None:
         try:
-            local = await embedded_agent(runner, url, settings, agent_slots, pool)
+            local = await embedded_agent(runner, url, settings, agent_slots, pool, trials)
             agent_task = asyncio.create_task(local.run())
+            agent_task.add_done_callback(_agent_ended)
         except PermissionDenied as exc:  # an admin's credential holds the local agent's id
             print(f"no local agent: {exc.message}", flush=True)
     elif agent:
@@ -187,8 +192,19 @@ def stop_master(state_dir: Path, timeout: float = DRAIN_SECONDS + 60) -> int:
     return 0
 
 
+def _agent_ended(task: asyncio.Task[None]) -> None:
+    """The embedded agent stopped by itself (it cannot run trials here): said where the user
+    looks, the master goes on."""
+    if not task.cancelled() and isinstance(task.exception(), DettuiError):
+        exc = task.exception()
+        assert isinstance(exc, DettuiError)
+        log.error("no local agent: %s", exc.message)
+        print(f"no local agent: {exc.message}", file=sys.stderr, flush=True)
+
+
 async def embedded_agent(runner: web.AppRunner, url: str, settings: MasterSettings,
-                         slots: int | None, pool: str) -> Agent:
+                         slots: int | None, pool: str,
+                         trials: dict[str, Any] | None = None) -> Agent:
     """The local agent started inside `dettui serve`, with a credential of its own issued in
     the master's process (bound to its id at once; the master's credential of its previous
     start is revoked, so after a restart on the same state dir the id is the new one's)."""
@@ -199,7 +215,7 @@ async def embedded_agent(runner: web.AppRunner, url: str, settings: MasterSettin
     options = AgentOptions(master_url=url, agent_id=agent_id,
                            pool=pool, cpu_slots=slots, work_root=settings.state_dir / "agent",
                            hidden=(settings.state_dir,),  # the master's database is in it
-                           exposed=(settings.checkpoint_root,))
+                           exposed=(settings.checkpoint_root,), **(trials or {}))
     return Agent(options, client)
 
 
@@ -243,6 +259,8 @@ async def run_agent(options: AgentOptions, token: str | None) -> None:
     except Refused as exc:
         raise PermissionDenied(f"the master refused agent {options.agent_id}: "
                                f"{exc.error.message}") from exc
+    except DettuiError:  # it cannot run trials here (no sandbox): the user's to see
+        raise
     except Exception:  # noqa: BLE001 - stopping: the agent logged what went wrong
         pass
     finally:

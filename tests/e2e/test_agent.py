@@ -18,14 +18,14 @@ from tests.e2e.test_single import _marked_processes, write_ctx
 pytestmark = pytest.mark.slow
 
 
-def start_agent(s: Served, tmp_path: Path, *args: str,
-                token: str | None = None) -> subprocess.Popen[str]:
+def start_agent(s: Served, tmp_path: Path, *args: str, token: str | None = None,
+                env_extra: dict[str, str] | None = None) -> subprocess.Popen[str]:
     """A `dettui agent` with a credential of its own (issued by the admin, unless `token`:
     an agent id is bound to the first credential that registers under it)."""
     return subprocess.Popen(
         [sys.executable, "-m", "dettui.cli", "-m", s.url, "agent", "--work-dir",
          str(tmp_path / "agent-work"), *args],
-        env={**s.env(), "DETTUI_AGENT_TOKEN": token or s.agent_token()},
+        env={**s.env(), "DETTUI_AGENT_TOKEN": token or s.agent_token(), **(env_extra or {})},
         stdout=subprocess.DEVNULL, stderr=open(tmp_path / "agent.log", "a"),  # noqa: SIM115
         text=True)
 

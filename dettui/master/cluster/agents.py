@@ -54,7 +54,7 @@ class Agents:
     async def register(
         self, agent_id: str, pool: str, slots: list[dict[str, Any]], hostname: str,
         addresses: list[str], running: list[str], no_gpu_reason: str | None = None,
-        cred_id: int | None = None,
+        cred_id: int | None = None, sandbox: str = "",
     ) -> Agent:
         """An agent joins (or joins again); `cred_id` is the credential it registers with,
         bound to `agent_id` in the same transaction (None: a pool the master runs itself)."""
@@ -62,7 +62,8 @@ class Agents:
             raise PermissionDenied(f"agent id {agent_id} belongs to the master's Slurm pool")
         agent = await self.db.run(agent_store.register, cred_id, agent_id, pool, slots,
                                   hostname, addresses)
-        link = AgentLink(agent, time.monotonic(), no_gpu_reason=no_gpu_reason)
+        link = AgentLink(agent, time.monotonic(), no_gpu_reason=no_gpu_reason,
+                         sandbox=sandbox[:200])
         self.hub.links.put(link)
         await self._reconcile(link, set(running), registering=True)
         self.hub.notify("agents")

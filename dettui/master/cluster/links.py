@@ -31,6 +31,7 @@ class AgentLink:
     sent_at: dict[str, float] = field(default_factory=dict)
     telemetry: AgentTelemetry = field(default_factory=AgentTelemetry)
     no_gpu_reason: str | None = None  # the agent's note when NVML is unavailable
+    sandbox: str = ""  # how the agent runs trials, as it says (RegisterAgentBody.sandbox)
     draining: bool = False  # the agent is stopping: it takes no new work
     # A resource manager inside the master (Slurm) takes the messages itself instead of a
     # remote agent's long-poll.

@@ -66,6 +66,7 @@ def agent_json(link: AgentLink, used: dict[int, str]) -> dict[str, Any]:
         "lastHeartbeat": ts(time.time() - (time.monotonic() - link.last_seen)),
         "telemetry": link.telemetry.json(),  # null until the first heartbeat with a sample
         "noGpuReason": link.no_gpu_reason,  # null when the agent has GPUs
+        "sandbox": link.sandbox,  # how its trials run ("OFF (--no-sandbox)" says so loudly)
     }
 
 
@@ -113,7 +114,7 @@ async def register(request: web.Request) -> web.Response:
     agent = await request.app[keys.CLUSTER].agents.register(
         body.id, body.resource_pool or settings.default_pool,
         [s.model_dump() for s in body.slots], body.hostname, body.addresses,
-        body.running_allocations, body.no_gpu_reason, cred_id=cred.id,
+        body.running_allocations, body.no_gpu_reason, cred_id=cred.id, sandbox=body.sandbox,
     )
     return json_response(Registered(
         agent_id=agent.id, cluster_id=request.app[keys.CLUSTER_ID],

@@ -1,0 +1,178 @@
+"""Trials run as their owner's Unix user, never as the agent's root (issue 29, attacks 1 and 4):
+a root master's trial is an unprivileged user with no capabilities, cannot undo the sandbox's
+mounts nor read the master's key and database through them, sees no host process; two users
+linked to two Unix users run their trials, and own their checkpoints, as those users."""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from dettui.agent import sandbox
+from tests.conftest import Served
+from tests.e2e.test_single import write_ctx
+
+pytestmark = pytest.mark.slow
+ROOT = os.geteuid() == 0
+NAMESPACES = sandbox.probe().on
+
+# Every attack of a trial that ran as root in issue 29, tried again: each line says what held.
+PROBE = """
+import ctypes, json, os, resource, signal, subprocess
+state = os.environ["STATE"]
+out = {"uid": os.getuid(), "euid": os.geteuid(), "gid": os.getgid(), "user": os.environ["USER"]}
+status = dict(l.split(":\\t", 1) for l in open("/proc/self/status").read().splitlines()
+              if ":\\t" in l)
+out["caps"] = [status[k].strip() for k in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")]
+out["nnp"] = status["NoNewPrivs"].strip()
+out["nproc"] = resource.getrlimit(resource.RLIMIT_NPROC)[0]
+def attempt(name, fn):
+    try:
+        fn()
+        out[name] = "DONE"
+    except Exception as exc:
+        out[name] = type(exc).__name__
+attempt("umount", lambda: subprocess.run(["umount", "-l", state], check=True,
+                                          capture_output=True))
+for name in ("secret.key", "master.db"):
+    attempt("read " + name, lambda n=name: open(os.path.join(state, n), "rb").read(1))
+attempt("read shadow", lambda: open("/etc/shadow").read(1))
+attempt("write root", lambda: open("/root/.dettui-trial-was-here", "w").write("x"))
+attempt("signal master", lambda: os.kill(int(os.environ["MASTER_PID"]), 0))
+out["pids"] = sorted(int(p) for p in os.listdir("/proc") if p.isdigit())[:3]
+out["umask"] = os.umask(0o077)
+from dettui import core
+with core.init() as ctx:
+    with ctx.checkpoint.store_path({"steps_completed": 1}) as (path, ckpt):
+        (path / "w.txt").write_text("weights")
+out["checkpoint"] = ckpt
+print("PROBE " + json.dumps(out), flush=True)
+"""
+
+
+def _probe(served: Served, tmp_path: Path, name: str, owner: str = "determined") -> dict:
+    state = served.state_dir.resolve()
+    assert served.proc is not None
+    (tmp_path / name).mkdir()
+    cfg, ctx = write_ctx(tmp_path / name, f"""
+        name: {name}
+        entrypoint: python3 probe.py
+        searcher: {{name: single, metric: x, max_length: 1}}
+        environment:
+          environment_variables: [STATE={state}, MASTER_PID={served.proc.pid}]
+        """, {"probe.py": PROBE})
+    res = served.cli("-u", owner, "e", "create", str(cfg), str(ctx), "--follow", timeout=180)
+    lines = [ln for ln in res.stdout.splitlines() if "PROBE " in ln]
+    assert lines, res.stdout + res.stderr
+    return dict(json.loads(lines[-1].split("PROBE ", 1)[1]))
+
+
+needs_root = pytest.mark.skipif(not ROOT, reason="trials change user only on a root agent "
+                                "(this test run is not root)")
+needs_ns = pytest.mark.skipif(not NAMESPACES, reason=f"no namespaces: {sandbox.probe().note}")
+
+
+@needs_root
+@needs_ns
+def test_a_trial_on_a_root_agent_runs_unprivileged_and_cannot_reach_the_masters_secrets(
+        served: Served, tmp_path: Path) -> None:
+    out = _probe(served, tmp_path, "attacker")
+    nobody = pwd.getpwnam("nobody")
+    assert (out["uid"], out["euid"], out["gid"]) == (nobody.pw_uid,) * 2 + (nobody.pw_gid,)
+    assert out["user"] == "nobody"
+    assert out["caps"] == ["0000000000000000"] * 5, out  # no capability, none to gain at exec
+    assert out["nnp"] == "1"
+    assert out["nproc"] == sandbox.DEFAULT_NPROC
+    for attack in ("umount", "read secret.key", "read master.db", "read shadow", "write root",
+                   "signal master"):
+        assert out[attack] != "DONE", f"{attack} succeeded: {out}"
+    assert out["pids"][0] == 1 and out["pids"][-1] < 100, out  # its own PID namespace only
+    assert out["umask"] == 0o077
+    # its checkpoint is its own: made by its user, closed to others, and the master reads it
+    ckpt = served.state_dir / "checkpoints" / out["checkpoint"]
+    assert ckpt.stat().st_uid == nobody.pw_uid
+    assert ckpt.stat().st_mode & 0o077 == 0
+    assert (ckpt / "w.txt").read_text() == "weights"
+    # the state dir and the key stay closed by their modes, not only by the mounts
+    assert served.state_dir.stat().st_mode & 0o077 == 0
+    assert (served.state_dir / "secret.key").stat().st_mode & 0o077 == 0
+    agents = served.cli("agent", "list").stdout
+    assert "sandboxed, as nobody" in agents, agents
+
+
+@pytest.fixture
+def unix_users() -> Iterator[list[pwd.struct_passwd]]:
+    """Two throwaway Unix users (and their groups), removed afterwards."""
+    if not ROOT:
+        pytest.skip("creating Unix users needs root (this test run is not root)")
+    names = [f"dt{uuid.uuid4().hex[:8]}" for _ in range(2)]
+    made = []
+    try:
+        for name in names:
+            subprocess.run(["useradd", "--system", "--no-create-home", "--user-group",
+                            "--shell", "/usr/sbin/nologin", name], check=True,
+                           capture_output=True)
+            made.append(name)
+        yield [pwd.getpwnam(n) for n in names]
+    finally:
+        for name in made:
+            subprocess.run(["userdel", name], capture_output=True)
+
+
+@needs_ns
+def test_two_linked_users_run_their_trials_as_their_own_unix_users(
+        served: Served, tmp_path: Path, unix_users: list[pwd.struct_passwd]) -> None:
+    admin = served.admin_token()
+    for person, unix in zip(("alice", "bob"), unix_users, strict=True):
+        made = served.api("POST", "/api/v1/users", {
+            "user": {"username": person, "admin": False, "active": True}, "password": "",
+            "isHashed": False}, token=admin)["user"]
+        served.cli("-u", "admin", "user", "link-with-agent-user", person,
+                   "--agent-uid", str(unix.pw_uid), "--agent-gid", str(unix.pw_gid),
+                   "--agent-user", unix.pw_name, "--agent-group", unix.pw_name)
+        assert made["username"] == person
+    listed = served.cli("user", "list").stdout
+    assert unix_users[0].pw_name in listed and unix_users[1].pw_name in listed, listed
+    alice = _probe(served, tmp_path, "alices", owner="alice")
+    bob = _probe(served, tmp_path, "bobs", owner="bob")
+    for out, unix in ((alice, unix_users[0]), (bob, unix_users[1])):
+        assert (out["uid"], out["gid"], out["user"]) == (unix.pw_uid, unix.pw_gid,
+                                                         unix.pw_name)
+        assert out["caps"][2] == "0000000000000000"
+        ckpt = served.state_dir / "checkpoints" / out["checkpoint"]
+        assert (ckpt.stat().st_uid, ckpt.stat().st_gid) == (unix.pw_uid, unix.pw_gid)
+        assert ckpt.stat().st_mode & 0o077 == 0  # the other user's trials cannot read it
+
+
+@needs_root
+def test_an_agent_without_a_sandbox_refuses_trials_unless_told(headless: Served,
+                                                                tmp_path: Path) -> None:
+    """Where no namespace can be made (here: no util-linux on PATH), the agent stops with the
+    reason; with --no-sandbox it runs and says so in `agent list`."""
+    from tests.e2e.test_agent import start_agent
+
+    bare = tmp_path / "bin"
+    bare.mkdir()
+    env = {"PATH": str(bare)}
+    agent = start_agent(headless, tmp_path, "--id", "bare", env_extra=env)
+    try:
+        assert agent.wait(60) != 0
+    finally:
+        if agent.poll() is None:
+            agent.kill()
+    log = (tmp_path / "agent.log").read_text()
+    assert "no sandbox can be made for trials" in log and "--no-sandbox" in log, log
+    agent = start_agent(headless, tmp_path, "--id", "bare", "--no-sandbox", env_extra=env)
+    try:
+        headless.wait_for_agents(1)
+        assert "OFF (--no-sandbox)" in headless.cli("agent", "list").stdout
+    finally:
+        agent.terminate()
+        agent.wait(30)
