@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import pwd
 import socket
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,6 +53,13 @@ class AgentOptions:
     trial_user: str = trialuser.DEFAULT  # a root agent's trials of unlinked owners run as it
     no_sandbox: bool = False  # run trials even where no sandbox can be made (said loudly)
     nproc: int | None = sandbox.DEFAULT_NPROC  # RLIMIT_NPROC of a trial's user; None: none
+
+
+def _my_name() -> str:
+    try:
+        return pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
+        return f"uid {os.geteuid()}"
 
 
 def cpu_cores() -> int:
@@ -141,8 +149,10 @@ class Agent:
         """How this agent runs trials, for `agent list`."""
         if self.sandbox_note:
             return "OFF (--no-sandbox)"
-        user = self.trial_user.name if self.trial_user is not None else "the agent's user"
-        return f"sandboxed, as {user}" + (" (cannot run them!)" if self.reach_problem else "")
+        if self.trial_user is None:  # not root: a user namespace, as this process's user
+            return f"sandboxed, as {_my_name()} (user namespace)"
+        return f"sandboxed, as {self.trial_user.name}" + (
+            " (cannot run them!)" if self.reach_problem else "")
 
     def _check_reach(self, support: sandbox.Support) -> None:
         """Say at start, naming the path and the user, when the default trial user cannot run

@@ -8,7 +8,9 @@ from __future__ import annotations
 import json
 import os
 import pwd
+import shutil
 import subprocess
+import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,7 +29,7 @@ NAMESPACES = sandbox.probe().on
 PROBE = """
 import ctypes, json, os, resource, signal, subprocess
 state = os.environ["STATE"]
-out = {"uid": os.getuid(), "euid": os.geteuid(), "gid": os.getgid(), "user": os.environ["USER"]}
+out = {"uid": os.getuid(), "euid": os.geteuid(), "gid": os.getgid(), "user": os.environ.get("USER")}
 status = dict(l.split(":\\t", 1) for l in open("/proc/self/status").read().splitlines()
               if ":\\t" in l)
 out["caps"] = [status[k].strip() for k in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")]
@@ -176,3 +178,39 @@ def test_an_agent_without_a_sandbox_refuses_trials_unless_told(headless: Served,
     finally:
         agent.terminate()
         agent.wait(30)
+
+
+def test_a_non_root_master_sandboxes_its_trials_in_a_user_namespace(
+        tmp_path: Path, unix_users: list[pwd.struct_passwd]) -> None:
+    """Attack 4: a master run by an ordinary user. Its trials run in a user namespace with no
+    capabilities: the state dir is covered and cannot be uncovered, no host process is seen."""
+    user = unix_users[0]
+    probe = subprocess.run(["setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}",
+                            "--clear-groups", os.sys.executable, "-c",  # type: ignore[attr-defined]
+                            "from dettui.agent import sandbox; print(sandbox.probe())"],
+                           capture_output=True, text=True, cwd="/")
+    if probe.returncode != 0:
+        pytest.skip(f"user {user.pw_name} cannot run this checkout's Python (it is not "
+                    f"readable by other users): {probe.stderr.strip()[-200:]}")
+    if "prefix=()" in probe.stdout:
+        pytest.skip(f"no user namespaces for an ordinary user here: {probe.stdout.strip()}")
+    home = Path(tempfile.mkdtemp(prefix="dettui-nonroot-"))
+    try:
+        os.chown(home, user.pw_uid, user.pw_gid)
+        served = Served(home / "state", home / "config",
+                        prefix=["setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}",
+                                "--clear-groups", "env", f"HOME={home}"])
+        served.start()
+        try:
+            out = _probe(served, home, "nonroot")
+        finally:
+            served.stop()
+        assert out["uid"] == 0 and out["caps"] == ["0000000000000000"] * 5, out  # userns root
+        assert out["nnp"] == "1"
+        for attack in ("umount", "read secret.key", "read master.db", "signal master"):
+            assert out[attack] != "DONE", f"{attack} succeeded: {out}"
+        assert out["pids"][0] == 1 and out["pids"][-1] < 100, out
+        ckpt = served.state_dir / "checkpoints" / out["checkpoint"]
+        assert ckpt.stat().st_uid == user.pw_uid
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
