@@ -196,7 +196,8 @@ class AllocationRun:
         prefix = lifeline.pdeathsig_prefix() if found else ()
         if found:
             argv = sandbox.wrap(support, argv, env["DET_WORKDIR"], self.hidden,
-                                self._kept(env), mounts, self.user, self.nproc)
+                                [*self._kept(env), *venv_of(argv[0])], mounts, self.user,
+                                self.nproc)
         if not support.on:
             self._system_line(f"note: {support.note}")
         self.proc = await asyncio.create_subprocess_exec(
@@ -367,6 +368,16 @@ def _runnable(program: str, cwd: Path, path: str) -> bool:
     if os.sep in program:
         return os.access(cwd / program, os.X_OK)
     return shutil.which(program, path=path) is not None
+
+
+def venv_of(program: str) -> list[Path]:
+    """The virtual environment an entrypoint names by absolute path (`/opt/det/bin/python
+    train.py`), which its trial user must be able to run even where it lies under a directory
+    closed to that user: a venv (it has pyvenv.cfg) holds code, not secrets."""
+    if not os.path.isabs(program):
+        return []
+    root = Path(program).parent.parent
+    return [root] if (root / "pyvenv.cfg").is_file() else []
 
 
 def chown_tree(top: Path, uid: int, gid: int) -> None:
