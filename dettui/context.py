@@ -144,6 +144,8 @@ def pack(context_dir: Path | None, includes: Sequence[Path] = (), *,
     """
     sources = _sources(context_dir, includes)
     _check_duplicates(sources)
+    if len(sources) > MAX_MEMBERS:
+        raise ContextError(f"the model context has {too_many_members()}")
     expected = sum(_size(s.local) for s in sources if not s.is_dir)
     files: list[dict[str, Any]] = []
     total = done = 0
@@ -248,6 +250,13 @@ def _too_large(sources: list[_Source], expected: int) -> str:
     )
 
 
+def too_many_members() -> str:
+    """One limit, one sentence, wherever a context's entries are counted: packing, the
+    master's create and the agent's extraction (a context the master takes, its agent runs)."""
+    return (f"more than {MAX_MEMBERS} members (files and directories); list some in "
+            ".detignore")
+
+
 def size_of(files: list[dict[str, Any]]) -> int:
     """Decoded size, counted like Determined's `v1File_size`: len(base64) // 4 * 3."""
     return sum(len(f.get("content") or "") // 4 * 3 for f in files)
@@ -260,6 +269,8 @@ def validate_v1files(files: object) -> list[dict[str, Any]]:
     """Check a request's modelDefinition, naming the bad index and field."""
     if not isinstance(files, list):
         raise ContextError("modelDefinition: must be a list of files")
+    if len(files) > MAX_MEMBERS:
+        raise ContextError(f"refusing the model context: {too_many_members()}")
     for i, f in enumerate(files):
         _check_v1file(f, f"modelDefinition[{i}]")
     return files
@@ -343,8 +354,7 @@ def _members(tar: tarfile.TarFile) -> list[tarfile.TarInfo]:
         members.append(m)
         total += m.size if m.isreg() else 0
         if len(members) > MAX_MEMBERS:
-            raise ContextError(f"refusing to extract the model context: more than {MAX_MEMBERS}"
-                               " members")
+            raise ContextError(f"refusing to extract the model context: {too_many_members()}")
         if total > MAX_EXTRACTED_BYTES:
             raise ContextError("refusing to extract the model context: it expands beyond "
                                f"{human(MAX_EXTRACTED_BYTES)}")

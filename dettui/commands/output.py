@@ -98,6 +98,8 @@ def print_json(data: Any) -> None:
 # through): tabs and newlines become spaces, the others U+FFFD.
 _CELL = {i: "\ufffd" for i in [*range(0x20), 0x7f, *range(0x80, 0xa0)]}
 _CELL.update({0x09: " ", 0x0a: " ", 0x0d: " "})
+_CELL.update({i: "\ufffd" for i in [0x061c, 0x200e, 0x200f, *range(0x202a, 0x202f),
+                                     *range(0x2066, 0x206a)]})  # bidi controls: a name reversed
 
 
 def cell(value: Any) -> str:

@@ -251,12 +251,17 @@ def require_owner(request: web.Request, owner_id: int, what: str) -> User:
     return user
 
 
-def require_agent(request: web.Request, agent_id: str) -> AgentCredential:
+def require_agent(request: web.Request, agent_id: str,
+                  registering: bool = False) -> AgentCredential:
     """The calling agent's credential, which must be the one of `agent_id` (bound at its first
-    registration): one agent cannot act as another."""
+    registration): one agent cannot act as another. A credential not yet bound speaks for no
+    agent: registering is all it may do."""
     cred = principal(request).agent
     if cred is None:
         raise PermissionDenied("the agent protocol needs an agent credential")
+    if cred.agent_id is None and not registering:
+        raise PermissionDenied(f"this agent credential has not registered as agent {agent_id} "
+                               "(nor as any agent): it registers first")
     if cred.agent_id is not None and cred.agent_id != agent_id:
         raise PermissionDenied(f"this agent credential belongs to agent {cred.agent_id}, "
                                f"not {agent_id}")

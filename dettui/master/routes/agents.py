@@ -109,7 +109,7 @@ async def register(request: web.Request) -> web.Response:
     body = await parse(request, RegisterAgentBody)
     if not body.id or "/" in body.id or len(body.id) > 255:
         raise InvalidArgument("id: an agent id must be 1 to 255 characters, without '/'")
-    cred = require_agent(request, body.id)
+    cred = require_agent(request, body.id, registering=True)
     settings = request.app[keys.SETTINGS]
     agent = await request.app[keys.CLUSTER].agents.register(
         body.id, body.resource_pool or settings.default_pool,
