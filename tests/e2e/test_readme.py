@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, Served
+from tests.e2e.test_lab import lab_commands
 
 pytestmark = pytest.mark.slow
 
@@ -51,6 +52,8 @@ NOT_RUN = {  # command as printed -> why this test does not run it
     "dettui agent --master URL --token-file PATH": "a synopsis; tests/e2e/test_multihost.py "
     "runs agents on other (namespaced) hosts",
 }
+NOT_RUN.update({command: "tests/e2e/test_lab.py runs the lab's commands as root"
+                for command in lab_commands()})
 
 
 def tour() -> list[str]:
