@@ -17,6 +17,9 @@ class DettuiError(Exception):
     http_status = 500
     grpc_code = 2  # Unknown
     grpc_reason = "Unknown"
+    # Seconds a client should wait before it sends the same request again (HTTP Retry-After),
+    # for errors that pass on their own; None: retrying the same request will not help.
+    retry_after: int | None = None
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
@@ -99,6 +102,16 @@ class Unavailable(DettuiError):
     http_status = 503
     grpc_code = 14
     grpc_reason = "Unavailable"
+
+
+class StorageFull(Unavailable):
+    """The master could not write: the filesystem of its state dir (or its PostgreSQL server's
+    disk) is full. Nothing of the request was kept, and the same request succeeds once space is
+    freed, so it is a 503 with a Retry-After: what Determined's client, our agents and the Core
+    API already retry (never a 500, which they treat as final)."""
+
+    title = "Disk full"
+    retry_after = 5
 
 
 class Unimplemented(DettuiError):

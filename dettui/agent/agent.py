@@ -311,7 +311,11 @@ class Agent:
             if self._marker(alloc_id).exists():  # sent again to this agent's next run
                 await self._report(alloc_id, None, LOST)
                 return
-            self._marker(alloc_id).touch()
+            try:
+                self._marker(alloc_id).touch()
+            except OSError as exc:  # a full disk: nothing of it can start here
+                await self._report(alloc_id, None, f"agent error: cannot start it: {exc}")
+                return
             self.started.add(alloc_id)  # before its spool exists: see spool.leftovers
             run = AllocationRun(item, self.client, self.id, self.options.work_root,
                                 self.options.master_url, self.own_pids,

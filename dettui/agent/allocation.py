@@ -81,7 +81,9 @@ class AllocationRun:
             shipper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await shipper
-            shipped = await self._ship(give_up_after=SHIP_GRACE)
+            # lines the spool could only keep in memory (a full disk) exist nowhere else
+            shipped = await self._ship(
+                give_up_after=None if self.spool.memory_only else SHIP_GRACE)
             self.spool.close(shipped)  # the agent ships what is left later
             self._cleanup()
         if self.killed:

@@ -150,8 +150,12 @@ class TrainContext(_RunMetadata):
                 self._batches = False
             else:
                 refused = answer.get("refused") or []
-                if refused:
-                    raise InvalidArgument(str(refused[0].get("message")))
+                final = [r for r in refused if not r.get("retryAfter")]
+                if final:
+                    raise InvalidArgument(str(final[0].get("message")))
+                # refused only for now (the master's disk filled up between two of its
+                # groups): sent again, waiting as a 503 makes the session wait
+                self._send_reports([reports[r["index"]] for r in refused])
                 return
         for body in reports:
             self._session.post(path, body)

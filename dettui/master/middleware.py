@@ -80,7 +80,10 @@ def error_response(exc: DettuiError, request: web.Request) -> web.Response:
     body: dict[str, object] = {"message": exc.message}
     if request.path.startswith("/api/"):
         body["error"] = {"code": exc.grpc_code, "reason": exc.grpc_reason, "error": exc.message}
-    return json_response(body, status=exc.http_status)
+    resp = json_response(body, status=exc.http_status)
+    if exc.retry_after is not None:  # a full disk: clients send the same request again later
+        resp.headers["Retry-After"] = str(exc.retry_after)
+    return resp
 
 
 @web.middleware

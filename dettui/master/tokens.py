@@ -20,6 +20,31 @@ KEY_FILE = "secret.key"
 KEY_BYTES = 32
 
 
+def _make_key(path: Path) -> None:
+    """A new key at `path`, whole or not at all: written beside it, then linked into place (a
+    master that starts at the same time keeps its own, the first); on a full disk no empty
+    key is left behind to be called damaged at the next start."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(secrets.token_bytes(KEY_BYTES))
+            f.flush()
+            os.fsync(f.fileno())
+        with contextlib.suppress(FileExistsError):
+            os.link(tmp, path)
+    except OSError as exc:
+        from dettui.master.store.db import full_disk, storage_full
+
+        if storage_full(exc, path) is None:
+            raise
+        raise full_disk(path.parent, "the master cannot make its key. Free space there and "
+                        "start it again") from exc
+    finally:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+
+
 @dataclass(frozen=True)
 class Mint:
     key: bytes
@@ -28,12 +53,8 @@ class Mint:
     def load(cls, state_dir: Path) -> Mint:
         """The master's key, created (0600, atomically) the first time."""
         path = state_dir / KEY_FILE
-        with contextlib.suppress(FileExistsError):
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "wb") as f:
-                f.write(secrets.token_bytes(KEY_BYTES))
-                f.flush()
-                os.fsync(f.fileno())
+        if not path.exists():
+            _make_key(path)
         key = path.read_bytes()
         if len(key) < KEY_BYTES:
             raise RuntimeError(f"{path} is damaged ({len(key)} bytes); remove it to make a new "

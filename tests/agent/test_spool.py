@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from dettui.agent import spool
 from dettui.agent.logship import Line
 
@@ -51,3 +53,80 @@ def test_what_is_left_is_shipped_later(tmp_path: Path) -> None:
     # open spool is no killed agent's; a.1's unshipped lines still go
     assert [p.name for p, _ in spool.leftovers(tmp_path, running=set(),
                                                 started={"a.1", "b.1"})] == ["a.1.unshipped.jsonl"]
+
+
+def _full_disk_after(monkeypatch: pytest.MonkeyPatch, nbytes: int) -> None:
+    """The spool's file takes `nbytes` more bytes, then fails with ENOSPC (part of the write
+    that crosses the line lands, as on a real disk)."""
+    import errno
+    import os
+
+    room = [nbytes]
+    real = os.write
+
+    def write(fd: int, data: bytes) -> int:
+        if room[0] <= 0:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        n = real(fd, bytes(data[:room[0]]))
+        room[0] -= n
+        return n
+
+    monkeypatch.setattr(spool.os, "write", write)
+
+
+def _drain(s: spool.Spool) -> list[int]:
+    got: list[int] = []
+    while batch := s.batch(7):
+        got += [b["seq"] for b in batch]
+        s.ack(batch[-1]["seq"])
+    return got
+
+
+@pytest.mark.parametrize("spilled", [False, True])
+def test_a_full_disk_keeps_the_lines_in_memory_in_order(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spilled: bool) -> None:
+    """Issue 29, attack 6: the spool's write raised ENOSPC into the allocation, which ended
+    "crashed in the agent". Now lines the file cannot take stay in memory, after the whole
+    lines the file has, and each is delivered once, in order; what is left at the end is
+    written to the unshipped file once there is room."""
+    monkeypatch.setattr(spool, "MAX_MEMORY", 10 if spilled else 1000)
+    monkeypatch.setattr(spool, "FLUSH_BYTES", 300)
+    s = spool.Spool(tmp_path, "a.1")
+    for i in range(1, 16):
+        s.append(line(i))
+    s.sync()
+    _full_disk_after(monkeypatch, 500)  # half a line lands: the file keeps whole ones
+    for i in range(16, 61):
+        s.append(line(i))
+    s.sync()
+    assert s.memory_only
+    assert (tmp_path / "a.1.jsonl").read_bytes().endswith(b"\n")
+    first = s.batch(20)
+    s.ack(first[-1]["seq"])
+    assert [b["seq"] for b in first] + _drain(s) == list(range(1, 61))
+    for i in range(61, 66):
+        s.append(line(i))
+    monkeypatch.undo()  # room again
+    s.close(shipped=False)
+    left = dict((p.name, lines) for p, lines in spool.leftovers(tmp_path, running=set()))
+    assert [x["seq"] for x in left["a.1.unshipped.jsonl"]] == list(range(61, 66))
+    assert not (tmp_path / "a.1.jsonl").exists()
+
+
+def test_past_its_memory_bound_a_full_disk_counts_what_it_lost(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(spool, "MAX_MEMORY", 5)
+    monkeypatch.setattr(spool, "MAX_HELD", 5)
+    monkeypatch.setattr(spool, "FLUSH_BYTES", 1)  # each line is written as it comes
+    _full_disk_after(monkeypatch, 0)
+    s = spool.Spool(tmp_path, "a.1")
+    for i in range(1, 15):
+        s.append(line(i))
+    assert s.memory_only and s.dropped == 4
+    kept = s.batch(100)
+    s.ack(kept[-1]["seq"])
+    s.append(line(15))
+    after = s.batch(100)
+    assert [b["seq"] for b in kept] == list(range(1, 11))
+    assert [b["seq"] for b in after] == [14, 15]  # the note under the last lost line's number
+    assert "4 log lines before this one were lost" in after[0]["log"]

@@ -113,8 +113,13 @@ async def report_metrics_batch(request: web.Request) -> web.Response:
     if len(body.reports) > MAX_METRICS_BATCH:
         raise InvalidArgument(f"reports: at most {MAX_METRICS_BATCH} in one request")
     errors = await _ingest(request, trial_id, body.reports)
-    return json_response({"refused": [
-        {"index": i, "message": str(err)} for i, err in enumerate(errors) if err is not None]})
+    later = [err for err in errors if err is not None and err.retry_after is not None]
+    if later and len(later) == len(errors):  # none stored, for now only (a full disk): a 503
+        raise later[0]
+    return json_response({"refused": [  # the Core API sends those with a retryAfter again
+        {"index": i, "message": str(err)}
+        | ({} if err.retry_after is None else {"retryAfter": err.retry_after})
+        for i, err in enumerate(errors) if err is not None]})
 
 
 async def _ingest(request: web.Request, trial_id: int,

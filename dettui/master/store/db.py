@@ -20,6 +20,12 @@ never waits in line behind them; the two share the GIL instead. A feed's re-read
 objects a change named (FEW) has a third: at lab scale the feeds' reader is busy 25-70 ms at a
 time with whole reads of the job window and the agents, and a changed experiment's diff waited
 behind them (most of the stream's p99 of ~100 ms).
+
+A full disk is not an internal error: a store call that fails because the filesystem of the
+state dir is full (SQLite's SQLITE_FULL, ENOSPC or EDQUOT; PostgreSQL's disk_full) raises
+`StorageFull` naming the state dir and its filesystem, a 503 with a Retry-After, so new work
+is refused with that sentence and what agents and trials send is sent again once space returns.
+The transaction rolled back whole (tx.py), so the retry stores it exactly once.
 """
 
 from __future__ import annotations
@@ -27,8 +33,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import errno
 import functools
 import hashlib
+import os
 import queue
 import sqlite3
 from collections.abc import Callable, Iterator
@@ -37,6 +45,7 @@ from importlib import resources
 from pathlib import Path
 from typing import ParamSpec, TypeVar, cast
 
+from dettui.errors import StorageFull
 from dettui.master.store import callers, pg, tx
 
 P = ParamSpec("P")
@@ -57,6 +66,58 @@ def lane(name: str) -> Iterator[None]:
         yield
     finally:
         READ_LANE.reset(token)
+
+
+SQLITE_FULL, SQLITE_IOERR = 13, 10  # primary result codes (the low byte of an extended one)
+PG_DISK_FULL = "53100"  # PostgreSQL's SQLSTATE disk_full
+NEARLY_FULL = 1 << 20  # bytes free under which an I/O error of the store means a full disk
+
+
+def storage_full(exc: BaseException, target: Path | str) -> StorageFull | None:
+    """`StorageFull` if `exc`, raised by a store call on `target`, says the disk is full; else
+    None (the error is something else)."""
+    if isinstance(exc, StorageFull):
+        return exc
+    if pg.is_url(target):
+        if getattr(exc, "sqlstate", None) != PG_DISK_FULL:
+            return None
+        return StorageFull(f"the disk of the master's PostgreSQL server is full ({exc}); "
+                           "nothing was stored: free space on its server and try again")
+    folder = Path(target).parent
+    if isinstance(exc, sqlite3.Error):
+        code = (getattr(exc, "sqlite_errorcode", None) or 0) & 0xFF
+        full = code == SQLITE_FULL or (code == SQLITE_IOERR
+                                       and 0 <= free_bytes(folder) < NEARLY_FULL)
+    else:
+        full = isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
+    return full_disk(folder) if full else None
+
+
+def full_disk(state_dir: Path, then: str = "nothing was stored. Free space there and try "
+              "again (agents and trials send what they hold again by themselves)") -> StorageFull:
+    """The refusal of a write to `state_dir` on a full filesystem, naming both; `then` says
+    what follows."""
+    free = free_bytes(state_dir)
+    left = f"{free // 1024} KiB free" if free >= 0 else "no room"
+    return StorageFull(f"the master's disk is full: the filesystem at {mount_point(state_dir)}, "
+                       f"which holds its state dir {state_dir}, has {left}; {then}")
+
+
+def free_bytes(path: Path) -> int:
+    """Bytes an unprivileged writer may still use on the filesystem of `path` (-1: unknown)."""
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return -1
+    return st.f_bavail * st.f_frsize
+
+
+def mount_point(path: Path) -> Path:
+    """The mount point of the filesystem that holds `path`."""
+    path = path.resolve()
+    while not os.path.ismount(path) and path != path.parent:
+        path = path.parent
+    return path
 
 
 def _migrations() -> list[tuple[int, str, str]]:
@@ -158,9 +219,16 @@ class Database:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dettui-store")
         try:
             self.conn = self._executor.submit(open_master, target).result()
-        except BaseException:
+        except BaseException as exc:
             self._executor.shutdown(wait=False)
-            raise
+            full = storage_full(exc, target)
+            if full is None:
+                raise
+            if not pg.is_url(target):  # the master cannot start: say why in one sentence
+                full = full_disk(Path(target).parent, "its store cannot open (SQLite needs "
+                                 "room for its shared-memory and log files). Free space there "
+                                 "and start it again")
+            raise full from exc
         tx.adopt_plan(self.conn)  # tests only: a simulated crash at a planned commit
         self.callers = self._executor.submit(callers.watch, self.conn).result()
         # Reader connections, opened after the store's migrations; none on PostgreSQL (its
@@ -181,7 +249,14 @@ class Database:
 
     async def call(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, functools.partial(fn, *args, **kwargs))
+        try:
+            return await loop.run_in_executor(self._executor,
+                                              functools.partial(fn, *args, **kwargs))
+        except Exception as exc:
+            full = storage_full(exc, self.target)
+            if full is None:
+                raise
+            raise full from exc
 
     async def run(self, fn: Callable[..., T], *args: object, **kwargs: object) -> T:
         """Run a store function `fn(conn, *args, **kwargs)` on the store thread."""

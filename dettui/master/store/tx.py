@@ -3,10 +3,16 @@
 Tests can plan a simulated crash of the master at the N-th commit of a connection, before it
 (the change rolls back) or after it (the change stays, nothing that follows runs); once it has
 fired, every later transaction on that connection fails the same way, as a dead master would.
+
+A failed statement or COMMIT leaves no transaction open: SQLite may already have rolled back
+on its own (SQLITE_FULL does), and a ROLLBACK then would fail and hide the error that matters
+(the store maps "disk full" by it); a COMMIT that failed and left the transaction open would
+make every later BEGIN fail, long after space was freed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import sys
 from collections.abc import Iterator
@@ -60,7 +66,7 @@ def transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
     try:
         yield conn
     except BaseException:
-        conn.execute("ROLLBACK")
+        _abandon(conn)
         raise
     if plan is not None:
         plan.commits += 1
@@ -70,7 +76,18 @@ def transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
             plan.fired = True
             conn.execute("ROLLBACK")
             raise SimulatedCrash(f"the master died just before commit {plan.at}")
-    conn.execute("COMMIT")
+    try:
+        conn.execute("COMMIT")
+    except BaseException:
+        _abandon(conn)
+        raise
     if plan is not None and plan.commits == plan.at:
         plan.fired = True
         raise SimulatedCrash(f"the master died just after commit {plan.at}")
+
+
+def _abandon(conn: sqlite3.Connection) -> None:
+    """Roll back what is left of a failed transaction, if anything is (see above)."""
+    if getattr(conn, "in_transaction", True):  # PostgreSQL's connection: always try
+        with contextlib.suppress(Exception):
+            conn.execute("ROLLBACK")
