@@ -28,7 +28,9 @@ CTX = Path(__file__).resolve().parent / "trial_ctx"
 @pytest.mark.parametrize("harness", ["dettui", "real"])
 def test_a_determined_pytorch_trial_trains_and_resumes(served: Served, tmp_path: Path,
                                                        harness: str) -> None:
-    gate = tmp_path / "gate"
+    # in the checkpoint storage: the one place of the test's host that the trial (an
+    # unprivileged user, in its own mount namespace) and the test both see
+    gate = served.state_dir / "checkpoints" / f"gate-{harness}"
     entrypoint = ("model_def:LinearTrial" if harness == "dettui" else
                   f"export PATH={DET_VENV}/bin:$PATH; "
                   "python3 -m determined.launch.torch_distributed --trial model_def:LinearTrial")
