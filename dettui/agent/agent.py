@@ -108,6 +108,9 @@ class Agent:
     async def run(self) -> None:
         process.become_subreaper()
         self.options.work_root.mkdir(parents=True, exist_ok=True)
+        if self.options.work_root.stat().st_uid == os.geteuid():
+            # other allocations' work, spools and logs: closed by its mode, not only by mounts
+            self.options.work_root.chmod(0o700)
         left = await asyncio.to_thread(process.strays, self.id)
         if left:
             log.warning("agent %s: ending %d process(es) left by its previous run", self.id,
