@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AllowInfNan, BaseModel, BeforeValidator, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 
@@ -26,8 +26,24 @@ class Message(BaseModel):
         return self.model_dump(mode="json", by_alias=True)
 
 
+def _not_a_bool(value: object) -> object:
+    if isinstance(value, bool):
+        raise ValueError("a boolean is not a number")
+    return value
+
+
+# Numbers as a request body may carry them (issue 29): within the stores' 64-bit columns, never
+# a boolean (`{"id": true}` is not 1), floats finite; Seconds a time that a date can show.
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+Int64 = Annotated[int, BeforeValidator(_not_a_bool), Field(ge=INT64_MIN, le=INT64_MAX)]
+Count = Annotated[int, BeforeValidator(_not_a_bool), Field(ge=0, le=INT64_MAX)]
+Finite = Annotated[float, BeforeValidator(_not_a_bool), AllowInfNan(False)]
+Seconds = Annotated[float, BeforeValidator(_not_a_bool), AllowInfNan(False),
+                    Field(ge=0, le=253_402_300_799)]
+
+
 class AgentSlot(Message):
-    id: int
+    id: Int64
     type: str = "cpu"
     uuid: str | None = None
     brand: str = ""
@@ -52,42 +68,42 @@ class HeartbeatBody(Message):
 
 
 class GpuProcess(Message):
-    pid: int
-    mem_used: int | None = None
+    pid: Int64
+    mem_used: Int64 | None = None
 
 
 class GpuReading(Message):
-    index: int
+    index: Int64
     name: str = ""
-    util: float | None = None  # percent
-    mem_used: int | None = None  # bytes
-    mem_total: int | None = None
-    temperature: float | None = None  # Celsius
-    power: float | None = None  # watts
+    util: Finite | None = None  # percent
+    mem_used: Int64 | None = None  # bytes
+    mem_total: Int64 | None = None
+    temperature: Finite | None = None  # Celsius
+    power: Finite | None = None  # watts
     processes: list[GpuProcess] | None = None  # None: NVML cannot list them
 
 
 class AllocationUsage(Message):
-    cpu_percent: float | None = None  # of one core: 250.0 is two and a half cores busy
-    rss: int | None = None  # bytes, the whole process tree
+    cpu_percent: Finite | None = None  # of one core: 250.0 is two and a half cores busy
+    rss: Int64 | None = None  # bytes, the whole process tree
 
 
 class TelemetrySample(Message):
     """One reading of an agent's machine; `model_dump(by_alias=True)` is the API's shape."""
 
-    time: float  # seconds since the epoch, the agent's clock
-    cpu_percent: float | None = None  # of the whole machine
-    mem_used: int | None = None  # bytes
-    mem_total: int | None = None
+    time: Finite  # seconds since the epoch, the agent's clock (not shown as a date)
+    cpu_percent: Finite | None = None  # of the whole machine
+    mem_used: Int64 | None = None  # bytes
+    mem_total: Int64 | None = None
     gpus: list[GpuReading] = []
     allocations: dict[str, AllocationUsage] = {}
 
 
 class AgentLogLine(Message):
     allocation_id: str
-    seq: int | None = None  # its number within the agent's part: sent twice, stored once
-    timestamp: float
-    rank_id: int | None = None
+    seq: Count | None = None  # its number within the agent's part: sent twice, stored once
+    timestamp: Seconds
+    rank_id: Count | None = None
     stdtype: str = "stdout"
     level: str | None = None
     log: str
@@ -98,7 +114,7 @@ class AgentLogsBody(Message):
 
 
 class AllocationExitBody(Message):
-    exit_code: int | None = None
+    exit_code: Int64 | None = None
     reason: str = ""
     message: str = ""
 

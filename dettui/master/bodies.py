@@ -2,6 +2,15 @@
 
 Determined's clients send camelCase, sometimes proto snake_case, explicit nulls and unknown keys;
 all are accepted. Wrong types become one 400 naming every bad field.
+
+Numbers are bounded here, where they are parsed, once for every route: an id, a step count or
+any other integer is an `Int64` (`Count` if it cannot be negative), within the 64-bit columns
+of both stores, and never a boolean (`{"id": true}` is not experiment 1); a float is `Finite`
+(no NaN, no infinities, no booleans). The types live with the agent protocol
+(`dettui.protocol`), whose bodies use them too. `middleware.decode_json` has already refused
+integers past 64 bits, numbers past a double, lone surrogates and (but in metrics reports)
+`NaN`/`Infinity` tokens anywhere in the body; a metrics report's tokens became Determined's
+strings, which only metric values accept (`wire.decode_number`).
 """
 
 from __future__ import annotations
@@ -10,11 +19,13 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from aiohttp import web
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, field_validator
 
 from dettui.errors import InvalidArgument
-from dettui.master.middleware import read_json
-from dettui.protocol import Message
+from dettui.master import offload
+from dettui.master.middleware import BIG_BODY, decode_json, read_body
+from dettui.master.store import metrics as metric_store
+from dettui.protocol import INT64_MAX, Count, Finite, Int64, Message
 
 M = TypeVar("M", bound=Message)
 T = TypeVar("T")
@@ -22,14 +33,24 @@ T = TypeVar("T")
 
 Body = Message  # Determined's clients' bodies follow the agent protocol's conventions
 
+__all__ = ["Count", "Finite", "Int64"]  # the bounded numbers of every body (dettui.protocol)
+
 
 def _where(loc: tuple[Any, ...]) -> str:
     return ".".join(str(p) for p in loc) or "body"
 
 
 async def parse(request: web.Request, model: type[M]) -> M:
-    data = await read_json(request)
-    return parse_obj(data, model)
+    """The request's body as a `model`; a large body is decoded and validated on the CPU
+    pool, not on the event loop (a batch of metric reports runs to 64 MiB)."""
+    raw = await read_body(request)
+    if len(raw) > BIG_BODY:
+        return await offload.cpu(_parse_raw, raw, model)
+    return _parse_raw(raw, model)
+
+
+def _parse_raw(raw: bytes, model: type[M]) -> M:
+    return parse_obj(decode_json(raw, nan_tokens=model in NAN_TOKENS), model)
 
 
 def checked(rule: Callable[[object], T], value: object, where: str) -> T:
@@ -62,18 +83,26 @@ class CreateExperimentBody(Body):
     model_definition: list[Any] | None = None
     activate: bool | None = True
     validate_only: bool | None = False
-    parent_id: int | None = None
-    project_id: int | None = None
+    parent_id: Int64 | None = None
+    project_id: Int64 | None = None
     template: str | None = None
     unmanaged: bool | None = False
 
 
 class MetricsInner(Body):
-    trial_id: int
-    trial_run_id: int
-    steps_completed: int
+    trial_id: Int64
+    trial_run_id: Int64
+    steps_completed: Count
     report_time: str | None = None
     metrics: dict[str, Any]
+
+    @field_validator("metrics", mode="before")
+    @classmethod
+    def _capped(cls, metrics: object) -> object:
+        """Over the caps of one report: refused before anything else looks at it."""
+        if isinstance(metrics, dict):
+            metric_store.check_report(metrics)
+        return metrics
 
 
 class ReportMetricsBody(Body):
@@ -87,8 +116,12 @@ class ReportMetricsBatchBody(Body):
     reports: list[ReportMetricsBody]
 
 
+# Bodies whose `NaN`/`Infinity` tokens are read as Determined's strings (`decode_json`)
+NAN_TOKENS: set[type[Message]] = {ReportMetricsBody, ReportMetricsBatchBody}
+
+
 class ProgressBody(Body):
-    progress: float
+    progress: Finite
     is_raw: bool | None = None
 
 
@@ -109,7 +142,19 @@ class CheckpointBody(Body):
     metadata: dict[str, Any] = {}
     state: str | None = None
     training: dict[str, Any] | None = None
-    storage_id: int | None = None
+    storage_id: Int64 | None = None
+
+    @field_validator("metadata")
+    @classmethod
+    def _steps_counted(cls, metadata: dict[str, Any]) -> dict[str, Any]:
+        """`steps_completed`, which the store keeps in a column of its own, is a count."""
+        steps = metadata.get("steps_completed")
+        if isinstance(steps, float) and steps.is_integer():
+            steps = int(steps)
+        if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int)
+                                  or not 0 <= steps <= INT64_MAX):
+            raise ValueError(f"steps_completed must be an integer >= 0, got {steps!r:.40}")
+        return metadata
 
 
 class TaskLogLine(Body):
@@ -120,7 +165,7 @@ class TaskLogLine(Body):
     container_id: str | None = None
     source: str | None = None
     stdtype: str | None = None
-    rank_id: int | None = None
+    rank_id: Count | None = None
     level: str | None = None
     log: str
 
@@ -139,7 +184,7 @@ class PatchExperimentBody(Body):
 class CreateTrialBody(Body):
     """POST /api/v1/trials: a trial of an unmanaged (detached) experiment."""
 
-    experiment_id: int
+    experiment_id: Int64
     hparams: dict[str, Any] | None = None
     unmanaged: bool | None = False
 
@@ -150,17 +195,17 @@ class PutTrialBody(Body):
 
 
 class StartTrialBody(Body):
-    trial_id: int | None = None
+    trial_id: Int64 | None = None
     resume: bool | None = False
 
 
 class PatchTrialBody(Body):
-    trial_id: int | None = None
+    trial_id: Int64 | None = None
     state: str | None = None
 
 
 class StartRunBody(Body):
-    run_id: int
+    run_id: Int64
     checkpoint_storage: dict[str, Any] | None = None
 
 
@@ -168,15 +213,15 @@ class RunMetadataBody(Body):
     """POST /api/v1/runs/{runId}/metadata (`core.train.set_metadata`)."""
 
     metadata: dict[str, Any]
-    run_id: int | None = None
+    run_id: Int64 | None = None
 
 
 class TrialSourceInfo(Body):
     checkpoint_uuid: str
-    trial_id: int
+    trial_id: Int64
     trial_source_info_type: str
-    model_id: int | None = None
-    model_version: int | None = None
+    model_id: Int64 | None = None
+    model_version: Int64 | None = None
 
 
 class TrialSourceInfoBody(Body):
@@ -236,7 +281,7 @@ class DisableAgentBody(Body):
 class ContinueExperimentBody(Body):
     """POST /api/v1/experiments/continue (`det e continue`)."""
 
-    id: int
+    id: Int64
     override_config: str | None = None
 
 
@@ -249,8 +294,8 @@ class DeleteCheckpointsBody(Body):
 class JobUpdate(Body):
     job_id: str
     queue_control: dict[str, Any] | None = None
-    priority: int | None = None
-    weight: float | None = None
+    priority: Int64 | None = None
+    weight: Finite | None = None
     resource_pool: str | None = None
     ahead_of: str | None = None
     behind_of: str | None = None

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import logging
+import math
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
@@ -308,27 +310,93 @@ def _too_large(request: web.Request, size: int, cap: int) -> TooLarge:
 
 
 async def read_json(request: web.Request) -> object:
-    """The request body as JSON; an empty body is `{}` (Determined's action POSTs send none).
-    A large body is decoded on the CPU pool, not on the event loop."""
+    """The request body as JSON (`decode_json`); an empty body is `{}` (Determined's action
+    POSTs send none). A large body is decoded on the CPU pool, not on the event loop."""
     raw = await read_body(request)
     if len(raw) > BIG_BODY:
         return await offload.cpu(decode_json, raw)
     return decode_json(raw)
 
 
-def decode_json(raw: bytes) -> object:
-    """JSON from a request body, nested at most MAX_JSON_DEPTH levels (InvalidArgument)."""
-    if not raw.strip():
+def decode_json(raw: bytes, nan_tokens: bool = False) -> object:
+    """JSON from a request body, every value of which the master can store and send back:
+    UTF-8 text, nested at most MAX_JSON_DEPTH levels, integers within 64 bits, numbers finite,
+    strings valid Unicode (a lone UTF-16 surrogate such as `"\\ud800"` is not). Anything else
+    is an InvalidArgument naming where it is.
+
+    Python's `NaN`, `Infinity` and `-Infinity` tokens are not JSON, and Determined's clients
+    send those values as strings ("NaN"). Only a metrics report (`nan_tokens`) may use the
+    tokens: they become those strings, which a metric value accepts (`wire.decode_number`) and
+    a typed number refuses (`bodies.Int64`, `bodies.Finite`)."""
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise InvalidArgument(f"malformed JSON body: not UTF-8 ({exc.reason} at byte "
+                              f"{exc.start})") from exc
+    if not text.strip():
         return {}
     try:
-        data = json.loads(raw)
+        data = json.loads(text, parse_constant=str if nan_tokens else _Token)
     except RecursionError as exc:
         raise InvalidArgument(_too_deep()) from exc
-    except (ValueError, UnicodeDecodeError) as exc:
+    except ValueError as exc:
         raise InvalidArgument(f"malformed JSON body: {exc}") from exc
-    if raw.count(b"[") + raw.count(b"{") > MAX_JSON_DEPTH and _depth(data) > MAX_JSON_DEPTH:
+    if text.count("[") + text.count("{") > MAX_JSON_DEPTH and _depth(data) > MAX_JSON_DEPTH:
         raise InvalidArgument(_too_deep())
+    if _SUSPECT.search(text) and (problem := _unstorable(data)) is not None:
+        raise InvalidArgument(f"malformed JSON body: {problem}")
     return data
+
+
+INT64 = range(-(2**63), 2**63)
+# Text that may hold an integer past 64 bits (19 digits or more, not in a fraction), a number
+# past a double (an exponent of 3 digits or more), an escaped surrogate or a NaN or Infinity
+# token: only such bodies are walked (`_unstorable`), so a body of 300,000 metrics pays a
+# regex, not a walk.
+_SUSPECT = re.compile(r"(?<![\d.])\d{19}|[eE]\+?\d{3}|\\u[dD][89a-fA-F]|NaN|Infinity")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+@dataclass(frozen=True)
+class _Token:
+    """A `NaN`, `Infinity` or `-Infinity` token where none may be (found by `_unstorable`)."""
+
+    text: str
+
+
+def _unstorable(data: object) -> str | None:
+    """Where `data` holds a value no store can keep (an integer past 64 bits, a number past a
+    double, a lone surrogate) or a token that is not JSON, and what it is; None if nowhere."""
+    stack: list[tuple[object, str]] = [(data, "")]
+    while stack:
+        node, where = stack.pop()
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if _SURROGATE.search(key):
+                    return f"{where or 'body'}: a key is not valid Unicode (a lone surrogate)"
+                stack.append((value, f"{where}.{_short(key)}" if where else _short(key)))
+        elif isinstance(node, list):
+            stack.extend((value, f"{where}[{i}]") for i, value in enumerate(node))
+        elif (problem := _unstorable_scalar(node)) is not None:
+            return f"{where or 'body'}: {problem}"
+    return None
+
+
+def _unstorable_scalar(value: object) -> str | None:
+    if isinstance(value, int) and not isinstance(value, bool) and value not in INT64:
+        return f"{_short(str(value))} is outside the 64-bit integers"
+    if isinstance(value, float) and not math.isfinite(value):
+        return "a number too large for a double"
+    if isinstance(value, str) and _SURROGATE.search(value):
+        return "a string that is not valid Unicode (a lone surrogate)"
+    if isinstance(value, _Token):
+        return (f"{value.text} is not JSON (send the string \"{value.text}\", which only a "
+                "metric value may be)")
+    return None
+
+
+def _short(text: str, cap: int = 40) -> str:
+    return text if len(text) <= cap else text[:cap - 3] + "..."
 
 
 def _too_deep() -> str:

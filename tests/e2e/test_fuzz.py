@@ -5,11 +5,17 @@ nobody.
 
 Every answer must be below 500 and arrive within 5 s, and the master's memory must stay bounded.
 Examples are derandomized (the same in every run) and bounded per operation.
+
+Hostile numbers and strings (issue 29, attack 5) go everywhere a number or a string may: NaN,
+±Infinity, 1e999, ±2^63, ±2^64 and booleans where the schema says integer or number, lone
+UTF-16 surrogates in strings, ids past 64 bits in paths and queries. The random examples draw
+them among others; `test_hostile_numbers_no_5xx` sends each of them to every operation.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 import urllib.error
@@ -107,20 +113,36 @@ def call_json(url: str, method: str, path: str, token: str, body: Any = None) ->
 
 # --- strategies ------------------------------------------------------------------------------
 
-JUNK_TEXT = st.text(st.characters(codec="utf-8", exclude_characters="\x00"), max_size=40)
+OVERFLOW = "\x00overflow"  # stands for 1e999 (a number past a double) until `dump`
+HOSTILE_NUMBERS: list[Any] = [math.nan, math.inf, -math.inf, OVERFLOW, 2**63, -(2**63) - 1,
+                              2**64, -(2**64), True, False]
+LONE_SURROGATES = ["\ud800", "a\udc00b", "\udbff"]
+HOSTILE_IDS = [str(2**63), str(2**64), "99999999999999999999", "-1", "1e999", "NaN"]
+JUNK_TEXT = st.one_of(
+    st.text(st.characters(codec="utf-8", exclude_characters="\x00"), max_size=40),
+    st.sampled_from(LONE_SURROGATES))
 JUNK = st.one_of(
     JUNK_TEXT, st.sampled_from(["nan", "NaN", "inf", "-1", "+1", " 1", "١", "1e400", "0x10",
                                 "99999999999999999999999", "-99999999999999999999", "",
-                                "../../etc", "%2e%2e%2f", "[/]", "true"]))
+                                "../../etc", "%2e%2e%2f", "[/]", "true", "Infinity", "1e999",
+                                str(2**63), str(-(2**63) - 1), str(2**64)]))
+NUMBER = st.one_of(st.integers(), st.floats(allow_nan=False), st.sampled_from(HOSTILE_NUMBERS))
 JSON = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | JUNK_TEXT,
+    st.none() | st.booleans() | NUMBER | JUNK_TEXT,
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(JUNK_TEXT, inner, max_size=4),
     max_leaves=12)
 
 
+def dump(value: Any) -> bytes:
+    """`value` as JSON text the way a hostile client writes it: NaN and Infinity as Python's
+    tokens, OVERFLOW as 1e999, lone surrogates as `\\ud800` escapes."""
+    return json.dumps(value).replace(json.dumps(OVERFLOW), "1e999").encode()
+
+
 def path_value(w: World, name: str) -> st.SearchStrategy[str]:
     known = w.ids.get(name, [])
-    junk = st.one_of(JUNK, st.integers().map(str)) if name == "id" else JUNK
+    junk = st.one_of(JUNK, st.integers().map(str), st.sampled_from(HOSTILE_IDS)) \
+        if name == "id" else JUNK
     return st.one_of(st.sampled_from(known), junk) if known else junk
 
 
@@ -132,7 +154,8 @@ def query_value(schema: dict[str, Any], poll: bool, name: str) -> st.SearchStrat
         return st.one_of(st.floats(0, 1).map(lambda f: f"{f:.3f}"), JUNK.filter(_not_a_wait))
     if kind == "array":
         return st.lists(query_value(schema["items"], False, name), max_size=3)
-    typed = {"integer": st.integers(-2, 10**6).map(str), "number": st.floats().map(str),
+    typed = {"integer": st.one_of(st.integers(-2, 10**6).map(str), st.sampled_from(HOSTILE_IDS)),
+             "number": st.floats().map(str),
              "boolean": st.sampled_from(["true", "false"])}.get(kind, JUNK)
     return st.one_of(typed, JUNK)
 
@@ -152,10 +175,10 @@ def body_value(o: dict[str, Any]) -> st.SearchStrategy[bytes | None]:
     schema = o.get("requestBody", {}).get("content", {}).get("application/json", {}).get(
         "schema")
     options: list[st.SearchStrategy[bytes | None]] = [
-        st.none(), JSON.map(lambda v: json.dumps(v).encode()),
+        st.none(), JSON.map(dump),
         st.binary(max_size=64), st.just(b"[" * 5000 + b"]" * 5000)]
     if schema is not None:
-        options.append(valid(schema).map(lambda v: json.dumps(v).encode()))
+        options.append(valid(schema).map(dump))
     return st.one_of(options)
 
 
@@ -181,8 +204,10 @@ def valid(schema: dict[str, Any], depth: int = 0) -> st.SearchStrategy[Any]:
         items = schema.get("items")
         inner = valid(items, depth + 1) if isinstance(items, dict) and depth < 4 else JSON
         return st.lists(inner, max_size=3)
-    return {"string": JUNK_TEXT, "integer": st.integers(-2, 10**9), "boolean": st.booleans(),
-            "number": st.floats(allow_nan=False, allow_infinity=False),
+    hostile = st.sampled_from(HOSTILE_NUMBERS)
+    return {"string": JUNK_TEXT, "integer": st.one_of(st.integers(-2, 10**9), hostile),
+            "boolean": st.booleans(),
+            "number": st.one_of(st.floats(allow_nan=False, allow_infinity=False), hostile),
             "null": st.none()}.get(kind, JSON)
 
 
@@ -194,7 +219,8 @@ def requests(draw: st.DrawFn, w: World, method: str, path: str,
     for p in o["parameters"]:
         if p["in"] == "path":
             value = draw(path_value(w, p["name"]))
-            url = url.replace("{" + p["name"] + "}", urllib.parse.quote(value, safe=""))
+            url = url.replace("{" + p["name"] + "}",
+                              urllib.parse.quote(value, safe="", errors="surrogatepass"))
     query = []
     for p in o["parameters"]:
         if p["in"] == "query" and draw(st.booleans()):
@@ -204,7 +230,7 @@ def requests(draw: st.DrawFn, w: World, method: str, path: str,
     if poll and not any(name == poll for name, _ in query) and poll != "follow":
         query.append((poll, "0"))  # a long-poll asked for nothing waits its default
     if query:
-        url += "?" + urllib.parse.urlencode(query)
+        url += "?" + urllib.parse.urlencode(query, errors="surrogatepass")
     who = draw(st.sampled_from(sorted(w.tokens)))
     return url, draw(body_value(o)) if method != "GET" else None, who
 
@@ -253,6 +279,73 @@ def test_no_5xx_no_hang(world: World, method: str, path: str, o: dict[str, Any])
     fuzz()
     assert (len(world.server_errors), len(world.slow)) == before, (
         world.server_errors[before[0]:][:5], world.slow[before[1]:][:5])
+
+
+def fill(schema: dict[str, Any], number: Any, text: str | None, used: list[bool],
+         depth: int = 0) -> Any:
+    """A body of `schema` with every property given, `number` in every integer or number
+    field (1 if None), `text` in every string field ("x" if None); `used` is set when one was
+    put in."""
+    if "$ref" in schema:
+        name = schema["$ref"].rsplit("/", 1)[-1]
+        return fill(SPEC["components"]["schemas"][name], number, text, used, depth)
+    if "anyOf" in schema:
+        options = [o for o in schema["anyOf"] if o.get("type") != "null"] or schema["anyOf"]
+        return fill(options[0], number, text, used, depth)
+    kind = schema.get("type")
+    if kind in ("integer", "number") or (kind == "string" and text is not None):
+        used.append(True)
+        return (number if number is not None else 1) if kind != "string" else text
+    if kind == "object" and depth < 4:
+        props = schema.get("properties", {})
+        return {k: fill(v, number, text, used, depth + 1) for k, v in props.items()}
+    if kind == "array" and isinstance(schema.get("items"), dict) and depth < 4:
+        return [fill(schema["items"], number, text, used, depth + 1)]
+    return {"string": "x", "boolean": True, "null": None}.get(kind, "x")
+
+
+def hostile_requests(w: World, o: dict[str, Any]) -> Iterator[tuple[str | None, bytes | None]]:
+    """(path values or query, body) of each hostile request for an operation: each hostile
+    number in every numeric field of its body, lone surrogates in every string field, ids past
+    64 bits in its path, hostile numbers in its numeric query parameters."""
+    schema = o.get("requestBody", {}).get("content", {}).get("application/json", {}).get(
+        "schema")
+    for number in ([*HOSTILE_NUMBERS, None] if schema is not None else []):
+        used: list[bool] = []
+        body = fill(schema, number, LONE_SURROGATES[0] if number is None else None, used)
+        if used:
+            yield None, dump(body)
+    path_params = [p["name"] for p in o["parameters"] if p["in"] == "path"]
+    numeric = [p["name"] for p in o["parameters"] if p["in"] == "query"
+               and p["schema"].get("type") in ("integer", "number")
+               and p["name"] != o.get("x-long-poll")]
+    for value in HOSTILE_IDS:
+        if path_params:
+            yield f"path:{value}", None
+        if numeric:
+            yield "?" + urllib.parse.urlencode([(n, value) for n in numeric]), None
+
+
+@pytest.mark.parametrize(("method", "path", "o"), OPERATIONS,
+                         ids=[f"{m} {p}" for m, p, _ in OPERATIONS])
+def test_hostile_numbers_no_5xx(world: World, method: str, path: str, o: dict[str, Any]) -> None:
+    """Every hostile number and string of issue 29's attack 5, in every operation (as an admin,
+    a trial's allocation and an agent): a 4xx, never a 5xx."""
+    before = len(world.server_errors)
+    poll = o.get("x-long-poll")
+    for where, body in hostile_requests(world, o):
+        url = path
+        for p in o["parameters"]:
+            if p["in"] == "path":
+                known = world.ids.get(p["name"], ["1"])[0]
+                value = where[5:] if where and where.startswith("path:") else known
+                url = url.replace("{" + p["name"] + "}", urllib.parse.quote(value, safe=""))
+        query = where if where and where.startswith("?") else ""
+        if poll:
+            query += ("&" if query else "?") + f"{poll}=" + ("false" if poll == "follow" else "0")
+        for who in ("admin", "allocation", "agent"):
+            send(world, method, url + query, body if method != "GET" else None, who)
+    assert len(world.server_errors) == before, world.server_errors[before:][:5]
 
 
 def test_zz_the_master_stayed_small_and_up(world: World) -> None:

@@ -149,3 +149,67 @@ def test_a_context_the_agent_cannot_extract_fails_the_trial_with_a_line_saying_w
     logs = served.cli("t", "logs", "1").stdout
     assert "failed to start: the model context is not a valid tar.gz archive" in logs, logs
     assert "ran" not in logs.replace("damaged", "")
+
+
+def _running_trial(s: Served, token: str) -> tuple[int, str]:
+    """A trial of a new experiment, started on a fake agent: (its id, its allocation's token)."""
+    s.api("POST", "/api/v1/experiments", {"config": "name: m\nentrypoint: python3 train.py\n"
+                                          "searcher: {name: single, metric: loss}\n",
+                                          "activate": True, "modelDefinition": []})
+    agent = s.agent_token("hostile")
+    register = urllib.request.Request(
+        s.url + "/api/v1/agents/register", method="POST",
+        data=json.dumps({"id": "hostile", "slots": [{"id": 0, "type": "cpu"}]}).encode(),
+        headers={"Authorization": f"Bearer {agent}"})
+    urllib.request.urlopen(register, timeout=10).read()
+    for _ in range(50):
+        poll = urllib.request.Request(s.url + "/api/v1/agents/hostile/work?timeout_seconds=0.2",
+                                      headers={"Authorization": f"Bearer {agent}"})
+        with urllib.request.urlopen(poll, timeout=10) as resp:
+            work = json.loads(resp.read())["work"]
+        if work:
+            return int(work[0]["trialId"]), str(work[0]["sessionToken"])
+    raise AssertionError("no work for the agent")
+
+
+def test_attack_8_a_metrics_report_of_300000_keys_is_refused_while_the_master_answers(
+        headless: Served) -> None:
+    """One report of 300,000 keys (5.5 MB) held the master's event loop 6.9 s and the trial
+    then read back as 33 MB. Now it is refused (alone: over the route's body cap; in a batch:
+    over the cap of keys), the master answers meanwhile, and the trial stays small."""
+    token = headless.token()
+    trial_id, task_token = _running_trial(headless, token)
+    avg = {f"metric_{i}": 0.5 for i in range(300_000)}
+    report = {"group": "training", "metrics": {"trialId": trial_id, "trialRunId": 1,
+                                               "stepsCompleted": 1,
+                                               "metrics": {"avgMetrics": avg}}}
+    one, batch = json.dumps(report).encode(), json.dumps({"reports": [report]}).encode()
+    assert len(one) > 5_000_000
+    poller = Poller(headless, token)
+    poller.start()
+    time.sleep(0.3)
+    before = len(poller.latencies)
+    answers = []
+    for path, body in ((f"/api/v1/trials/{trial_id}/metrics", one),
+                       (f"/api/v1/trials/{trial_id}/metrics/batch", batch)):
+        req = urllib.request.Request(headless.url + path, data=body, method="POST", headers={
+            "Grpc-Metadata-x-allocation-token": f"Bearer {task_token}"})
+        started = time.monotonic()
+        try:
+            urllib.request.urlopen(req, timeout=60).read()
+            answers.append((200, "", time.monotonic() - started))
+        except urllib.error.HTTPError as exc:
+            answers.append((exc.code, json.loads(exc.read())["message"],
+                            time.monotonic() - started))
+    time.sleep(0.1)
+    poller.stop.set()
+    poller.join(10)
+    during = poller.latencies[before:]
+    assert answers[0][0] == 413 and "over the limit of 2,097,152 bytes" in answers[0][1], answers
+    assert answers[1][0] == 400 and "more than 1,000 metrics" in answers[1][1], answers
+    print(f"\n300,000 keys: refused in {answers[0][2] * 1000:.0f} ms (one report) and "
+          f"{answers[1][2] * 1000:.0f} ms (in a batch); GET /api/v1/master meanwhile: "
+          f"{len(during)} answers, max {max(during) * 1000:.0f} ms")
+    assert max(during) < 1.0, f"GET /api/v1/master took up to {max(during):.2f} s"
+    trial = headless.api("GET", f"/api/v1/trials/{trial_id}")
+    assert len(json.dumps(trial)) < 20_000

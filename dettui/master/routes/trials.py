@@ -90,7 +90,7 @@ routes.get("/api/v1/trials/{id}")(get_trial)
 
 
 @task_route
-@op(body=ReportMetricsBody)
+@op(body=ReportMetricsBody, max_body=metric_store.MAX_REPORT_BODY)
 async def report_metrics(request: web.Request) -> web.Response:
     trial_id = path_int(request, "id")
     await require_trial_writer(request, trial_id)

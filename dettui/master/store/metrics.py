@@ -1,4 +1,11 @@
-"""Metric reports, with Determined's merge and restart-rollback rules (SEMANTICS §3.2)."""
+"""Metric reports, with Determined's merge and restart-rollback rules (SEMANTICS §3.2).
+
+A report is capped before it is stored (`check_report`, run where its body is parsed): its
+avgMetrics, and each entry of its batchMetrics, hold at most MAX_METRIC_KEYS values (a nested
+object's keys and a list's items count as well), and all of its metrics at most
+MAX_REPORT_BYTES of text. One report of 300,000 keys stalled the master for 7 s, and its
+trial's summary then read back as 33 MB.
+"""
 
 from __future__ import annotations
 
@@ -17,6 +24,54 @@ from dettui.master.store.tx import transaction
 
 FROM_METRICS = f"SELECT {columns(Metric.COLUMNS)} FROM metrics"
 STALE_BUDGET = 0.05  # seconds of the store thread a chunk of a start-up backfill takes
+MAX_METRIC_KEYS = 1_000  # values in a report's avgMetrics (and in each batchMetrics entry)
+MAX_REPORT_BYTES = 1024 * 1024  # text of a report's metrics: keys, strings, 8 bytes a number
+MAX_REPORT_BODY = 2 * MAX_REPORT_BYTES  # a request body of one report
+
+
+def check_report(metrics: dict[str, Any]) -> None:
+    """Refuse a report's `metrics` (`{"avgMetrics": ..., "batchMetrics": [...]}`) over its
+    caps (InvalidArgument naming the cap). The walk stops at the first cap passed: it costs
+    at most MAX_METRIC_KEYS values a dict, MAX_REPORT_BYTES in all."""
+    _check_count(len(metrics), "metrics")
+    size = 0
+    for name, value in metrics.items():
+        size += len(name)
+        if name in ("batchMetrics", "batch_metrics") and isinstance(value, list):
+            _check_count(len(value), f"metrics.{name}")
+            for i, entry in enumerate(value):
+                size += _check_values(entry, f"metrics.{name}[{i}]", MAX_REPORT_BYTES - size)
+        else:
+            size += _check_values(value, f"metrics.{name}", MAX_REPORT_BYTES - size)
+
+
+def _check_count(count: int, where: str) -> None:
+    if count > MAX_METRIC_KEYS:
+        raise InvalidArgument(f"{where}: more than {MAX_METRIC_KEYS:,} metrics in one report "
+                              "(the keys of nested objects and the items of lists count too)")
+
+
+def _check_values(top: object, where: str, room: int) -> int:
+    """The text size of `top`, refused when it holds over MAX_METRIC_KEYS values or more
+    than `room` bytes of text (counted before a dict or list is walked: no work grows with
+    what is refused)."""
+    count, size = 0, len(top) if isinstance(top, str) else 2
+    stack = [top]
+    while stack:
+        node = stack.pop()
+        if not isinstance(node, dict | list):
+            continue
+        count += len(node)
+        _check_count(count, where)
+        pairs = node.items() if isinstance(node, dict) else (("", v) for v in node)
+        for key, value in pairs:
+            size += len(key) + (len(value) if isinstance(value, str) else 8)
+            if isinstance(value, dict | list):
+                stack.append(value)
+        if size > room:
+            raise InvalidArgument(f"{where}: a report's metrics are over the limit of "
+                                  f"{MAX_REPORT_BYTES:,} bytes")
+    return size
 
 
 @dataclass(frozen=True)
