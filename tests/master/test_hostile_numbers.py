@@ -288,3 +288,31 @@ async def test_attack_5_hostile_numbers_from_an_agent_are_400s(api: Api, field: 
     assert "exitCode" in body["message"], body
     logs = await api.call("GET", "/api/v1/trials/1/logs")
     assert "x\n" not in str(logs)
+
+
+async def test_attack_8_a_trials_summary_keeps_1000_names_however_many_reports_add(
+        api: Api, tmp_path: Path) -> None:
+    """Reports within their caps that each bring new names would grow the trial's summary
+    (what its view shows) without end, and every report's fold with it: the summary keeps the
+    first 1,000 names of a group, the reports are stored whole, and a refresh (after a merge)
+    keeps the same bound."""
+    task = await _world(api, tmp_path)
+    for steps, prefix in ((1, "a"), (2, "b"), (3, "c")):
+        avg = {f"{prefix}{i}": float(i) for i in range(600)}
+        await api.call("POST", "/api/v1/trials/1/metrics",
+                       {**_report(avg), "metrics": {**_report(avg)["metrics"],
+                                                    "stepsCompleted": steps}}, headers=task)
+
+    async def summary() -> dict[str, Any]:
+        trial = (await api.call("GET", "/api/v1/trials/1"))["trial"]
+        return dict(trial["summaryMetrics"]["avg_metrics"])
+
+    kept = await summary()
+    assert len(kept) == metric_store.MAX_SUMMARY_METRICS
+    assert "a599" in kept and "b399" in kept and "b400" not in kept and "c0" not in kept
+    rows = (await api.call("GET", "/api/v1/trials/1/metrics"))["metrics"]
+    assert [len(r["metrics"]["avgMetrics"]) for r in rows] == [600, 600, 600]
+    merged = _report({"z": 1.0})  # a merge into step 1's report folds every report again
+    await api.call("POST", "/api/v1/trials/1/metrics", merged, headers=task)
+    again = await summary()
+    assert len(again) == metric_store.MAX_SUMMARY_METRICS and "c0" not in again

@@ -4,7 +4,9 @@ A report is capped before it is stored (`check_report`, run where its body is pa
 avgMetrics, and each entry of its batchMetrics, hold at most MAX_METRIC_KEYS values (a nested
 object's keys and a list's items count as well), and all of its metrics at most
 MAX_REPORT_BYTES of text. One report of 300,000 keys stalled the master for 7 s, and its
-trial's summary then read back as 33 MB.
+trial's summary then read back as 33 MB. A trial's summary (what its view shows) keeps the
+first MAX_SUMMARY_METRICS names of each group: reports with new names are stored whole, but
+the summary does not grow past that, however many reports add names.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +29,7 @@ STALE_BUDGET = 0.05  # seconds of the store thread a chunk of a start-up backfil
 MAX_METRIC_KEYS = 1_000  # values in a report's avgMetrics (and in each batchMetrics entry)
 MAX_REPORT_BYTES = 1024 * 1024  # text of a report's metrics: keys, strings, 8 bytes a number
 MAX_REPORT_BODY = 2 * MAX_REPORT_BYTES  # a request body of one report
+MAX_SUMMARY_METRICS = 1_000  # names a trial's summary keeps per group
 
 
 def check_report(metrics: dict[str, Any]) -> None:
@@ -184,7 +187,8 @@ def _fold_summary(conn: sqlite3.Connection, trial_id: int, group: str, steps: in
         refresh_trial(conn, trial_id)
         return
     folded = jsonfast.loads(row["summary_metrics"]) if row["summary_metrics"] else {}
-    summary.fold(folded.setdefault(summary.PATHS.get(group, group), {}), metrics)
+    kept = folded.setdefault(summary.PATHS.get(group, group), {})
+    summary.fold(kept, _with_room(kept, metrics))
     conn.execute("UPDATE trials SET summary_metrics=? WHERE id=?",
                  (json.dumps(folded), trial_id))
     if group != "validation":
@@ -204,7 +208,7 @@ def refresh_trial(conn: sqlite3.Connection, trial_id: int) -> None:
     if row is None:
         return
     searcher = typed_config(row["config"]).searcher
-    folded = summary.summarize(reports(conn, trial_id))
+    folded = summary.summarize(_summarised(reports(conn, trial_id)))
     found = metric.best(validations_with(conn, [trial_id], searcher.metric),
                         lambda m: metric.number(m.metrics, searcher.metric),
                         searcher.smaller_is_better)
@@ -214,6 +218,28 @@ def refresh_trial(conn: sqlite3.Connection, trial_id: int) -> None:
         (json.dumps(folded) if folded else None,
          None if found is None else metric.number(found.metrics, searcher.metric),
          None if found is None else found.steps_completed, trial_id))
+
+
+def _with_room(known: Collection[str], metrics: dict[str, Any]) -> dict[str, Any]:
+    """`metrics` but for the new names a summary that has `known` has no room for."""
+    room = MAX_SUMMARY_METRICS - len(known)
+    new = [name for name in metrics if name not in known]
+    if len(new) <= room:
+        return metrics
+    keep = set(new[:max(room, 0)])
+    return {k: v for k, v in metrics.items() if k in known or k in keep}
+
+
+def _summarised(rows: Iterable[tuple[str, dict[str, Any]]]
+                ) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(group, metrics) reports as the summary takes them: the first MAX_SUMMARY_METRICS names
+    of each group (`_with_room`, as `_fold_summary` keeps them)."""
+    names: dict[str, set[str]] = {}
+    for group, metrics in rows:
+        known = names.setdefault(group, set())
+        metrics = _with_room(known, metrics)
+        known.update(metrics)
+        yield group, metrics
 
 
 def trial_summaries(conn: sqlite3.Connection,
