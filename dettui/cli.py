@@ -262,6 +262,9 @@ def _checkpoint_args(sub: Any) -> None:
     cl.add_argument("id", type=int, help="experiment id")
     cl.add_argument("--best", type=int, help="only the best N (by the searcher metric)")
     cl.add_argument("--json", action="store_true")
+    rm = cv.add_parser("delete", help="delete checkpoints' files from storage (frees quota)")
+    rm.add_argument("uuids", nargs="+", metavar="UUID")
+    rm.add_argument("--yes", action="store_true", help="do not ask")
     cd = cv.add_parser("download", help="download a checkpoint's files")
     cd.add_argument("uuid")
     cd.add_argument("-o", "--output", type=Path, help="directory (default checkpoints/UUID)")
@@ -304,6 +307,8 @@ def _dispatch(args: argparse.Namespace) -> Callable[[api.Client], Awaitable[Any]
 
         if verb == "download":
             return lambda c: checkpoint.download_one(c, args.uuid, args.output, mode=args.mode)
+        if verb == "delete":
+            return lambda c: checkpoint.delete(c, args.uuids, yes=args.yes)
         return lambda c: checkpoint.list_(c, args.id, best=args.best, as_json=args.json)
     if cmd in ("trial", "t"):
         from dettui.commands import trial

@@ -434,6 +434,10 @@ class Client:
     async def checkpoint(self, uuid: str) -> dict[str, Any]:
         return dict((await self.request("GET", f"/api/v1/checkpoints/{uuid}"))["checkpoint"])
 
+    async def delete_checkpoints(self, uuids: list[str]) -> None:
+        """`det checkpoint delete`: the checkpoints' files out of storage, records DELETED."""
+        await self.request("DELETE", "/api/v1/checkpoints", body={"checkpointUuids": uuids})
+
     async def download_checkpoint(self, uuid: str, sink: Callable[[bytes], object]) -> int:
         """The checkpoint's files as the master's tar.gz stream (`download`)."""
         return await self.download(f"/checkpoints/{uuid}", sink)

@@ -97,6 +97,18 @@ class TooLarge(DettuiError):
     grpc_reason = "ResourceExhausted"
 
 
+class QuotaExceeded(DettuiError):
+    """A configured quota (checkpoint storage) would be exceeded; the message names the quota,
+    the usage and what to delete. gRPC's ResourceExhausted, which grpc-gateway (Determined's
+    REST edge) sends as 429; retrying the same request does not help (no Retry-After, and
+    Determined's client, as ours, retries only 502, 503 and 504)."""
+
+    title = "Over quota"
+    http_status = 429
+    grpc_code = 8
+    grpc_reason = "ResourceExhausted"
+
+
 class Unavailable(DettuiError):
     title = "Unavailable"
     http_status = 503
@@ -172,6 +184,7 @@ _BY_STATUS: dict[int, type[DettuiError]] = {
     410: Gone,
     409: Conflict,
     413: TooLarge,
+    429: QuotaExceeded,
     501: Unimplemented,
     503: Unavailable,
 }

@@ -1,4 +1,4 @@
-"""`dettui checkpoint list|download` and `dettui e download`: checkpoints back out of the
+"""`dettui checkpoint list|download|delete` and `dettui e download`: checkpoints back out of the
 cluster, straight from storage when this machine reaches it, else streamed by the master (a
 tar.gz, as Determined's checkpoint download API), with progress."""
 
@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+import sys
 import tarfile
 import tempfile
 from collections.abc import Callable, Iterator
@@ -45,6 +46,24 @@ async def list_(c: Client, exp_id: int, *, best: int | None, as_json: bool) -> N
     output.table(f"Checkpoints of experiment {exp_id}",
                  ["Trial", "Batches", "State", metric or "Metric", "UUID", "Size", "Reported"],
                  rows)
+
+
+async def delete(c: Client, uuids: list[str], *, yes: bool) -> None:
+    """`dettui checkpoint delete UUID...` (as `det checkpoint delete`): their files out of
+    storage and their records DELETED, which frees their bytes of the checkpoint quota."""
+    uuids = [checkpoint_uuid(u, "UUID") for u in uuids]
+    if not yes:
+        if not sys.stdin.isatty():
+            raise InvalidArgument("deleting checkpoints removes their files for good: add "
+                                  "--yes to confirm")
+        answer = await asyncio.to_thread(
+            input, f"Delete {len(uuids)} checkpoint(s) and their files? This cannot be "
+                   "undone. [y/N] ")
+        if answer.strip().lower() not in ("y", "yes"):
+            output.console.print("Nothing deleted.")
+            return
+    await c.delete_checkpoints(uuids)
+    output.console.print(f"Deleted {len(uuids)} checkpoint(s): {', '.join(uuids)}")
 
 
 def _metric(c: dict[str, Any], metric: str) -> str:

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dettui import metric
+from dettui import byte_size, metric
 from dettui.client import Client, GcPolicy
 from dettui.commands import output
 from dettui.commands.trial import follow_logs
@@ -147,10 +147,10 @@ async def list_(c: Client, *, show_all: bool, as_json: bool) -> None:
     rows = [(e["id"], e["username"], e["name"], output.state(e["state"]),
              f"{(e.get('progress') or 0) * 100:.0f}%" if e.get("progress") is not None
              and output.state(e["state"]) not in ("ERROR", "CANCELED") else "",
-             e["numTrials"], output.when(e["startTime"]), output.when(e.get("endTime")),
-             e.get("resourcePool", "")) for e in exps]
-    output.table(None, ["ID", "Owner", "Name", "State", "Progress", "Trials", "Start Time",
-                        "End Time", "Resource Pool"], rows)
+             e["numTrials"], _held(e), output.when(e["startTime"]),
+             output.when(e.get("endTime")), e.get("resourcePool", "")) for e in exps]
+    output.table(None, ["ID", "Owner", "Name", "State", "Progress", "Trials", "Checkpoints",
+                        "Start Time", "End Time", "Resource Pool"], rows)
 
 
 async def describe(c: Client, exp_id: int, *, as_json: bool) -> None:
@@ -167,11 +167,12 @@ async def describe(c: Client, exp_id: int, *, as_json: bool) -> None:
     progress = exp.get("progress")
     output.table(f"Experiment {exp_id}", ["ID", "Name", "State", "Progress", "Owner",
                                            "Searcher", "Metric", "Best", "Trials",
-                                           "Start Time", "End Time", "Resource Pool"],
+                                           "Checkpoints", "Start Time", "End Time",
+                                           "Resource Pool"],
                  [(exp["id"], exp["name"], output.state(exp["state"]),
                    f"{progress * 100:.0f}%" if progress is not None else "", exp["username"],
                    exp["searcherType"], name, "" if best is None else f"{best:.6g}",
-                   len(trials), output.when(exp["startTime"]),
+                   len(trials), _held(exp), output.when(exp["startTime"]),
                    output.when(exp.get("endTime")), exp.get("resourcePool", ""))])
     output.table("Trials (best first)", ["Trial ID", "State", f"Best {name}".strip(),
                                          "Hyperparameters", "Steps", "Restarts",
@@ -208,17 +209,19 @@ def _hp(hparams: dict[str, Any]) -> str:
 
 
 def _size(ck: dict[str, Any]) -> str:
-    total = 0
-    for v in (ck.get("resources") or {}).values():
-        try:
-            total += int(v)
-        except (TypeError, ValueError):
-            continue
-    for unit in ("B", "KB", "MB", "GB"):
-        if total < 1024 or unit == "GB":
-            return f"{total:.0f} {unit}" if unit == "B" else f"{total:.1f} {unit}"
-        total /= 1024  # type: ignore[assignment]
-    return str(total)
+    """A checkpoint's bytes (its resources' sizes) in binary units."""
+    return byte_size.human(sum(byte_size.file_size(v)
+                               for v in (ck.get("resources") or {}).values()))
+
+
+def _held(exp: dict[str, Any]) -> str:
+    """An experiment's checkpoints that hold files: their bytes, and how many (Determined's
+    `checkpointSize`, an int64 as a string, and `checkpointCount`)."""
+    try:
+        size = int(exp.get("checkpointSize") or 0)
+    except (TypeError, ValueError):
+        size = 0
+    return f"{byte_size.human(size)} ({exp.get('checkpointCount') or 0})"
 
 
 async def action(c: Client, exp_id: int, verb: str) -> None:

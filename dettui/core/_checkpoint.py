@@ -6,6 +6,10 @@ of all ranks are gathered, a file written by two ranks or a metadata key with tw
 refused (naming the ranks), and otherwise each rank renames its files into the one uuid
 directory (no copy) and the chief writes metadata.json and reports the merged checkpoint
 (SEMANTICS §3.3).
+
+A report the master refuses over its checkpoint storage quota (QuotaExceeded) raises in the
+trial with the master's message, after the checkpoint's files are removed: nothing records
+them, so nothing else would.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from typing import Any
 from dettui.core._distributed import DistributedContext
 from dettui.core._info import ClusterInfo
 from dettui.core._session import Session
+from dettui.errors import QuotaExceeded
 from dettui.paths import checkpoint_uuid, confined, remove_under
 
 STAGE_PREFIX = ".rank-"  # a rank's own directory inside a sharded checkpoint while it writes
@@ -141,6 +146,11 @@ class CheckpointContext:
         (path / "metadata.json").write_text(json.dumps(metadata, indent=2))
         try:
             self._report(storage_id, metadata, list_resources(path))
+        except QuotaExceeded:
+            # Not recorded, so nothing would ever delete them: the files go (as the trial's
+            # own user, the one that wrote them), and the refusal goes up to the trial.
+            remove_under(self.base, storage_id)
+            raise
         finally:
             if shard:
                 self._dist.allgather(None)

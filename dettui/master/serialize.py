@@ -62,10 +62,11 @@ def _experiment(e: Experiment | ListedExperiment, hyperparameters: Any,
         "unmanaged": e.unmanaged,
         "externalExperimentId": e.external_id,
         "hyperparameters": hyperparameters,
+        # kept on the experiment's row by each checkpoint report, deletion and GC
+        "checkpointSize": str(e.checkpoint_size),
+        "checkpointCount": e.checkpoint_count,
         # filled in for one experiment (GET /api/v1/experiments/{id}: routes.views.extras);
         # a list shows `duration` of ended experiments only (it would change every second)
-        "checkpointSize": "0",
-        "checkpointCount": 0,
         "trialIds": [],
         "duration": None if e.end_time is None else duration(e.start_time, e.end_time),
         "bestTrialId": e.best_trial_id,

@@ -1,4 +1,4 @@
-"""Master settings: where it listens, where it keeps state, and its timing knobs."""
+"""Master settings: where it listens, where it keeps state, its timing knobs and its quotas."""
 
 from __future__ import annotations
 
@@ -6,11 +6,12 @@ import ipaddress
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
+from dettui import byte_size
 from dettui.config import yamlsafe
 from dettui.errors import ConfigError, InvalidArgument
 from dettui.master.scheduler import FAIR_SHARE, PRIORITY, PoolPolicy
@@ -46,6 +47,10 @@ class MasterSettings:
     session_lifetime: float = 7 * 24 * 3600.0  # seconds a login lasts (Determined: 7 days)
     slurm: dict[str, SlurmPool] = field(default_factory=dict)  # pools backed by Slurm
     db_url: str | None = None  # postgresql://USER@HOST:PORT/DB; None: SQLite in the state dir
+    # bytes of checkpoint storage (checkpoints holding files) an experiment, and all of a
+    # user's experiments together, may use; None: no quota (store.checkpoint_quota)
+    checkpoint_quota: int | None = None
+    checkpoint_quota_per_user: int | None = None
 
     @property
     def pools(self) -> tuple[str, ...]:
@@ -137,6 +142,21 @@ class PoolConfig(_Strict):
     provider: SlurmProviderConfig | None = None  # none: dettui agents
 
 
+def _size(value: Any) -> int | None:
+    """A size in the master config ("50GiB", "500MB", bytes); null: none."""
+    if value is None:
+        return None
+    if not isinstance(value, str | int):
+        raise ValueError("must be a size such as 50GiB, 500MiB or a number of bytes")
+    size = byte_size.parse(value)
+    if size <= 0:
+        raise ValueError("must be more than 0 bytes (leave it out for no quota)")
+    return size
+
+
+Size = Annotated[int | None, BeforeValidator(_size)]
+
+
 class MasterConfig(_Strict):
     host: str | None = None
     port: int | None = Field(default=None, ge=0, le=65535)
@@ -146,6 +166,8 @@ class MasterConfig(_Strict):
     preemption_timeout: float | None = Field(default=None, ge=0)
     session_lifetime: float | None = Field(default=None, gt=0)  # seconds a login lasts
     resource_pools: list[PoolConfig] = Field(default_factory=list)
+    checkpoint_storage_quota: Size = None  # per experiment: "50GiB"
+    checkpoint_storage_quota_per_user: Size = None  # all of one user's experiments together
 
 
 def load_master_config(path: Path) -> MasterConfig:
@@ -192,6 +214,8 @@ def settings_from(cfg: MasterConfig, **overrides: Any) -> dict[str, Any]:
     out["policies"] = policies_of(cfg, bool(overrides.pop("preemption", False)))
     out["default_pool"] = cfg.default_compute_pool or next(iter(out["policies"]))
     out["slurm"] = slurm_pools(cfg)
+    out["checkpoint_quota"] = cfg.checkpoint_storage_quota
+    out["checkpoint_quota_per_user"] = cfg.checkpoint_storage_quota_per_user
     out.update({k: v for k, v in overrides.items() if v is not None})
     return out
 

@@ -51,6 +51,10 @@ NOT_RUN = {  # command as printed -> why this test does not run it
     "Slurm pool",
     "dettui agent --master URL --token-file PATH": "a synopsis; tests/e2e/test_multihost.py "
     "runs agents on other (namespaced) hosts",
+    "dettui e describe ID": "a synopsis; tests/e2e/test_checkpoint_quota.py reads its usage",
+    "dettui checkpoint delete UUID...": "a synopsis; tests/e2e/test_checkpoint_quota.py runs "
+    "it",
+    "dettui e set gc-policy": "named in a sentence; tests/e2e/test_queue.py runs it",
 }
 NOT_RUN.update({command: "tests/e2e/test_lab.py runs the lab's commands as root"
                 for command in lab_commands()})

@@ -16,7 +16,10 @@ class Experiments:
 
     async def stop(self, exp_id: int, how: ExperimentState) -> None:
         """Kill (STOPPING_KILLED) ends processes now; cancel and pause ask trials to checkpoint."""
-        stopped = await self.hub.db.run(control.stop, exp_id, how)
+        await self.stopped(exp_id, await self.hub.db.run(control.stop, exp_id, how))
+
+    async def stopped(self, exp_id: int, stopped: control.Stopped) -> None:
+        """What a committed stop leaves to do (`stop`, or a checkpoint over its quota)."""
         for alloc in stopped.kill:
             await self.allocations.deliver_kill(alloc, "experiment killed")
         for alloc_id in stopped.preempt:

@@ -1,5 +1,12 @@
 """Checkpoints: report (from training code: only the trial's own allocation, of files it
-wrote), get, and record deletions."""
+wrote, within the master's checkpoint storage quota), get, and record deletions.
+
+A report over the quota (store.checkpoint_quota) is refused with a message naming the quota,
+the usage and what to delete; the Core API raises it in the trial, and the experiment stops in
+ERROR. Its files, which the trial wrote before it reported them, are removed by the Core API in
+the trial, as the trial's own user; the master removes nothing a refused report names (it
+cannot tell who made a directory in the shared storage, and a report naming another trial's
+checkpoint still being written would have the master delete it)."""
 
 from __future__ import annotations
 
@@ -7,11 +14,17 @@ import asyncio
 import os
 import stat
 import time
-from typing import Any
+from typing import Any, NoReturn
 
 from aiohttp import web
 
-from dettui.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
+from dettui.errors import (
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+    QuotaExceeded,
+)
 from dettui.master import checkpoint_files, checkpoint_gc, checkpoint_views, keys, serialize
 from dettui.master.bodies import (
     CheckpointBody,
@@ -32,10 +45,12 @@ from dettui.master.middleware import (
 )
 from dettui.master.openapi import op
 from dettui.master.routes.metrics import report as metrics_report
+from dettui.master.store import checkpoint_quota as quota_store
 from dettui.master.store import checkpoints as ckpt_store
 from dettui.master.store import experiments as exp_store
 from dettui.master.store import metrics as metric_store
 from dettui.master.store import trials as trial_store
+from dettui.master.store.checkpoint_quota import Quota, Reported
 from dettui.master.store.records import Allocation, Checkpoint, Experiment, Trial
 from dettui.master.wire import big_json_response, json_response, page_of, parse_ts, path_int
 from dettui.models import CheckpointState
@@ -61,17 +76,33 @@ async def report(request: web.Request) -> web.Response:
     alloc = principal(request).allocation
     if alloc is not None:
         await _written_by(request, alloc, trial, body.uuid)
-    ckpt = await db.run(
-        ckpt_store.report, uuid=body.uuid, trial_id=trial.id, experiment_id=trial.experiment_id,
-        task_id=body.task_id, allocation_id=alloc.id if alloc else body.allocation_id,
+    settings = request.app[keys.SETTINGS]
+    quota = Quota(settings.checkpoint_quota, settings.checkpoint_quota_per_user)
+    done = await db.run(
+        quota_store.report, quota, uuid=body.uuid, trial_id=trial.id,
+        experiment_id=trial.experiment_id, task_id=body.task_id,
+        allocation_id=alloc.id if alloc else body.allocation_id,
         report_time=parse_ts(body.report_time) or time.time(), resources=body.resources,
         metadata=body.metadata, storage_id=body.storage_id,
     )
     request.app[keys.NOTIFIER].experiment_changed(trial.experiment_id, trial.id)
-    return json_response({"checkpoint": serialize.checkpoint(ckpt, hparams=trial.hparams)})
+    if done.checkpoint is None:
+        await _refused(request, done, trial)
+    assert done.checkpoint is not None
+    return json_response({"checkpoint": serialize.checkpoint(done.checkpoint,
+                                                             hparams=trial.hparams)})
 
 
 routes.post("/api/v1/checkpoints")(report)
+
+
+async def _refused(request: web.Request, done: Reported, trial: Trial) -> NoReturn:
+    """After a refusal over the quota is committed: stop the experiment's trials, and answer
+    with it."""
+    request.app[keys.NOTIFIER].notify(f"logs:{trial.id}")
+    if done.stopped is not None:
+        await request.app[keys.CLUSTER].experiments.stopped(trial.experiment_id, done.stopped)
+    raise QuotaExceeded(done.refusal or "checkpoint storage quota exceeded")
 
 
 async def _written_by(request: web.Request, alloc: Allocation, trial: Trial, uuid: str) -> None:

@@ -40,12 +40,8 @@ def trial_views(conn: sqlite3.Connection, exp: Experiment, trials: list[Trial]) 
 
 def extras(conn: sqlite3.Connection, exp: Experiment) -> dict[str, Any]:
     """What Determined's GetExperiment adds to an experiment, read for one experiment only (a
-    list would pay it per row): its trials, the checkpoints still holding files and their
-    bytes, and how long it has run. (Its best trial is kept on the experiment itself.)"""
+    list would pay it per row): its trials and how long it has run. (Its best trial and its
+    checkpoints' count and bytes are kept on the experiment itself.)"""
     trial_ids = [t.id for t in trial_store.for_experiment(conn, exp.id)]
-    kept = [c for c in ckpt_store.for_experiment(conn, exp.id)
-            if c.state.value in serialize.KEPT_STATES]
-    return {
-        "trialIds": trial_ids, "checkpointCount": len(kept),
-        "checkpointSize": str(sum(serialize.resources_size(c.resources) for c in kept)),
-        "duration": serialize.duration(exp.start_time, exp.end_time)}
+    return {"trialIds": trial_ids,
+            "duration": serialize.duration(exp.start_time, exp.end_time)}

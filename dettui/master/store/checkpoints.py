@@ -1,4 +1,11 @@
-"""Checkpoint records."""
+"""Checkpoint records, and each experiment's checkpoint usage with them.
+
+An experiment's row keeps the bytes and the number of its checkpoints that hold files
+(COMPLETED or PARTIALLY_DELETED: `checkpoint_size`, `checkpoint_count`, as Determined's), changed
+in the same transaction as every report, re-report, deletion and GC here, so a list shows them
+and a quota checks them without reading a checkpoint. A report's bytes are the sizes it lists
+(what the Core API measured of the files it wrote).
+"""
 
 from __future__ import annotations
 
@@ -7,6 +14,7 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
+from dettui import byte_size
 from dettui.errors import Conflict, NotFound
 from dettui.master.store import page as pages
 from dettui.master.store.page import Page, Window
@@ -23,24 +31,83 @@ def report(
     metadata: dict[str, Any], storage_id: int | None,
 ) -> Checkpoint:
     """Store a completed checkpoint; a re-report by the same trial (client retry) is accepted,
-    a uuid that another trial's checkpoint already has is refused."""
-    steps = metadata.get("steps_completed")
+    a uuid that another trial's checkpoint already has is refused. (With a quota:
+    `checkpoint_quota.report`.)"""
     with transaction(conn):
-        row = conn.execute("SELECT trial_id, task_id FROM checkpoints WHERE uuid=?",
-                           (uuid,)).fetchone()
-        if row is not None and (row["trial_id"], row["task_id"]) != (trial_id, task_id):
-            raise Conflict(f"checkpoint {uuid} already belongs to another trial")
-        conn.execute(
-            "INSERT INTO checkpoints (uuid, trial_id, experiment_id, task_id, allocation_id, "
-            "report_time, state, resources, metadata, steps_completed, storage_id) "
-            "VALUES (?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT(uuid) DO UPDATE SET "
-            "resources=excluded.resources, metadata=excluded.metadata, "
-            "steps_completed=excluded.steps_completed",
-            (uuid, trial_id, experiment_id, task_id, allocation_id, report_time,
-             CheckpointState.COMPLETED.value, json.dumps(resources), json.dumps(metadata),
-             int(steps) if isinstance(steps, int | float) else None, storage_id),
-        )
+        growth(conn, uuid, trial_id, task_id, resources)
+        record(conn, uuid=uuid, trial_id=trial_id, experiment_id=experiment_id,
+               task_id=task_id, allocation_id=allocation_id, report_time=report_time,
+               resources=resources, metadata=metadata, storage_id=storage_id)
     return get(conn, uuid)
+
+
+def growth(conn: sqlite3.Connection, uuid: str, trial_id: int | None, task_id: str,
+           resources: dict[str, str]) -> int:
+    """Inside a transaction: the bytes a report of `resources` under `uuid` adds to its
+    experiment's usage (a re-report: the difference; it keeps the state it has). Conflict
+    if another trial's checkpoint has the uuid."""
+    row = conn.execute("SELECT trial_id, task_id, state, resources FROM checkpoints "
+                       "WHERE uuid=?", (uuid,)).fetchone()
+    if row is None:
+        return held(CheckpointState.COMPLETED.value, resources)
+    if (row["trial_id"], row["task_id"]) != (trial_id, task_id):
+        raise Conflict(f"checkpoint {uuid} already belongs to another trial")
+    old = json.loads(row["resources"] or "{}")
+    return held(row["state"], resources) - held(row["state"], old)
+
+
+def record(
+    conn: sqlite3.Connection, *, uuid: str, trial_id: int | None, experiment_id: int | None,
+    task_id: str, allocation_id: str | None, report_time: float, resources: dict[str, str],
+    metadata: dict[str, Any], storage_id: int | None,
+) -> None:
+    """Inside a transaction, once `growth` has checked the uuid: the checkpoint's row, and
+    its experiment's usage with it."""
+    steps = metadata.get("steps_completed")
+    prior = conn.execute("SELECT state, resources FROM checkpoints WHERE uuid=?",
+                         (uuid,)).fetchone()
+    conn.execute(
+        "INSERT INTO checkpoints (uuid, trial_id, experiment_id, task_id, allocation_id, "
+        "report_time, state, resources, metadata, steps_completed, storage_id) "
+        "VALUES (?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT(uuid) DO UPDATE SET "
+        "resources=excluded.resources, metadata=excluded.metadata, "
+        "steps_completed=excluded.steps_completed",
+        (uuid, trial_id, experiment_id, task_id, allocation_id, report_time,
+         CheckpointState.COMPLETED.value, json.dumps(resources), json.dumps(metadata),
+         int(steps) if isinstance(steps, int | float) else None, storage_id),
+    )
+    if prior is None:
+        _use(conn, experiment_id, held(CheckpointState.COMPLETED.value, resources), 1)
+    else:
+        old = json.loads(prior["resources"] or "{}")
+        _use(conn, experiment_id,
+             held(prior["state"], resources) - held(prior["state"], old), 0)
+
+
+KEPT = (CheckpointState.COMPLETED.value, CheckpointState.PARTIALLY_DELETED.value)
+
+
+def held(state: str, resources: dict[str, str]) -> int:
+    """The bytes a checkpoint in `state` with these files holds in storage: its files' sizes
+    while it is COMPLETED or PARTIALLY_DELETED (sizes that are not plain decimal strings
+    count 0; the sum at most byte_size.MAX)."""
+    if state not in KEPT:
+        return 0
+    return min(sum(byte_size.file_size(v) for v in resources.values()), byte_size.MAX)
+
+
+def _use(conn: sqlite3.Connection, experiment_id: int | None, size: int, count: int) -> None:
+    """Inside a transaction: add to the experiment's checkpoint usage (kept within 0 and
+    byte_size.MAX, so the column stays an int64 whatever reports claim)."""
+    if experiment_id is None or (size == 0 and count == 0):
+        return
+    row = conn.execute("SELECT checkpoint_size, checkpoint_count FROM experiments WHERE id=?",
+                       (experiment_id,)).fetchone()
+    if row is None:
+        return
+    conn.execute("UPDATE experiments SET checkpoint_size=?, checkpoint_count=? WHERE id=?",
+                 (min(max(row[0] + size, 0), byte_size.MAX), max(row[1] + count, 0),
+                  experiment_id))
 
 
 def get(conn: sqlite3.Connection, uuid: str) -> Checkpoint:
@@ -127,17 +194,21 @@ def set_resources_many(conn: sqlite3.Connection,
     they changed (a refresh that finds them all keeps the state)."""
     with transaction(conn):
         for uuid, resources in changes:
-            row = conn.execute("SELECT resources, state FROM checkpoints WHERE uuid=?",
-                               (uuid,)).fetchone()
+            row = conn.execute("SELECT resources, state, experiment_id FROM checkpoints "
+                               "WHERE uuid=?", (uuid,)).fetchone()
             if row is None:
                 raise NotFound(f"checkpoint {uuid} not found")
-            old = json.loads(row["resources"] or "{}")
+            was = json.loads(row["resources"] or "{}")
+            old = dict(was)
             if "metadata.json" in resources:  # older reports may not list it
                 old.setdefault("metadata.json", resources["metadata.json"])
             state = (CheckpointState.DELETED.value if not resources else row["state"]
                      if old == resources else CheckpointState.PARTIALLY_DELETED.value)
             conn.execute("UPDATE checkpoints SET resources=?, state=? WHERE uuid=?",
                          (json.dumps(resources), state, uuid))
+            _use(conn, row["experiment_id"],
+                 held(state, resources) - held(row["state"], was),
+                 (state in KEPT) - (row["state"] in KEPT))
 
 
 def set_metadata(conn: sqlite3.Connection, uuid: str, metadata: dict[str, Any]) -> Checkpoint:

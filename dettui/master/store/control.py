@@ -36,29 +36,35 @@ def stop(conn: sqlite3.Connection, exp_id: int, how: ExperimentState) -> Stopped
     """Pause (PAUSED), cancel (STOPPING_CANCELED) or kill (STOPPING_KILLED) an experiment: its
     state, its idle trials and its running allocations' flags, in one commit."""
     with transaction(conn):
-        exp = exp_store.get(conn, exp_id)
-        if exp.state.is_terminal():
-            return Stopped()
-        conn.execute("UPDATE experiments SET state=? WHERE id=?", (how.value, exp_id))
-        idle = TrialState.PAUSED if how is ExperimentState.PAUSED else TrialState.CANCELED
-        now = time.time() if idle.is_terminal() else None
-        conn.execute(
-            "UPDATE trials SET state=?, end_time=COALESCE(?, end_time) "
-            "WHERE experiment_id=? AND state IN (?, ?)",
-            (idle.value, now, exp_id, TrialState.QUEUED.value, TrialState.PAUSED.value))
-        live = [allocation(conn, r["id"]) for r in conn.execute(
-            "SELECT a.id FROM allocations a JOIN trials t ON t.id = a.trial_id "
-            "WHERE t.experiment_id=? AND a.state != ? ORDER BY a.start_time",
-            (exp_id, AllocationState.EXITED.value))]
-        if how is ExperimentState.STOPPING_KILLED:
-            conn.executemany(
-                "UPDATE allocations SET kill_requested=1, state=? WHERE id=?",
-                [(AllocationState.TERMINATING.value, a.id) for a in live])
-            return Stopped(kill=tuple(allocation(conn, a.id) for a in live),
-                           ended=exits.settle(conn, exp_id))
-        conn.executemany("UPDATE allocations SET preempt_requested=1 WHERE id=?",
-                         [(a.id,) for a in live])
-        return Stopped(preempt=tuple(a.id for a in live), ended=exits.settle(conn, exp_id))
+        return stop_in(conn, exp_id, how)
+
+
+def stop_in(conn: sqlite3.Connection, exp_id: int, how: ExperimentState) -> Stopped:
+    """`stop` inside a transaction the caller holds (STOPPING_ERROR too: a checkpoint over
+    its quota, `checkpoint_quota`, asks the trials to stop as a cancel does)."""
+    exp = exp_store.get(conn, exp_id)
+    if exp.state.is_terminal():
+        return Stopped()
+    conn.execute("UPDATE experiments SET state=? WHERE id=?", (how.value, exp_id))
+    idle = TrialState.PAUSED if how is ExperimentState.PAUSED else TrialState.CANCELED
+    now = time.time() if idle.is_terminal() else None
+    conn.execute(
+        "UPDATE trials SET state=?, end_time=COALESCE(?, end_time) "
+        "WHERE experiment_id=? AND state IN (?, ?)",
+        (idle.value, now, exp_id, TrialState.QUEUED.value, TrialState.PAUSED.value))
+    live = [allocation(conn, r["id"]) for r in conn.execute(
+        "SELECT a.id FROM allocations a JOIN trials t ON t.id = a.trial_id "
+        "WHERE t.experiment_id=? AND a.state != ? ORDER BY a.start_time",
+        (exp_id, AllocationState.EXITED.value))]
+    if how is ExperimentState.STOPPING_KILLED:
+        conn.executemany(
+            "UPDATE allocations SET kill_requested=1, state=? WHERE id=?",
+            [(AllocationState.TERMINATING.value, a.id) for a in live])
+        return Stopped(kill=tuple(allocation(conn, a.id) for a in live),
+                       ended=exits.settle(conn, exp_id))
+    conn.executemany("UPDATE allocations SET preempt_requested=1 WHERE id=?",
+                     [(a.id,) for a in live])
+    return Stopped(preempt=tuple(a.id for a in live), ended=exits.settle(conn, exp_id))
 
 
 def activate(conn: sqlite3.Connection, exp_id: int) -> bool:

@@ -33,7 +33,7 @@ FROM_TRIALS = f"SELECT {columns(Trial.COLUMNS)} FROM trials"
 COLUMNS = ("id", "name", "description", "labels", "state", "archived", "owner_id", "config",
            "original_config", "searcher_type", "job_id", "resource_pool", "priority", "weight",
            "max_slots", "queue_position", "start_time", "end_time", "progress", "unmanaged",
-           "external_id", "best_value", "best_trial_id")
+           "external_id", "best_value", "best_trial_id", "checkpoint_size", "checkpoint_count")
 E = TypeVar("E", Experiment, ListedExperiment)
 _PIECE = 4 * 2**20  # bytes of a large context written into its row at a time
 NUM_TRIALS = "(SELECT COUNT(*) FROM trials t WHERE t.experiment_id = e.id)"
@@ -175,6 +175,8 @@ EXPERIMENT_SORTS = {  # Determined's v1GetExperimentsRequestSortBy -> the column
     "SORT_BY_RESOURCE_POOL": "e.resource_pool", "SORT_BY_NUM_TRIALS": NUM_TRIALS,
     "SORT_BY_SEARCHER_METRIC_VAL": "e.best_value", "SORT_BY_FORKED_FROM": "e.id",
     "SORT_BY_PROJECT_ID": "e.id",  # never forked, all in one project
+    "SORT_BY_CHECKPOINT_SIZE": "e.checkpoint_size",
+    "SORT_BY_CHECKPOINT_COUNT": "e.checkpoint_count",
 }
 
 

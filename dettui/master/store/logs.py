@@ -32,16 +32,21 @@ def insert(conn: sqlite3.Connection, lines: list[dict[str, Any]]) -> int:
     agent keeps bytes that are not UTF-8), on either database."""
     if not lines:
         return 0
+    with transaction(conn):
+        return insert_in(conn, lines)
+
+
+def insert_in(conn: sqlite3.Connection, lines: list[dict[str, Any]]) -> int:
+    """`insert` inside a transaction the caller holds."""
     cols = ("trial_id", "task_id", "allocation_id", "agent_id", "container_id", "rank_id",
             "stdtype", "source", "level", "timestamp", "log", "seq")
-    with transaction(conn):
-        cur = conn.executemany(
-            f"INSERT INTO logs ({', '.join(cols)}) "
-            f"VALUES ({','.join('?' * len(cols))}) ON CONFLICT DO NOTHING",
-            [tuple(line["log"].replace("\x00", "\ufffd") if c == "log" else line.get(c)
-                   for c in cols) for line in lines],
-        )
-        return max(cur.rowcount, 0)  # the lines inserted: not those ignored
+    cur = conn.executemany(
+        f"INSERT INTO logs ({', '.join(cols)}) "
+        f"VALUES ({','.join('?' * len(cols))}) ON CONFLICT DO NOTHING",
+        [tuple(line["log"].replace("\x00", "\ufffd") if c == "log" else line.get(c)
+               for c in cols) for line in lines],
+    )
+    return max(cur.rowcount, 0)  # the lines inserted: not those ignored
 
 
 def _where(trial_id: int, flt: LogFilter) -> tuple[str, list[Any]]:

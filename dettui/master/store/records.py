@@ -94,6 +94,8 @@ class Experiment:
     config_text: str = field(default="{}", repr=False, compare=False)  # `config` as stored
     best: float | None = None  # the best searcher metric of its validations (`metrics.best`)
     best_trial_id: int | None = None  # the trial that reported it
+    checkpoint_size: int = 0  # bytes of its checkpoints that hold files (store.checkpoints)
+    checkpoint_count: int = 0  # ...and how many they are
 
     @classmethod
     def from_row(cls, r: sqlite3.Row) -> Experiment:
@@ -110,6 +112,7 @@ class Experiment:
             unmanaged=bool(r["unmanaged"]), num_trials=r["num_trials"],
             external_id=r["external_id"], config_text=r["config"],
             best=r["best_value"], best_trial_id=r["best_trial_id"],
+            checkpoint_size=r["checkpoint_size"], checkpoint_count=r["checkpoint_count"],
         )
 
     @property
@@ -164,6 +167,8 @@ class ListedExperiment(NamedTuple):
     best_trial_id: int | None
     hyperparameters: dict[str, Any]
     searcher_metric: str | None
+    checkpoint_size: int
+    checkpoint_count: int
 
     @classmethod
     def from_row(cls, r: sqlite3.Row) -> ListedExperiment:
@@ -176,7 +181,8 @@ class ListedExperiment(NamedTuple):
             r["end_time"], r["progress"], bool(r["unmanaged"]), r["num_trials"],
             r["external_id"], r["best_value"], r["best_trial_id"],
             config.get("hyperparameters", {}),
-            searcher.get("metric") if isinstance(searcher, dict) else None)
+            searcher.get("metric") if isinstance(searcher, dict) else None,
+            r["checkpoint_size"], r["checkpoint_count"])
 
 
 def _with_columns(config: dict[str, Any], r: sqlite3.Row) -> dict[str, Any]:
