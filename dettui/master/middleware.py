@@ -3,7 +3,14 @@
 Who may do what, once known who calls: users read every trial; a trial is written only by
 its own allocation's token, or, detached, by its owner or an admin (`require_trial_writer`);
 users change what they own, admins everything (`require_owner`); an agent credential speaks
-only the agent protocol, for its own agent (`require_agent`)."""
+only the agent protocol, for its own agent (`require_agent`).
+
+A trial's DET_USER_TOKEN is its owner's session while the trial runs (as in Determined), for
+the CLI and SDK inside it: it reads and creates what its owner may, but whatever would outlive
+the trial or widen anyone's access (a password, a user, a linked agent user, an agent
+credential) is refused to it (`not_for_trials`): code planted in a trial must not keep the
+account after the allocation ends. Determined's task sessions are plain user sessions that can
+do all of that; dettui's are marked (`user_sessions.allocation_id`, `Principal.trial_session`)."""
 
 from __future__ import annotations
 
@@ -50,6 +57,8 @@ TASK_HANDLERS: set[Handler] = set()
 # (but for AGENT_TOO, which users and allocations may call as well).
 AGENT_HANDLERS: set[Handler] = set()
 AGENT_TOO: set[Handler] = set()
+# Handlers a trial's session (DET_USER_TOKEN) may not call, with what each does.
+NOT_FOR_TRIALS: dict[Handler, str] = {}
 
 
 def task_route(handler: Handler) -> Handler:
@@ -70,12 +79,24 @@ def agent_too(handler: Handler) -> Handler:
     return handler
 
 
+def not_for_trials(what: str) -> Callable[[Handler], Handler]:
+    """Mark a handler that a trial's session (its DET_USER_TOKEN) may not call, because what
+    it does (`what`: "change a password") would outlive the trial or widen access."""
+
+    def mark(handler: Handler) -> Handler:
+        NOT_FOR_TRIALS[handler] = what
+        return handler
+
+    return mark
+
+
 @dataclass(frozen=True)
 class Principal:
     user: User | None  # None for an agent
     token: str
     allocation: Allocation | None = None  # set for allocation (task) tokens
     agent: AgentCredential | None = None  # set for agent credentials
+    trial_session: str | None = None  # a trial's DET_USER_TOKEN: the allocation it ends with
 
 
 def error_response(exc: DettuiError, request: web.Request) -> web.Response:
@@ -151,6 +172,11 @@ async def auth(request: web.Request, handler: Handler) -> web.StreamResponse:
         raise PermissionDenied("user is not active")
     if principal.allocation is not None and route_handler not in TASK_HANDLERS:
         raise PermissionDenied("an allocation token may only reach its own trial and allocation")
+    if principal.trial_session is not None and route_handler in NOT_FOR_TRIALS:
+        raise PermissionDenied(
+            f"a trial's session (DET_USER_TOKEN, its owner's while the trial runs) cannot "
+            f"{NOT_FOR_TRIALS[route_handler]}: that would outlive the trial. Log in as the "
+            "user (dettui user login) to do this")
     request[keys.PRINCIPAL] = principal
     return await handler(request)
 
@@ -174,9 +200,11 @@ async def _principal(request: web.Request) -> Principal | None:
         cred = (known and known.agent(token)) or await db.run(callers.agent, known, token)
         return Principal(None, token, agent=cred) if cred is not None else None
     if token:
-        user = (known and known.user(token)) or await db.run(callers.user, known, token)
-        if user is not None:
-            return Principal(user, token)
+        found_session = (known and known.session(token)) or await db.run(callers.session, known,
+                                                                          token)
+        if found_session is not None:
+            return Principal(found_session.user, token,
+                             trial_session=found_session.allocation_id)
     return None
 
 

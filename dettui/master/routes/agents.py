@@ -16,6 +16,7 @@ from dettui.master.middleware import (
     agent_route,
     agent_too,
     check_allocation,
+    not_for_trials,
     principal,
     read_json,
     require_admin,
@@ -318,6 +319,7 @@ def credential_json(c: credentials.AgentCredential) -> dict[str, Any]:
 
 @routes.post("/api/v1/agent-credentials")
 @op(body=AgentCredentialBody)
+@not_for_trials("issue an agent credential")
 async def issue_credential(request: web.Request) -> web.Response:
     """Issue a credential an agent joins the cluster with; its secret is shown only now."""
     admin = require_admin(request)
@@ -334,6 +336,7 @@ async def list_credentials(request: web.Request) -> web.Response:
 
 
 @routes.delete("/api/v1/agent-credentials/{id}")
+@not_for_trials("revoke an agent credential")
 async def revoke_credential(request: web.Request) -> web.Response:
     """Revoke a credential: the agent using it is refused from its next request on."""
     require_admin(request)

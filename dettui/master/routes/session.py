@@ -23,6 +23,7 @@ from dettui.master.bodies import (
     parse,
 )
 from dettui.master.middleware import (
+    not_for_trials,
     principal,
     read_json,
     require_admin,
@@ -167,6 +168,7 @@ async def get_user_by_name(request: web.Request) -> web.Response:
 
 @routes.post("/api/v1/users")
 @op(body=PostUserBody)
+@not_for_trials("create a user")
 async def create_user(request: web.Request) -> web.Response:
     """A new user (`det user create`, `dettui user create`): admins only."""
     require_admin(request)
@@ -184,6 +186,7 @@ async def create_user(request: web.Request) -> web.Response:
 
 @routes.patch("/api/v1/users/{id}")
 @op(body=PatchUserBody)
+@not_for_trials("change a user (password, name, state, admin or linked agent user)")
 async def patch_user(request: web.Request) -> web.Response:
     """Change a user (`det user activate|deactivate|change-password|edit|
     link-with-agent-user`): admins change anyone; a user only their own password and display
@@ -208,6 +211,7 @@ async def patch_user(request: web.Request) -> web.Response:
 
 @routes.post("/api/v1/users/{username}/password")
 @op(body=PasswordBody)
+@not_for_trials("change a password")
 async def set_password(request: web.Request) -> web.Response:
     """Admins set anyone's password; users their own. Body: the raw JSON string or {password}."""
     target = request.match_info["username"]

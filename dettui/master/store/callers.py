@@ -13,6 +13,9 @@ run on the store thread, in order, so an entry read before a change is always fo
 it; the event loop only looks entries up. A rolled-back change forgets too, which costs one
 read again. Sessions keep their expiry and are checked against the clock at each use.
 
+A session knows whether it is a trial's DET_USER_TOKEN (`Session.allocation_id`): the owner's
+session a trial holds while it runs, which the middleware lets do less than a login's.
+
 PostgreSQL has no per-connection triggers here: there nothing is remembered (`watch` gives
 None) and every request reads its caller, as before.
 """
@@ -49,12 +52,21 @@ _TRIGGERS = (
 )
 
 
+@dataclass(frozen=True)
+class Session:
+    """A user's unexpired session; `allocation_id` is set for a trial's DET_USER_TOKEN (the
+    allocation it ends with), None for a login's."""
+
+    user: User
+    allocation_id: str | None = None
+
+
 @dataclass
 class Callers:
     """Callers read, by the hash of their token. Written on the store thread only; the event
     loop reads (a dict lookup is atomic)."""
 
-    users: dict[str, tuple[User, float]] = field(default_factory=dict)  # with the expiry
+    users: dict[str, tuple[Session, float]] = field(default_factory=dict)  # with the expiry
     agents: dict[str, AgentCredential] = field(default_factory=dict)
     tasks: dict[str, tuple[Allocation, User]] = field(default_factory=dict)
 
@@ -73,6 +85,11 @@ class Callers:
 
     def user(self, token: str) -> User | None:
         """A remembered user with an unexpired session, else None (read it from the store)."""
+        found = self.session(token)
+        return found.user if found is not None else None
+
+    def session(self, token: str) -> Session | None:
+        """A remembered unexpired session, else None (read it from the store)."""
         hit = self.users.get(token_hash(token))
         return hit[0] if hit is not None and hit[1] > time.time() else None
 
@@ -104,14 +121,21 @@ def _keep(kept: dict[str, object], key: str, value: object) -> None:
 
 def user(conn: sqlite3.Connection, known: Callers | None, token: str) -> User | None:
     """The user of an unexpired session (remembered, if `known`)."""
+    found = session(conn, known, token)
+    return found.user if found is not None else None
+
+
+def session(conn: sqlite3.Connection, known: Callers | None, token: str) -> Session | None:
+    """An unexpired session, with its user and whether a trial holds it (remembered, if
+    `known`)."""
     key = token_hash(token)
     row = conn.execute(
-        f"SELECT {columns(User.COLUMNS, 'u')}, s.expires_at FROM user_sessions s "
-        "JOIN users u ON u.id = s.user_id WHERE s.token_hash=? AND s.expires_at > ?",
-        (key, time.time())).fetchone()
+        f"SELECT {columns(User.COLUMNS, 'u')}, s.expires_at, s.allocation_id "
+        "FROM user_sessions s JOIN users u ON u.id = s.user_id "
+        "WHERE s.token_hash=? AND s.expires_at > ?", (key, time.time())).fetchone()
     if row is None:
         return None
-    found = User.from_row(row)
+    found = Session(User.from_row(row), row["allocation_id"])
     if known is not None:
         _keep(known.users, key, (found, float(row["expires_at"])))  # type: ignore[arg-type]
     return found
