@@ -161,6 +161,33 @@ async def test_external_ids_find_the_same_experiment_and_trial(api: Api, tmp_pat
     assert t2["id"] != t1["id"]
 
 
+async def test_another_users_external_id_does_not_capture_mine(api: Api, tmp_path: Path) -> None:
+    """Issue 29, review: bob's PUT by-external-id/run-1 came first, and alice's detached run-1
+    was handed bob's experiment, then refused its trial. An external id is its owner's name:
+    alice gets an experiment of her own, runs her trial in it, and each finds their own again
+    (an admin's run-1 too)."""
+    from tests.master.test_trial_writes import login, user
+
+    admin = await login(api, "admin")
+    alice, bob = await user(api, admin, "alice"), await user(api, admin, "bob")
+    body = {"config": CORE_V2_CONFIG % (tmp_path / "ckpts"), "unmanaged": True}
+    path = "/api/v1/experiments/by-external-id/run-1"
+    bobs = (await bob.call("PUT", path, body))["experiment"]
+    alices = (await alice.call("PUT", path, body))["experiment"]
+    assert alices["id"] != bobs["id"]
+    assert (alices["username"], bobs["username"]) == ("alice", "bob")
+    assert alices["externalExperimentId"] == bobs["externalExperimentId"] == "run-1"
+    put = {"createTrialRequest": {"experimentId": alices["id"], "hparams": None,
+                                  "unmanaged": True}, "externalTrialId": "t1"}
+    trial = (await alice.call("PUT", "/api/v1/trials", put))["trial"]
+    await alice.call("POST", f"/api/v1/trials/{trial['id']}/start", {"trialId": trial["id"]})
+    await bob.call("PUT", "/api/v1/trials", put, status=403)  # her experiment stays hers
+    assert (await alice.call("PUT", path, body))["experiment"]["id"] == alices["id"]
+    assert (await bob.call("PUT", path, body))["experiment"]["id"] == bobs["id"]
+    admins = (await admin.call("PUT", path, body))["experiment"]
+    assert admins["id"] not in (alices["id"], bobs["id"])
+
+
 async def test_unmanaged_experiments_are_never_jobs_or_scheduled(
     api: Api, tmp_path: Path
 ) -> None:

@@ -101,7 +101,8 @@ async def create(request: web.Request) -> web.Response:
 @routes.put("/api/v1/experiments/by-external-id/{externalId}")
 @op(body=CreateExperimentBody, max_body=MAX_CREATE_BODY)
 async def put_by_external_id(request: web.Request) -> web.Response:
-    """Create an unmanaged experiment, or return the one already known by that external id."""
+    """Create an unmanaged experiment, or return the caller's own already known by that
+    external id (another user's experiment of the same external id is never found)."""
     got = await _intake(request, by_external_id=True)
     external_id = request.match_info["externalId"].strip()
     if not external_id:

@@ -4,6 +4,12 @@ A script outside the cluster creates them, starts its trial, heartbeats and ends
 no job and no allocation, so nothing here is ever scheduled. An experiment's state is its most
 advanced trial's: RUNNING > COMPLETED > ERROR > CANCELED > PAUSED (Determined's order, with
 CANCELED added for `dettui e cancel|kill`).
+
+An experiment's external id is its owner's name for it (migration 0028): the same id given by
+two users names two experiments, and a PUT by external id finds only the caller's own.
+Determined keeps them unique over the whole master, so there one user's PUT is handed
+another's experiment; dettui does not follow it there. A trial's external id is its
+experiment's name for it.
 """
 
 from __future__ import annotations
@@ -36,11 +42,12 @@ def create_experiment(
     conn: sqlite3.Connection, new: NewExperiment, external_id: str | None = None
 ) -> Experiment:
     """Store a detached experiment, PAUSED until one of its trials starts. With an external
-    id that is already known, the existing experiment is returned unchanged."""
+    id its owner already gave one, that experiment is returned unchanged: an external id is
+    its owner's name (another user's same id names another experiment)."""
     with transaction(conn):
         if external_id is not None:
-            row = conn.execute("SELECT id FROM experiments WHERE external_id=?",
-                               (external_id,)).fetchone()
+            row = conn.execute("SELECT id FROM experiments WHERE owner_id=? AND external_id=?",
+                               (new.owner_id, external_id)).fetchone()
             if row is not None:
                 return exp_store.get(conn, int(row["id"]))
         now = time.time()
