@@ -9,6 +9,8 @@
   covered by empty read-only tmpfs, with only what the trial needs bound back: its own work dir
   and its checkpoint storage. Directories the trial's user could not pass anyway (/root, a
   0700 temporary dir) are covered the same way, with the Python that runs the trial bound back;
+- a /tmp and a /dev/shm of the allocation's own (tmpfs, sticky as the host's): a trial cannot
+  plant files where another user's trial will look (torch's /tmp/torchinductor_<user>, say);
 - in that namespace, Determined's container paths (`runinfo.mounts`): the allocation's run dir
   with its info files at /run/determined, the work dir at /run/determined/workdir, shared_fs
   storage at /determined_shared_fs. Where /run cannot be written (a user namespace without
@@ -43,7 +45,7 @@ from dettui.agent.trialuser import TrialUser, readable, unreachable
 from dettui.launch import sitedir
 
 OFF_SWITCH = "DETTUI_NO_SANDBOX"  # set (to anything): as --no-sandbox
-STAGE = "/tmp/.dettui-sandbox"  # where kept paths wait while their parents are covered
+STAGE = "/tmp/.dettui-stage.XXXXXX"  # where kept paths wait while their parents are covered
 
 # Run as the init of the new namespaces: place the mounts, stage what is kept, cover what is
 # hidden, put what is kept back, then become the entrypoint. Arguments:
@@ -64,7 +66,8 @@ while [ "$1" != "--" ]; do kept="$kept
 $1"; shift; done
 shift
 mount --make-rprivate /
-mkdir -p "$STAGE"
+TMPSTAGE=$STAGE
+STAGE=$(mktemp -d "$TMPSTAGE")
 mount -t tmpfs -o mode=0700,size=64k dettui-stage "$STAGE"
 IFS='
 '
@@ -88,15 +91,31 @@ for x in $binds; do
   mount --rbind "$src" "$x"
   src=""
 done
+umount -l "$STAGE"
+rmdir "$STAGE" 2>/dev/null || true
+private=""
+if [ -d /run/determined ]; then  # kept paths wait outside /tmp, which becomes the trial's own
+  STAGE=/run/determined/.stage
+  mkdir -p "$STAGE"
+  private="/tmp
+/dev/shm"
+else
+  STAGE=$(mktemp -d "$TMPSTAGE")
+fi
+mount -t tmpfs -o mode=0700,size=64k dettui-stage "$STAGE"
 i=0
 for k in $kept; do i=$((i + 1)); mkdir -p "$STAGE/$i"; mount --rbind "$k" "$STAGE/$i"; done
 for h in $hidden; do mount -t tmpfs -o mode=0755,size=64k dettui-hidden "$h"; done
+for p in $private; do
+  if [ -d "$p" ]; then mount -t tmpfs -o mode=1777,nosuid,nodev dettui-private "$p"; fi
+done
 i=0
 for k in $kept; do i=$((i + 1)); mkdir -p "$k"; mount --rbind "$STAGE/$i" "$k"; done
 for h in $hidden; do mount -o remount,ro,bind "$h" 2>/dev/null || true; done
 umount -l "$STAGE"
+rmdir "$STAGE" 2>/dev/null || true
 cd "$CWD"
-unset IFS STAGE CWD
+unset IFS STAGE TMPSTAGE CWD
 umask 077
 exec "$@"
 """

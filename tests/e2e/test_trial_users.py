@@ -50,6 +50,10 @@ attempt("write root", lambda: open("/root/.dettui-trial-was-here", "w").write("x
 attempt("signal master", lambda: os.kill(int(os.environ["MASTER_PID"]), 0))
 out["pids"] = sorted(int(p) for p in os.listdir("/proc") if p.isdigit())[:3]
 out["umask"] = os.umask(0o077)
+# /tmp and /dev/shm are the allocation's own: nothing planted there by others, nothing left
+out["sees host tmp"] = [os.path.exists(d + "/" + os.environ["PLANT"]) for d in ("/tmp", "/dev/shm")]
+for d in ("/tmp", "/dev/shm"):
+    open(d + "/" + os.environ["PLANT"] + "-trial", "w").write("x")
 from dettui import core
 with core.init() as ctx:
     with ctx.checkpoint.store_path({"steps_completed": 1}) as (path, ckpt):
@@ -68,7 +72,7 @@ def _probe(served: Served, tmp_path: Path, name: str, owner: str = "determined")
         entrypoint: python3 probe.py
         searcher: {{name: single, metric: x, max_length: 1}}
         environment:
-          environment_variables: [STATE={state}, MASTER_PID={served.proc.pid}]
+          environment_variables: [STATE={state}, MASTER_PID={served.proc.pid}, PLANT={PLANT}]
         """, {"probe.py": PROBE})
     res = served.cli("-u", owner, "e", "create", str(cfg), str(ctx), "--follow", timeout=180)
     lines = [ln for ln in res.stdout.splitlines() if "PROBE " in ln]
@@ -76,6 +80,7 @@ def _probe(served: Served, tmp_path: Path, name: str, owner: str = "determined")
     return dict(json.loads(lines[-1].split("PROBE ", 1)[1]))
 
 
+PLANT = f"dettui-plant-{uuid.uuid4().hex}"
 needs_root = pytest.mark.skipif(not ROOT, reason="trials change user only on a root agent "
                                 "(this test run is not root)")
 needs_ns = pytest.mark.skipif(not NAMESPACES, reason=f"no namespaces: {sandbox.probe().note}")
@@ -85,7 +90,16 @@ needs_ns = pytest.mark.skipif(not NAMESPACES, reason=f"no namespaces: {sandbox.p
 @needs_ns
 def test_a_trial_on_a_root_agent_runs_unprivileged_and_cannot_reach_the_masters_secrets(
         served: Served, tmp_path: Path) -> None:
-    out = _probe(served, tmp_path, "attacker")
+    planted = [Path(d) / PLANT for d in ("/tmp", "/dev/shm")]
+    try:
+        for path in planted:
+            path.write_text("planted by another user")
+        out = _probe(served, tmp_path, "attacker")
+        assert out["sees host tmp"] == [False, False], out
+        assert not any(Path(f"{p}-trial").exists() for p in planted)
+    finally:
+        for path in planted:
+            path.unlink(missing_ok=True)
     nobody = pwd.getpwnam("nobody")
     assert (out["uid"], out["euid"], out["gid"]) == (nobody.pw_uid,) * 2 + (nobody.pw_gid,)
     assert out["user"] == "nobody"
