@@ -168,7 +168,8 @@ def _serve_args(s: argparse.ArgumentParser) -> None:
 def _sandbox_args(a: argparse.ArgumentParser) -> None:
     """How an agent (or serve's local agent) runs trials."""
     a.add_argument("--trial-user", metavar="USER", help="as root: the Unix user that trials "
-                   "of users not linked to one run as (default nobody; root only if named)")
+                   "of users not linked to one run as (default: a uid of each user's own, "
+                   "2000000000 + the user's id; root only if named)")
     a.add_argument("--no-sandbox", action="store_true", help="run trials even where no "
                    "sandbox (namespaces) can be made: they can then read the agent's files")
     a.add_argument("--trial-nproc", type=int, metavar="N", help="processes and threads a "

@@ -156,6 +156,7 @@ class StartWork(Message):
     env: dict[str, str] = {}
     session_token: str = ""
     agent_user: AgentUser | None = None  # the owner's linked Unix user; None: the default
+    owner_id: int | None = None  # the experiment's owner (an unlinked owner's own uid)
 
 
 class KillWork(Message):

@@ -50,7 +50,7 @@ class AgentOptions:
     address: str | None = None  # what peers use to reach this machine (rendezvous)
     hidden: tuple[Path, ...] = ()  # paths trials must not read (besides the work root)
     exposed: tuple[Path, ...] = ()  # inside `hidden`, but trials may use them (checkpoints)
-    trial_user: str = trialuser.DEFAULT  # a root agent's trials of unlinked owners run as it
+    trial_user: str = trialuser.PER_USER  # a root agent's trials of unlinked owners run as it
     no_sandbox: bool = False  # run trials even where no sandbox can be made (said loudly)
     nproc: int | None = sandbox.DEFAULT_NPROC  # RLIMIT_NPROC of a trial's user; None: none
 
@@ -104,6 +104,7 @@ class Agent:
         self.trial_user: trialuser.TrialUser | None = None  # None: trials run as this process
         self.sandbox_note: str | None = None
         self.reach_problem: str | None = None  # why the default trial user cannot run trials
+        self.per_user = options.trial_user == trialuser.PER_USER
 
     async def run(self) -> None:
         process.become_subreaper()
@@ -126,7 +127,8 @@ class Agent:
         if self.sandbox_note:
             log.warning("agent %s: %s", self.id, self.sandbox_note)
         if support.root:
-            self.trial_user = trialuser.named(self.options.trial_user)
+            self.trial_user = (trialuser.per_user(0) if self.per_user
+                               else trialuser.named(self.options.trial_user))
             await asyncio.to_thread(self._check_reach, support)
         (self.options.work_root / STARTED).mkdir(exist_ok=True)
         await self._register()
@@ -148,13 +150,21 @@ class Agent:
     def stop(self) -> None:
         self._stopping.set()
 
+    def _trial_user(self, start: StartWork) -> trialuser.TrialUser | None:
+        """Whom a trial runs as unless its owner is linked: its owner's own uid, or the user
+        --trial-user names (None: this agent is not root, trials run as itself)."""
+        if self.trial_user is not None and self.per_user and start.owner_id is not None:
+            return trialuser.per_user(start.owner_id)
+        return self.trial_user
+
     def _sandbox_summary(self) -> str:
         """How this agent runs trials, for `agent list`."""
         if self.sandbox_note:
             return "OFF (--no-sandbox)"
         if self.trial_user is None:  # not root: a user namespace, as this process's user
             return f"sandboxed, as {_my_name()} (user namespace)"
-        return f"sandboxed, as {self.trial_user.name}" + (
+        who = "a uid per user" if self.per_user else self.trial_user.name
+        return f"sandboxed, as {who}" + (
             " (cannot run them!)" if self.reach_problem else "")
 
     def _check_reach(self, support: sandbox.Support) -> None:
@@ -323,7 +333,8 @@ class Agent:
             run = AllocationRun(item, self.client, self.id, self.options.work_root,
                                 self.options.master_url, self.own_pids,
                                 (*self.options.hidden, token_path().parent),
-                                self.options.exposed, self.trial_user, self.options.nproc)
+                                self.options.exposed, self._trial_user(item),
+                                self.options.nproc)
             self.runs[alloc_id] = run
             self._supervisors.add(asyncio.create_task(self._supervise(run)))
         else:

@@ -3,8 +3,11 @@
 As Slurm runs a job as the user who submitted it, and Determined runs a task as its owner's
 linked agent user (`det user link-with-agent-user`), a trial on a root agent runs as its owner's
 linked Unix user; an unlinked owner's trials run as the agent's default trial user
-(`dettui agent --trial-user`, `nobody` unless told otherwise). Root only when an admin linked
-the owner to root, or the agent was started with `--trial-user root`, explicitly.
+(`dettui agent --trial-user NAME`); unless told otherwise, each unlinked dettui user's trials
+run as a uid of that user's own, with no account behind it (PER_USER_BASE + the user's id, the
+same on every agent): a shared account such as `nobody` would let one unlinked user's trial read
+and fill another's checkpoints and use up their shared process limit. Root only when an admin
+linked the owner to root, or the agent was started with `--trial-user root`, explicitly.
 
 `unreachable` tells which directory on the way to a path a user cannot pass (by mode bits, as
 the kernel checks them for a process without capabilities): the sandbox covers such a
@@ -25,7 +28,8 @@ from pathlib import Path
 from dettui.errors import InvalidArgument
 from dettui.protocol import AgentUser
 
-DEFAULT = "nobody"
+PER_USER = "per-user"  # the default: each unlinked dettui user gets a uid of its own
+PER_USER_BASE = 2_000_000_000  # + the dettui user's id: far above any account or subuid range
 
 
 @dataclass(frozen=True)
@@ -51,6 +55,12 @@ def named(name: str) -> TrialUser:
     except (KeyError, ValueError, OverflowError) as exc:
         raise InvalidArgument(f"trial user {name!r}: no such user on this machine") from exc
     return _of(entry)
+
+
+def per_user(owner_id: int) -> TrialUser:
+    """The uid of an unlinked dettui user's trials: its own, with no account behind it."""
+    uid = PER_USER_BASE + max(0, owner_id)
+    return TrialUser(uid, uid, f"dettui-{owner_id}")
 
 
 def _of(entry: pwd.struct_passwd, gid: int | None = None) -> TrialUser:

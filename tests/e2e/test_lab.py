@@ -210,7 +210,7 @@ def join_the_agent(lab: Lab, lines: list[str]) -> subprocess.Popen[str]:
     lab.served.wait_for_agents(2, timeout=60)
     rows = [ln.split("│") for ln in lab.sh("admin", listing).stdout.splitlines()]
     joined = [r for r in rows if len(r) > 2 and r[1].strip() == socket.gethostname()]
-    assert joined and "sandboxed, as nobody" in joined[0][-2], rows
+    assert joined and "sandboxed, as a uid per user" in joined[0][-2], rows
     return agent
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from dettui.agent import sandbox
+from dettui.agent import sandbox, trialuser
 from tests.conftest import Served
 from tests.e2e.test_single import write_ctx
 
@@ -100,9 +100,10 @@ def test_a_trial_on_a_root_agent_runs_unprivileged_and_cannot_reach_the_masters_
     finally:
         for path in planted:
             path.unlink(missing_ok=True)
-    nobody = pwd.getpwnam("nobody")
-    assert (out["uid"], out["euid"], out["gid"]) == (nobody.pw_uid,) * 2 + (nobody.pw_gid,)
-    assert out["user"] == "nobody"
+    me = served.api("GET", "/api/v1/me")["user"]["id"]
+    own = trialuser.per_user(me)  # determined is not linked: a uid of its own, no account
+    assert (out["uid"], out["euid"], out["gid"]) == (own.uid, own.uid, own.gid)
+    assert out["user"] == f"dettui-{me}"
     assert out["caps"] == ["0000000000000000"] * 5, out  # no capability, none to gain at exec
     assert out["nnp"] == "1"
     assert out["nproc"] == sandbox.DEFAULT_NPROC
@@ -113,14 +114,20 @@ def test_a_trial_on_a_root_agent_runs_unprivileged_and_cannot_reach_the_masters_
     assert out["umask"] == 0o077
     # its checkpoint is its own: made by its user, closed to others, and the master reads it
     ckpt = served.state_dir / "checkpoints" / out["checkpoint"]
-    assert ckpt.stat().st_uid == nobody.pw_uid
+    assert ckpt.stat().st_uid == own.uid
     assert ckpt.stat().st_mode & 0o077 == 0
     assert (ckpt / "w.txt").read_text() == "weights"
     # the state dir and the key stay closed by their modes, not only by the mounts
     assert served.state_dir.stat().st_mode & 0o077 == 0
     assert (served.state_dir / "secret.key").stat().st_mode & 0o077 == 0
     agents = served.cli("agent", "list").stdout
-    assert "sandboxed, as nobody" in agents, agents
+    assert "sandboxed, as a uid per user" in agents, agents
+    # another unlinked user's trials run as another uid: they cannot read these checkpoints
+    carol = served.api("POST", "/api/v1/users", {
+        "user": {"username": "carol", "admin": False, "active": True}, "password": "",
+        "isHashed": False}, token=served.admin_token())["user"]["id"]
+    theirs = _probe(served, tmp_path, "carols", owner="carol")
+    assert theirs["uid"] == trialuser.per_user(carol).uid != own.uid
 
 
 @pytest.fixture
