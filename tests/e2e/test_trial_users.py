@@ -235,3 +235,41 @@ def test_a_non_root_master_sandboxes_its_trials_in_a_user_namespace(
         assert ckpt.stat().st_uid == user.pw_uid
     finally:
         shutil.rmtree(home, ignore_errors=True)
+
+
+@needs_root
+@needs_ns
+def test_a_fork_bomb_stops_at_the_trials_process_limit(tmp_path: Path) -> None:
+    """Attack 9: 300 forks of 300 went through. With --trial-nproc 64 the trial's user may
+    have 64 processes and threads: the 65th fork fails, and all of them end with the trial."""
+    served = Served(tmp_path / "state", tmp_path / "config",
+                    extra=["--agent-slots", "1", "--trial-nproc", "64"])
+    served.start()
+    try:
+        (tmp_path / "bomb").mkdir()
+        cfg, ctx = write_ctx(tmp_path / "bomb", """
+            name: bomb
+            entrypoint: python3 bomb.py
+            searcher: {name: single, metric: x, max_length: 1}
+            """, {"bomb.py": """
+            import os, time
+            made = 0
+            for _ in range(300):
+                try:
+                    pid = os.fork()
+                except OSError as exc:
+                    print("FORK REFUSED after", made, type(exc).__name__, flush=True)
+                    break
+                if pid == 0:
+                    time.sleep(60)
+                    os._exit(0)
+                made += 1
+            else:
+                print("FORKED ALL 300", flush=True)
+            """})
+        out = served.cli("e", "create", str(cfg), str(ctx), "--follow", timeout=180).stdout
+        assert "FORK REFUSED after" in out, out
+        made = int(out.split("FORK REFUSED after ", 1)[1].split()[0])
+        assert 0 < made < 64, out
+    finally:
+        served.stop()
