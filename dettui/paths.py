@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 from collections.abc import Iterable
 from pathlib import Path
 
+from dettui import dirfd
 from dettui.errors import InvalidArgument
 
 _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
@@ -59,19 +59,17 @@ def confined(base: Path | str, *names: str, where: str = "name") -> Path:
 
 def remove_under(base: Path | str, name: str, where: str = "name") -> bool:
     """Remove the entry `name` directly under `base` (a tree, a file, or a symlink itself, never
-    what a symlink points to). False if there was nothing to remove."""
-    root = Path(base).resolve()
+    what a symlink points to, even one swapped in while the tree is removed: dirfd's removal,
+    through directory descriptors). False if there was nothing to remove."""
     component(name, where)
-    path = root / name
-    if path.is_symlink() or path.is_file():
-        path.unlink(missing_ok=True)
-        return True
-    if not path.is_dir():
+    try:
+        base_fd = dirfd.open_path(base)
+    except (FileNotFoundError, NotADirectoryError):
         return False
-    if not path.resolve().is_relative_to(root):  # pragma: no cover - a race with a swap
-        raise PathEscape(f"{where}: {name!r} leads out of {root}")
-    shutil.rmtree(path, ignore_errors=True)  # fd-based on Linux: links inside are not followed
-    return True
+    try:
+        return dirfd.remove(base_fd, name)
+    finally:
+        os.close(base_fd)
 
 
 def exposure(path: Path | str, hidden: Iterable[Path | str],

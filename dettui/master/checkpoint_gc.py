@@ -9,7 +9,7 @@ import sqlite3
 
 from dettui import metric
 from dettui.errors import InvalidArgument
-from dettui.master.checkpoint_files import remove_matching
+from dettui.master import checkpoint_files
 from dettui.master.gc import CkptFacts, GcPolicy, to_delete
 from dettui.master.store import Database
 from dettui.master.store import checkpoints as ckpt_store
@@ -18,8 +18,7 @@ from dettui.master.store import metrics as metric_store
 from dettui.master.store import trials as trial_store
 from dettui.master.store.records import Checkpoint, Experiment
 from dettui.models import CheckpointState
-from dettui.paths import checkpoint_uuid, confined, remove_under
-from dettui.storage import storage_base
+from dettui.paths import checkpoint_uuid
 
 log = logging.getLogger("dettui.master.gc")
 
@@ -85,8 +84,9 @@ async def remove_files(db: Database, exp: Experiment, ckpts: list[Checkpoint],
     globs: their resources are only listed again); their records say what is left."""
     left = []
     for ckpt in ckpts:
-        root = confined(storage_base(exp.config), checkpoint_uuid(ckpt.uuid), where="uuid")
-        left.append((ckpt.uuid, await asyncio.to_thread(remove_matching, root, globs)))
+        where = checkpoint_files.located(exp.config, checkpoint_uuid(ckpt.uuid))
+        left.append((ckpt.uuid, await asyncio.to_thread(checkpoint_files.remove_matching,
+                                                        where, globs)))
     await db.run(ckpt_store.set_resources_many, left)
 
 
@@ -100,4 +100,4 @@ async def _remove(exp: Experiment, ckpt: Checkpoint) -> None:
         log.error("not removing checkpoint %r of experiment %d: its uuid is not a UUID",
                   ckpt.uuid, exp.id)
         return
-    await asyncio.to_thread(remove_under, storage_base(exp.config), name)
+    await asyncio.to_thread(checkpoint_files.remove, checkpoint_files.located(exp.config, name))
