@@ -140,6 +140,9 @@ class AllocationRun:
         env.update(runinfo.environment(self.run_dir, self.workdir, mounted))
         for name, port in runinfo.ports(env, free_port).items():
             env.setdefault(name, port)
+        # a temporary directory of the trial's own (tempfile, torch's caches): in the host's
+        # shared /tmp another user's trial could have made the directories it will use
+        env["TMPDIR"] = os.path.join(env["DET_RUN_DIR"], "tmp")
         if self.user is not None and self.user.uid != os.geteuid():
             env.update(self._identity(env["DET_WORKDIR"]))
         env.update({
@@ -193,6 +196,7 @@ class AllocationRun:
         self._check_storage(env)
         await asyncio.to_thread(runinfo.write, self.run_dir, env, self.workdir, support.on)
         mounts = self._mounts(env)
+        (self.run_dir / "tmp").mkdir(exist_ok=True)
         await asyncio.to_thread(self._hand_over)
         found = _runnable(argv[0], self.workdir, env["PATH"])
         prefix = lifeline.pdeathsig_prefix() if found else ()

@@ -9,8 +9,11 @@
   covered by empty read-only tmpfs, with only what the trial needs bound back: its own work dir
   and its checkpoint storage. Directories the trial's user could not pass anyway (/root, a
   0700 temporary dir) are covered the same way, with the Python that runs the trial bound back;
-- a /tmp and a /dev/shm of the allocation's own (tmpfs, sticky as the host's): a trial cannot
-  plant files where another user's trial will look (torch's /tmp/torchinductor_<user>, say);
+- a /dev/shm of the allocation's own (tmpfs, sticky as the host's), and TMPDIR a directory of
+  its own in its run dir: a trial cannot plant files where another user's trial will look
+  (torch's $TMPDIR/torchinductor_<user>, say). The host's /tmp stays visible (data, and paths
+  users name live there), so what a program puts in /tmp by a fixed name is as shared as on
+  any multi-user machine;
 - in that namespace, Determined's container paths (`runinfo.mounts`): the allocation's run dir
   with its info files at /run/determined, the work dir at /run/determined/workdir, shared_fs
   storage at /determined_shared_fs. Where /run cannot be written (a user namespace without
@@ -94,11 +97,10 @@ done
 umount -l "$STAGE"
 rmdir "$STAGE" 2>/dev/null || true
 private=""
-if [ -d /run/determined ]; then  # kept paths wait outside /tmp, which becomes the trial's own
+if [ -d /run/determined ]; then  # kept paths wait outside /tmp (a test's cwd, say)
   STAGE=/run/determined/.stage
   mkdir -p "$STAGE"
-  private="/tmp
-/dev/shm"
+  private="/dev/shm"
 else
   STAGE=$(mktemp -d "$TMPSTAGE")
 fi

@@ -50,9 +50,11 @@ attempt("write root", lambda: open("/root/.dettui-trial-was-here", "w").write("x
 attempt("signal master", lambda: os.kill(int(os.environ["MASTER_PID"]), 0))
 out["pids"] = sorted(int(p) for p in os.listdir("/proc") if p.isdigit())[:3]
 out["umask"] = os.umask(0o077)
-# /tmp and /dev/shm are the allocation's own: nothing planted there by others, nothing left
-out["sees host tmp"] = [os.path.exists(d + "/" + os.environ["PLANT"]) for d in ("/tmp", "/dev/shm")]
-for d in ("/tmp", "/dev/shm"):
+# TMPDIR and /dev/shm are the allocation's own: nothing planted there by others, nothing left
+import tempfile
+out["tmpdir"] = tempfile.gettempdir()
+out["sees host shm"] = os.path.exists("/dev/shm/" + os.environ["PLANT"])
+for d in (tempfile.gettempdir(), "/dev/shm"):
     open(d + "/" + os.environ["PLANT"] + "-trial", "w").write("x")
 from dettui import core
 with core.init() as ctx:
@@ -95,7 +97,7 @@ def test_a_trial_on_a_root_agent_runs_unprivileged_and_cannot_reach_the_masters_
         for path in planted:
             path.write_text("planted by another user")
         out = _probe(served, tmp_path, "attacker")
-        assert out["sees host tmp"] == [False, False], out
+        assert out["tmpdir"] == "/run/determined/tmp" and not out["sees host shm"], out
         assert not any(Path(f"{p}-trial").exists() for p in planted)
     finally:
         for path in planted:
