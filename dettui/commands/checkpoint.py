@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-import sys
 import tarfile
 import tempfile
 from collections.abc import Callable, Iterator
@@ -52,16 +51,10 @@ async def delete(c: Client, uuids: list[str], *, yes: bool) -> None:
     """`dettui checkpoint delete UUID...` (as `det checkpoint delete`): their files out of
     storage and their records DELETED, which frees their bytes of the checkpoint quota."""
     uuids = [checkpoint_uuid(u, "UUID") for u in uuids]
-    if not yes:
-        if not sys.stdin.isatty():
-            raise InvalidArgument("deleting checkpoints removes their files for good: add "
-                                  "--yes to confirm")
-        answer = await asyncio.to_thread(
-            input, f"Delete {len(uuids)} checkpoint(s) and their files? This cannot be "
-                   "undone. [y/N] ")
-        if answer.strip().lower() not in ("y", "yes"):
-            output.console.print("Nothing deleted.")
-            return
+    if not await output.confirmed(
+            yes, f"Delete {len(uuids)} checkpoint(s) and their files?",
+            "deleting checkpoints removes their files for good: add --yes to confirm"):
+        return
     await c.delete_checkpoints(uuids)
     output.console.print(f"Deleted {len(uuids)} checkpoint(s): {', '.join(uuids)}")
 

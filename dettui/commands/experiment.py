@@ -4,7 +4,6 @@ delete|set`."""
 from __future__ import annotations
 
 import asyncio
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -12,7 +11,7 @@ from dettui import byte_size, metric
 from dettui.client import Client, GcPolicy
 from dettui.commands import output
 from dettui.commands.trial import follow_logs
-from dettui.errors import ConfigError, DettuiError, InvalidArgument
+from dettui.errors import ConfigError, DettuiError
 
 if TYPE_CHECKING:
     from rich.progress import Progress
@@ -242,16 +241,11 @@ async def action(c: Client, exp_id: int, verb: str) -> None:
 
 async def delete(c: Client, exp_id: int, *, yes: bool) -> None:
     """Delete an ended experiment with its checkpoints, logs and metrics (asks first)."""
-    if not yes:
-        if not sys.stdin.isatty():
-            raise InvalidArgument(f"deleting experiment {exp_id} removes its checkpoints, logs "
-                                  "and metrics for good: add --yes to confirm (or archive it)")
-        answer = await asyncio.to_thread(
-            input, f"Delete experiment {exp_id} with all its checkpoints, logs and metrics? "
-                   "This cannot be undone. [y/N] ")
-        if answer.strip().lower() not in ("y", "yes"):
-            output.console.print("Nothing deleted.")
-            return
+    if not await output.confirmed(
+            yes, f"Delete experiment {exp_id} with all its checkpoints, logs and metrics?",
+            f"deleting experiment {exp_id} removes its checkpoints, logs and metrics for good: "
+            "add --yes to confirm (or archive it)"):
+        return
     try:
         await c.delete_experiment(exp_id)
     except DettuiError as exc:

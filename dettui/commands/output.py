@@ -63,6 +63,24 @@ _WIRE_TIME = re.compile(r"\d{4}-(0[1-9]|1[0-2])-(0[1-9]|1\d|2[0-8])T([01]\d|2[0-
                         r"[0-5]\d(\.\d{1,9})?Z")
 
 
+async def confirmed(yes: bool, question: str, refusal: str) -> bool:
+    """A destructive command goes on: with --yes, or a y answer to `question` on a terminal;
+    without a terminal to ask, InvalidArgument(`refusal`)."""
+    if yes:
+        return True
+    if not sys.stdin.isatty():
+        from dettui.errors import InvalidArgument
+
+        raise InvalidArgument(refusal)
+    import asyncio
+
+    answer = await asyncio.to_thread(input, f"{question} This cannot be undone. [y/N] ")
+    if answer.strip().lower() in ("y", "yes"):
+        return True
+    _console().print("Nothing deleted.")
+    return False
+
+
 def warn(message: str) -> None:
     from rich.text import Text
 
