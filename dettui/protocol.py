@@ -157,6 +157,7 @@ class StartWork(Message):
     session_token: str = ""
     agent_user: AgentUser | None = None  # the owner's linked Unix user; None: the default
     owner_id: int | None = None  # the experiment's owner (an unlinked owner's own uid)
+    checkpoint_root: str | None = None  # the master's default checkpoint storage (trusted)
 
 
 class KillWork(Message):

@@ -202,8 +202,8 @@ class AllocationRun:
         prefix = lifeline.pdeathsig_prefix() if found else ()
         if found:
             argv = sandbox.wrap(support, argv, env["DET_WORKDIR"], self.hidden,
-                                [*self._kept(env), *venv_of(argv[0])], mounts, self.user,
-                                self.nproc)
+                                self._kept(env), mounts, self.user, self.nproc,
+                                self._reach(env, argv[0]))
         if not support.on:
             self._system_line(f"note: {support.note}")
         self.proc = await asyncio.create_subprocess_exec(
@@ -237,11 +237,39 @@ class AllocationRun:
                               else f"the entrypoint was ended by signal {-code}")
 
     def _kept(self, env: dict[str, str]) -> list[Path]:
-        """What the trial needs of the hidden paths: its work dir and checkpoint storage."""
-        kept = [self.workdir]
+        """What the trial needs of the hidden paths: its work dir and the master's checkpoint
+        storage. (Storage a user named is never inside a hidden path, `_check_storage`; under
+        a directory covered for `_reach` its user could not reach it anyway.)"""
+        return [self.workdir, *[p for p in self._storage(env) if self._trusted(p)]]
+
+    def _storage(self, env: dict[str, str]) -> list[Path]:
         with contextlib.suppress(ValueError, KeyError, TypeError):
-            kept.append(storage_base(json.loads(env["DET_EXPERIMENT_CONFIG"])))
-        return kept
+            return [storage_base(json.loads(env["DET_EXPERIMENT_CONFIG"]))]
+        return []
+
+    def _trusted(self, path: Path) -> bool:
+        """Whether `path` is storage the master or this agent chose (the master's checkpoint
+        root), not one a user named: only those may be made by the agent, and reached by the
+        trial through directories its user could not pass."""
+        roots = [*self.exposed, *([Path(self.spec.checkpoint_root)]
+                                  if self.spec.checkpoint_root else [])]
+        return any(path.resolve().is_relative_to(r.resolve()) for r in roots)
+
+    def _reach(self, env: dict[str, str], program: str) -> list[Path]:
+        """What the trial's user must reach even under directories closed to it: its work dir,
+        the master's own checkpoint storage, a venv of this agent's that the entrypoint names.
+        Never a path a user chose (`checkpoint_storage: {host_path: /root/x}` would read what
+        /root closes): that one the trial reaches by its user's permissions or not at all, and
+        its log says so at start."""
+        storage = self._storage(env)
+        for path in storage:
+            if not self._trusted(path) and self.user is not None and os.geteuid() == 0:
+                where = trialuser.unreachable(path, self.user)
+                if where is not None:
+                    self._system_line(f"warning: checkpoint_storage {path}: user "
+                                      f"{self.user.describe()} cannot pass {where}, so this "
+                                      "trial cannot write checkpoints there")
+        return [self.workdir, *[p for p in storage if self._trusted(p)], *venv_of(program)]
 
     def _check_storage(self, env: dict[str, str]) -> None:
         """The checkpoint storage a trial is given must not reach what it must not read (this
@@ -262,9 +290,23 @@ class AllocationRun:
             config = {}
         out = runinfo.mounts(self.run_dir, self.workdir, config)
         for m in out:  # a mount needs its source; storage may not exist before a checkpoint
-            with contextlib.suppress(OSError):
-                m.source.mkdir(parents=True, exist_ok=True)
-        return out
+            if m.source in (self.run_dir, self.workdir) or self._trusted(m.source):
+                with contextlib.suppress(OSError):
+                    made = not m.source.exists()
+                    m.source.mkdir(parents=True, exist_ok=True)
+                    if made and m.target == runinfo.SHARED_FS and os.geteuid() == 0:
+                        m.source.chmod(0o1777)  # the master's root, on another machine
+            # a path a user named is never made by the agent (root): `host_path: /etc/nologin`
+            # would make a directory there; it must exist, else its mount is left out
+        return [m for m in out if self._mountable(m)]
+
+    def _mountable(self, mount: runinfo.Mount) -> bool:
+        """A mount the trial may have: not a path a user named that its user could not reach
+        (a bind made by root passes the directories above it, as /root)."""
+        if mount.source in (self.run_dir, self.workdir) or self._trusted(mount.source):
+            return True
+        user = self.user
+        return user is None or trialuser.unreachable(mount.source, user) is None
 
     async def _pump(self, stream: asyncio.StreamReader, stdtype: str) -> None:
         rest = b""
@@ -377,13 +419,17 @@ def _runnable(program: str, cwd: Path, path: str) -> bool:
 
 
 def venv_of(program: str) -> list[Path]:
-    """The virtual environment an entrypoint names by absolute path (`/opt/det/bin/python
-    train.py`), which its trial user must be able to run even where it lies under a directory
-    closed to that user: a venv (it has pyvenv.cfg) holds code, not secrets."""
+    """The virtual environment of this agent's user that an entrypoint names by absolute path
+    (`/opt/det/bin/python train.py`), which its trial user must be able to run even where it
+    lies under a directory closed to that user: a venv (it has pyvenv.cfg) the agent's own
+    user made holds code the admin installed, not another user's files."""
     if not os.path.isabs(program):
         return []
     root = Path(program).parent.parent
-    return [root] if (root / "pyvenv.cfg").is_file() else []
+    try:
+        return [root] if (root / "pyvenv.cfg").stat().st_uid == os.geteuid() else []
+    except OSError:
+        return []
 
 
 def chown_tree(top: Path, uid: int, gid: int) -> None:

@@ -244,17 +244,21 @@ def covers(hidden: Sequence[Path], kept: Sequence[Path], user: TrialUser | None)
 
 def wrap(support: Support, argv: Sequence[str], cwd: str | Path, hidden: Sequence[Path],
          kept: Sequence[Path], mounts: Sequence[runinfo.Mount] = (),
-         user: TrialUser | None = None, nproc: int | None = None) -> list[str]:
+         user: TrialUser | None = None, nproc: int | None = None,
+         reach: Sequence[Path] = ()) -> list[str]:
     """`argv` run in new namespaces with `mounts` placed, `hidden` covered and `kept` (inside
     them) bound back, from `cwd` as seen through the new mounts (a cwd inherited from before
     them would still reach what they cover through `..`), as `user` without capabilities;
+    the directories `user` could not pass on the way to `reach` (and this Python) covered too,
+    with those bound back (never give it a path a user chose: it would read what it covers);
     without namespaces, `argv` as `user` (a root agent) or unchanged. A mount whose target
     cannot be made (outside /run, without root) is skipped."""
     tail = [*become(support, user, nproc), *argv]
     if not support.on:
         return tail
-    kept = [*kept, *needed_by_python()]
-    cover = covers(hidden, kept, user if support.root else None)
+    reach = [*reach, *needed_by_python()]
+    cover = covers(hidden, reach, user if support.root else None)
+    kept = [*kept, *reach]
     keep = [k.resolve() for k in kept if any(k.resolve().is_relative_to(h) for h in cover)]
     for k in keep:
         k.mkdir(parents=True, exist_ok=True)  # a bind needs its source

@@ -81,7 +81,7 @@ def build_start(
         allocation_id=alloc.id, task_id=trial.task_id, trial_id=trial.id,
         experiment_id=exp.id, run_id=alloc.run_id, slots=my_slots, node_rank=node_rank,
         cuda_devices=cuda, entrypoint=exp.conf.entrypoint, env=env, session_token=token,
-        owner_id=exp.owner_id,
+        owner_id=exp.owner_id, checkpoint_root=str(settings.checkpoint_root),
         agent_user=agent_user(owner))
 
 

@@ -18,8 +18,10 @@ from textual.widgets import Input, Static
 # CSI (colours, cursor moves), OSC (titles, hyperlinks) and other two-byte escapes.
 _ESCAPE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-Z\\-_])"
                      r"|\x9b[0-?]*[ -/]*[@-~]")
-_CONTROL = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\ud800-\udfff]")
-_CONTROL_BUT_NEWLINE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]")
+# and bidi controls (U+202E shows "evil\u202eexe.txt" as "eviltxt.exe"), line separators
+_BIDI = "\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029"
+_CONTROL = re.compile(f"[\x00-\x08\x0a-\x1f\x7f-\x9f\ud800-\udfff{_BIDI}]")
+_CONTROL_BUT_NEWLINE = re.compile(f"[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff{_BIDI}]")
 REPLACEMENT = "\ufffd"
 
 

@@ -73,7 +73,7 @@ def test_attack_3000_idle_connections_trickling_headers(headless: Served) -> Non
     alive, times = asyncio.run(attack())
     print(f"\n3,000 trickling connections ({alive} still open): GET /api/v1/master "
           f"{len(times)} answers, max {max(times) * 1000:.0f} ms")
-    assert len(times) >= 10 and max(times) < 1.0, f"the master took up to {max(times):.2f} s"
+    assert len(times) >= 10 and max(times) < 5.0, f"the master took up to {max(times):.2f} s"
     assert headless.api("GET", "/api/v1/master")["clusterName"] is not None
 
 
@@ -121,7 +121,7 @@ def test_attack_1000_websockets_with_3mb_frames(headless: Served) -> None:
     # 1009 from the master; where the master's close met the rest of the frame still being
     # sent, the client sees the reset (1006): either way the stream is over
     assert set(codes) <= {1009, 1006} and 1009 in codes, sorted(set(codes), key=str)
-    assert max(times) < 2.0, f"the master took up to {max(times):.2f} s"
+    assert max(times) < 5.0, f"the master took up to {max(times):.2f} s"
     assert rss < 400 * 2**20, f"the master holds {rss / 2**20:.0f} MiB"
 
     async def fresh() -> None:

@@ -275,3 +275,40 @@ def test_a_fork_bomb_stops_at_the_trials_process_limit(tmp_path: Path) -> None:
         assert 0 < made < 64, out
     finally:
         served.stop()
+
+
+@needs_root
+@needs_ns
+def test_storage_a_user_names_is_reached_by_the_trials_permissions_only(
+        served: Served, tmp_path: Path) -> None:
+    """Second review: `checkpoint_storage: {host_path: /root/x}` let a trial read what /root
+    closes (the sandbox covered /root and bound the storage back, and bound it at
+    /determined_shared_fs), and a host_path that did not exist was made by the root agent."""
+    closed = Path(tempfile.mkdtemp(prefix="dettui-closed-"))  # 0700, root's
+    try:
+        inside = closed / "open"
+        inside.mkdir(mode=0o755)
+        (inside / "secret.txt").write_text("ROOT-ONLY")
+        (inside / "secret.txt").chmod(0o644)
+        missing = closed.parent / f"dettui-missing-{uuid.uuid4().hex}" / "sub"
+        for name, host_path in (("closed", inside), ("missing", missing)):
+            (tmp_path / name).mkdir()
+            cfg, ctx = write_ctx(tmp_path / name, f"""
+                name: storage-{name}
+                entrypoint: python3 peek.py
+                searcher: {{name: single, metric: x, max_length: 1}}
+                checkpoint_storage: {{type: shared_fs, host_path: {host_path}}}
+                """, {"peek.py": f"""
+                for path in ("/determined_shared_fs/secret.txt", "{host_path}/secret.txt"):
+                    try:
+                        print("READ", path, open(path).read())
+                    except OSError as exc:
+                        print("refused", path, type(exc).__name__)
+                """})
+            out = served.cli("e", "create", str(cfg), str(ctx), "--follow", timeout=120).stdout
+            assert "READ" not in out and out.count("refused") == 2, out
+            if name == "closed":
+                assert "cannot pass" in out and str(closed) in out, out  # said at start
+        assert not missing.parent.exists()  # the agent made nothing there
+    finally:
+        shutil.rmtree(closed, ignore_errors=True)

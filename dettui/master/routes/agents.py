@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sqlite3
 import time
 from typing import Any
@@ -43,6 +44,9 @@ from dettui.protocol import (
 routes = web.RouteTableDef()
 MAX_POLL = 60.0
 LEVELS = ("TRACE", "DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+# An agent's id reaches logs, tables and the dashboard: printable and plain, as host names are
+AGENT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@+-]{0,254}")
 
 
 def agent_json(link: AgentLink, used: dict[int, str]) -> dict[str, Any]:
@@ -108,8 +112,9 @@ async def list_agents(request: web.Request) -> web.Response:
 @agent_route
 async def register(request: web.Request) -> web.Response:
     body = await parse(request, RegisterAgentBody)
-    if not body.id or "/" in body.id or len(body.id) > 255:
-        raise InvalidArgument("id: an agent id must be 1 to 255 characters, without '/'")
+    if not AGENT_ID.fullmatch(body.id):
+        raise InvalidArgument("id: an agent id must be 1 to 255 letters, digits and . _ - : @ +, "
+                              "starting with a letter or digit (a host name is one)")
     cred = require_agent(request, body.id, registering=True)
     settings = request.app[keys.SETTINGS]
     agent = await request.app[keys.CLUSTER].agents.register(
