@@ -212,3 +212,25 @@ def pg_url(pg_cluster: PgCluster) -> Iterator[str]:
         yield pg_cluster.url(name)
     finally:
         pg_cluster.give_back(name)
+
+
+def make_unix_user(name: str) -> None:
+    """A throwaway system user (and its group) for a test, as root. Two suites on one machine
+    may add users at once: useradd's lock on /etc/passwd is waited out."""
+    for attempt in range(40):
+        res = subprocess.run(["useradd", "--system", "--no-create-home", "--user-group",
+                              "--shell", "/usr/sbin/nologin", name], capture_output=True,
+                             text=True)
+        if res.returncode == 0:
+            return
+        if "lock" not in res.stderr.lower() or attempt == 39:
+            raise RuntimeError(f"useradd {name} failed: {res.stderr.strip()}")
+        time.sleep(0.25)
+
+
+def remove_unix_user(name: str) -> None:
+    for _ in range(40):
+        res = subprocess.run(["userdel", name], capture_output=True, text=True)
+        if res.returncode == 0 or "lock" not in res.stderr.lower():
+            return
+        time.sleep(0.25)

@@ -18,9 +18,11 @@ import json
 import os
 import pwd
 import re
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
 import urllib.error
 import urllib.request
@@ -32,7 +34,7 @@ from pathlib import Path
 import pytest
 
 from dettui.agent import sandbox
-from tests.conftest import REPO, Served
+from tests.conftest import REPO, Served, make_unix_user, remove_unix_user
 
 pytestmark = pytest.mark.slow
 
@@ -63,12 +65,15 @@ class Lab:
     tmp: Path
     served: Served
     unix: dict[str, pwd.struct_passwd]
+    # where the README's /shared/ goes: a directory every user can pass, as /shared is (the
+    # test's own tmp dir is 0700, and a trial reaches storage a user names by its permissions)
+    open_dir: Path = field(default_factory=lambda: Path("/nonexistent"))
     ran: set[str] = field(default_factory=set)
 
     def fill(self, line: str) -> str:
         line = line.replace("http://MASTER:8080", self.served.url)
         line = line.replace("/root/", f"{self.tmp}/root/").replace("/shared/",
-                                                                    f"{self.tmp}/shared/")
+                                                                    f"{self.open_dir}/shared/")
 
         def link(m: re.Match[str]) -> str:
             who = {v: k for k, v in README_UIDS.items()}.get(m.group(1))
@@ -124,14 +129,12 @@ def lab_users() -> Iterator[dict[str, pwd.struct_passwd]]:
     try:
         for person in PASSWORDS:
             name = f"dt{person[:2]}{uuid.uuid4().hex[:6]}"
-            subprocess.run(["useradd", "--system", "--no-create-home", "--user-group",
-                            "--shell", "/usr/sbin/nologin", name], check=True,
-                           capture_output=True)
+            make_unix_user(name)
             made[person] = name
         yield {person: pwd.getpwnam(name) for person, name in made.items()}
     finally:
         for name in made.values():
-            subprocess.run(["userdel", name], capture_output=True)
+            remove_unix_user(name)
 
 
 def test_a_lab_set_up_as_the_readme_prints_it(tmp_path: Path,
@@ -139,7 +142,9 @@ def test_a_lab_set_up_as_the_readme_prints_it(tmp_path: Path,
     admin, gpu, people = blocks()
     (tmp_path / "root").mkdir(mode=0o700)
     served = Served(tmp_path / "state", tmp_path / "admin" / "config")
-    lab = Lab(tmp_path, served, lab_users)
+    open_dir = Path(tempfile.mkdtemp(prefix="dettui-lab-"))
+    open_dir.chmod(0o755)
+    lab = Lab(tmp_path, served, lab_users, open_dir)
     start_master(lab, admin[:2])
     agent = None
     try:
@@ -157,6 +162,7 @@ def test_a_lab_set_up_as_the_readme_prints_it(tmp_path: Path,
             agent.terminate()
             agent.wait(30)
         served.stop()
+        shutil.rmtree(open_dir, ignore_errors=True)
 
 
 def start_master(lab: Lab, lines: list[str]) -> None:
@@ -297,7 +303,7 @@ def probe_experiment(lab: Lab, who: str, env: dict[str, str]) -> Path:
         name: probe-{who}
         entrypoint: python3 probe.py
         searcher: {{name: single, metric: x, max_length: 1}}
-        checkpoint_storage: {{type: shared_fs, host_path: {lab.tmp}/shared/checkpoints}}
+        checkpoint_storage: {{type: shared_fs, host_path: {lab.open_dir}/shared/checkpoints}}
         environment:
           environment_variables: {variables}
         """))
@@ -325,7 +331,7 @@ def check_the_trust_table(lab: Lab, alice_sample: str) -> None:
     assert mine["agent"] == socket.gethostname()  # it ran on the joined agent
     assert (mine["uid"], mine["gid"]) == (unix.pw_uid, unix.pw_gid)
     assert mine["cwd"] == [unix.pw_uid, 0o700] and mine["written"] == [unix.pw_uid, unix.pw_gid]
-    victim = lab.tmp / "shared" / "checkpoints" / mine["checkpoint"]
+    victim = lab.open_dir / "shared" / "checkpoints" / mine["checkpoint"]
     assert (victim.stat().st_uid, victim.stat().st_mode & 0o777) == (unix.pw_uid, 0o700)
     exp_id = int(re.findall(r"Experiment (\d+) ended", res.stdout)[-1])
     trial_id = lab.served.api("GET", f"/api/v1/experiments/{exp_id}/trials")["trials"][0]["id"]
@@ -373,7 +379,7 @@ def check_bobs_trial(lab: Lab, out: dict, victim: Path) -> None:
     expected = {name: 200 if name in ("token: own trial", "session: alice's checkpoint")
                 else 403 for name in out["api"]}
     assert out["api"] == expected
-    ckpt = lab.tmp / "shared" / "checkpoints" / out["checkpoint"]
+    ckpt = lab.open_dir / "shared" / "checkpoints" / out["checkpoint"]
     assert (ckpt.stat().st_uid, ckpt.stat().st_mode & 0o777) == (unix.pw_uid, 0o700)
 
 

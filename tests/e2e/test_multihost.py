@@ -262,8 +262,11 @@ def _ddp_across_hosts(s: NetnsServed, h: Hosts) -> None:
 
 
 def _failure_ends_the_other_node(s: NetnsServed, h: Hosts, tmp_path: Path) -> float:
-    shared = tmp_path / "shared"
+    # in the master's checkpoint storage: the trials (unprivileged users, in mount namespaces
+    # of their own) reach it, as they reach no other directory of the test's 0700 tmp dir
+    shared = s.state_dir / "checkpoints" / "shared"
     shared.mkdir()
+    shared.chmod(0o777)
     cfg, ctx = write_ctx(tmp_path, f"""
         name: netns-fail
         entrypoint: python3 -m dettui.launch.torch_distributed python3 fail.py

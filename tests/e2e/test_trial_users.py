@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from dettui.agent import sandbox, trialuser
-from tests.conftest import Served
+from tests.conftest import Served, make_unix_user, remove_unix_user
 from tests.e2e.test_single import write_ctx
 
 pytestmark = pytest.mark.slow
@@ -141,14 +141,12 @@ def unix_users() -> Iterator[list[pwd.struct_passwd]]:
     made = []
     try:
         for name in names:
-            subprocess.run(["useradd", "--system", "--no-create-home", "--user-group",
-                            "--shell", "/usr/sbin/nologin", name], check=True,
-                           capture_output=True)
+            make_unix_user(name)
             made.append(name)
         yield [pwd.getpwnam(n) for n in names]
     finally:
         for name in made:
-            subprocess.run(["userdel", name], capture_output=True)
+            remove_unix_user(name)
 
 
 @needs_ns
@@ -241,11 +239,14 @@ def test_a_non_root_master_sandboxes_its_trials_in_a_user_namespace(
 
 @needs_root
 @needs_ns
-def test_a_fork_bomb_stops_at_the_trials_process_limit(tmp_path: Path) -> None:
+def test_a_fork_bomb_stops_at_the_trials_process_limit(
+        tmp_path: Path, unix_users: list[pwd.struct_passwd]) -> None:
     """Attack 9: 300 forks of 300 went through. With --trial-nproc 64 the trial's user may
-    have 64 processes and threads: the 65th fork fails, and all of them end with the trial."""
+    have 64 processes and threads: the 65th fork fails, and all of them end with the trial.
+    (A throwaway user of its own: the limit counts every process of the user on the machine.)"""
     served = Served(tmp_path / "state", tmp_path / "config",
-                    extra=["--agent-slots", "1", "--trial-nproc", "64"])
+                    extra=["--agent-slots", "1", "--trial-nproc", "64",
+                           "--trial-user", unix_users[0].pw_name])
     served.start()
     try:
         (tmp_path / "bomb").mkdir()
