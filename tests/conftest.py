@@ -6,6 +6,7 @@ import json
 import os
 import re
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -23,6 +24,21 @@ from tests.pg_cluster import missing as pg_missing
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLE = REPO / "sample_ctx"
+
+
+def _let_trial_users_through(path: Path) -> None:
+    """Trials run as unprivileged users: where this checkout lies under a directory they
+    cannot pass (a clone in a 0700 temp dir), let them pass (x, not list), as a lab admin
+    puts the venv where its users reach it. The agent binds its own venv in anyway; this is
+    for what tests name besides (.venv-det's Python on a trial's PATH)."""
+    for d in (path, *path.parents):
+        mode = d.stat().st_mode
+        if not mode & stat.S_IXOTH:
+            d.chmod(stat.S_IMODE(mode) | stat.S_IXOTH)
+
+
+if os.geteuid() == 0:
+    _let_trial_users_through(REPO)
 # Every process this test run starts carries this mark (agents pass it down to trials), so that
 # tests look at their own processes only: two suites on one machine never see each other's.
 TEST_MARK = "DETTUI_TEST_RUN"
