@@ -80,6 +80,7 @@ bench: $(STAMP)
 	$(PY) bench/scheduler.py
 	$(PY) bench/launcher_teardown.py
 	$(PY) bench/checkpoint.py
+	$(PY) bench/checkpoint_download.py
 	$(PY) bench/tui.py
 	$(MAKE) --no-print-directory bench-search
 
