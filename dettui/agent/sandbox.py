@@ -48,7 +48,7 @@ from dettui.agent.trialuser import TrialUser, readable, unreachable
 from dettui.launch import sitedir
 
 OFF_SWITCH = "DETTUI_NO_SANDBOX"  # set (to anything): as --no-sandbox
-STAGE = "/tmp/.dettui-stage.XXXXXX"  # where kept paths wait while their parents are covered
+STAGE_TEMPLATE = "/tmp/.dettui-stage.XXXXXX"  # mktemp's template of the dir kept paths wait in
 
 # Run as the init of the new namespaces: place the mounts, stage what is kept, cover what is
 # hidden, put what is kept back, then become the entrypoint. Arguments:
@@ -264,8 +264,8 @@ def wrap(support: Support, argv: Sequence[str], cwd: str | Path, hidden: Sequenc
         k.mkdir(parents=True, exist_ok=True)  # a bind needs its source
     placed = [m for m in mounts if m.source.is_dir()]
     pairs = [str(x) for m in placed for x in (m.source.resolve(), m.target)]
-    return [*support.prefix, "--", "env", f"STAGE={STAGE}", f"CWD={cwd}", "sh", "-c", SCRIPT,
-            "sandbox", str(len(cover)), *map(str, cover), str(len(placed)), *pairs,
+    return [*support.prefix, "--", "env", f"STAGE={STAGE_TEMPLATE}", f"CWD={cwd}", "sh", "-c",
+            SCRIPT, "sandbox", str(len(cover)), *map(str, cover), str(len(placed)), *pairs,
             *map(str, keep), "--", *tail]
 
 

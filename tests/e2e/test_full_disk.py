@@ -20,6 +20,8 @@ import re
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -61,12 +63,13 @@ def test_a_full_disk_under_the_state_dir(tmp_path: Path) -> None:
         s = Served(state, tmp_path / "config", extra=["--agent-slots", "1"])
         try:
             s.start()
-            _run_through_a_full_disk(s, state, tmp_path)
+            exp = _run_through_a_full_disk(s, state, tmp_path)
+            assert exp["state"] == "STATE_COMPLETED", exp  # once space returned
         finally:
             s.stop()
 
 
-def _run_through_a_full_disk(s: Served, state: Path, tmp_path: Path) -> None:
+def _run_through_a_full_disk(s: Served, state: Path, tmp_path: Path) -> dict:
     cfg, ctx = write_ctx(tmp_path, """
         name: full-disk
         entrypoint: python3 train.py
@@ -112,6 +115,7 @@ def _run_through_a_full_disk(s: Served, state: Path, tmp_path: Path) -> None:
     log = s.log_path.read_text()
     assert "internal error" not in log and "crashed in the agent" not in log, log[-3000:]
     assert "cannot keep its log lines" in log  # the spool met the full disk too
+    return exp
 
 
 def _wait_running(s: Served, token: str) -> None:
@@ -127,9 +131,29 @@ def _wait_running(s: Served, token: str) -> None:
 
 def serve_briefly(state: Path, config: Path) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, DETTUI_CONFIG_DIR=str(config))
-    return subprocess.run([sys.executable, "-m", "dettui.cli", "serve", "--port", "0",
-                           "--no-agent", "--state-dir", str(state)],
-                          capture_output=True, text=True, timeout=60, env=env)
+    proc = subprocess.Popen([sys.executable, "-m", "dettui.cli", "serve", "--port", "0",
+                             "--no-agent", "--state-dir", str(state)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+    assert proc.stdout is not None
+    first = proc.stdout.readline()  # the listening line, or "" when it exits
+    m = re.search(r"listening on (http://\S+)", first)
+    if m is None:
+        out, err = proc.communicate(timeout=60)
+        return subprocess.CompletedProcess(proc.args, proc.returncode, first + out, err)
+    try:  # its store opened without a byte to spare (its files were all there): a write
+        # must be refused, naming the full disk, where the CLI shows it
+        req = urllib.request.Request(m.group(1) + "/api/v1/auth/login", method="POST",
+                                     data=b'{"username": "determined", "password": ""}')
+        try:
+            urllib.request.urlopen(req, timeout=30).read()
+            answer = (200, "")
+        except urllib.error.HTTPError as exc:
+            answer = (exc.code, exc.read().decode())
+    finally:
+        proc.terminate()
+        out, err = proc.communicate(timeout=60)
+    return subprocess.CompletedProcess(proc.args, -1, first + out,
+                                       f"({answer[0]}, {answer[1]}\n{err}")
 
 
 def test_a_master_started_on_a_full_disk_says_why(tmp_path: Path) -> None:
@@ -146,6 +170,11 @@ def test_a_master_started_on_a_full_disk_says_why(tmp_path: Path) -> None:
         filler = fill(disk)
         for state in (disk / "new", used):
             res = serve_briefly(state, tmp_path / "config")
+            if res.returncode == -1:  # the used dir's store opened with no byte to spare
+                assert state == used and res.stderr.startswith("(503, "), res.stderr
+                assert "the master's disk is full" in res.stderr, res.stderr
+                assert "Traceback" not in res.stderr, res.stderr  # its exit too
+                continue
             assert res.returncode == 1, res.stdout + res.stderr
             assert "Traceback" not in res.stderr, res.stderr
             assert re.search(r"the master's disk is full: the filesystem at \S+, which holds "

@@ -7,7 +7,7 @@ pause or kill bob's experiment (the CLI says why), bob's trial can neither read 
 alice's checkpoint, and neither its allocation token nor bob's session nor the agent's
 credential reaches what the table says they cannot.
 
-The README's commands are run through bash as printed; only its placeholders are filled in
+The README's commands are run through bash as printed; only its stand-ins are filled in
 (MASTER:8080, /root/ and /shared/ under this test's directory, the uids and names of the
 Unix users, the typed passwords). tests/e2e/test_readme.py leaves these commands to this test
 (`lab_commands`)."""
@@ -35,6 +35,7 @@ import pytest
 
 from dettui.agent import sandbox
 from tests.conftest import REPO, Served, make_unix_user, remove_unix_user
+from tests.e2e.test_trial_users import ATTEMPT
 
 pytestmark = pytest.mark.slow
 
@@ -232,20 +233,14 @@ def run_the_sample(lab: Lab, lines: list[str], who: str) -> str:
 
 # What a trial of alice's or bob's does: writes in its work dir and a checkpoint, and, for bob,
 # tries alice's files and, with its allocation token and bob's session, alice's runs.
-PROBE = """
-import json, os, urllib.error, urllib.request
+PROBE = ATTEMPT + """
+import urllib.error, urllib.request
 env = os.environ
-out = {"uid": os.getuid(), "gid": os.getgid(), "agent": env["DET_AGENT_ID"]}
+out["agent"] = env["DET_AGENT_ID"]
 with open("written.txt", "w") as f:
     f.write("mine")
 out["cwd"] = [os.stat(".").st_uid, os.stat(".").st_mode & 0o777]
 out["written"] = [os.stat("written.txt").st_uid, os.stat("written.txt").st_gid]
-def attempt(name, fn):
-    try:
-        fn()
-        out[name] = "DONE"
-    except Exception as exc:
-        out[name] = type(exc).__name__
 def call(method, path, body=None, alloc=True):
     key = "DET_SESSION_TOKEN" if alloc else "DET_USER_TOKEN"
     head = "Grpc-Metadata-x-allocation-token" if alloc else "Authorization"

@@ -25,22 +25,29 @@ pytestmark = pytest.mark.slow
 ROOT = os.geteuid() == 0
 NAMESPACES = sandbox.probe().on
 
-# Every attack of a trial that ran as root in issue 29, tried again: each line says what held.
-PROBE = """
-import ctypes, json, os, resource, signal, subprocess
-state = os.environ["STATE"]
-out = {"uid": os.getuid(), "euid": os.geteuid(), "gid": os.getgid(), "user": os.environ.get("USER")}
-status = dict(l.split(":\\t", 1) for l in open("/proc/self/status").read().splitlines()
-              if ":\\t" in l)
-out["caps"] = [status[k].strip() for k in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")]
-out["nnp"] = status["NoNewPrivs"].strip()
-out["nproc"] = resource.getrlimit(resource.RLIMIT_NPROC)[0]
+# What probe scripts of trials start with: `out` (printed as JSON at the end) and `attempt`,
+# which records whether an attack went through ("DONE") or the exception that stopped it.
+ATTEMPT = """
+import json, os
+out = {"uid": os.getuid(), "gid": os.getgid()}
 def attempt(name, fn):
     try:
         fn()
         out[name] = "DONE"
     except Exception as exc:
         out[name] = type(exc).__name__
+"""
+
+# Every attack of a trial that ran as root in issue 29, tried again: each line says what held.
+PROBE = ATTEMPT + """
+import ctypes, resource, signal, subprocess
+state = os.environ["STATE"]
+out.update(euid=os.geteuid(), user=os.environ.get("USER"))
+status = dict(l.split(":\\t", 1) for l in open("/proc/self/status").read().splitlines()
+              if ":\\t" in l)
+out["caps"] = [status[k].strip() for k in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")]
+out["nnp"] = status["NoNewPrivs"].strip()
+out["nproc"] = resource.getrlimit(resource.RLIMIT_NPROC)[0]
 attempt("umount", lambda: subprocess.run(["umount", "-l", state], check=True,
                                           capture_output=True))
 for name in ("secret.key", "master.db"):

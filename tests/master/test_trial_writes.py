@@ -126,18 +126,24 @@ async def logs(api: Api, trial: int) -> str:
 
 
 async def refused(api: Api, lab: Lab, headers: dict[str, str] | None, status: int = 403,
-                  says: str = "") -> None:
+                  says: str = "") -> list[str]:
+    """Every write route tried with `headers` (None: the api's own token): the messages of
+    the refusals, each with `status` and saying `says`; nothing reached the trial."""
+    messages = []
     for path, body in writes(lab):
         answer = await api.call("POST", path, body, headers=headers, status=status)
         assert says in str(answer), (path, answer)
+        messages.append(str(answer["message"]))
     await untouched(lab)
+    return messages
 
 
 async def test_another_users_token_cannot_write_to_a_trial(api: Api) -> None:
     """The attack as found: bob's own login wrote metrics, logs, a checkpoint and a preemption
     signal into alice's running trial."""
     lab_ = await lab(api)
-    await refused(lab_.bob, lab_, None, says="only its own allocation's token")
+    messages = await refused(lab_.bob, lab_, None, says="only its own allocation's token")
+    assert len(messages) == len(writes(lab_)) >= 14  # every write route, each refused
 
 
 async def test_the_owners_and_an_admins_user_token_cannot_write_to_a_managed_trial(
@@ -145,21 +151,25 @@ async def test_the_owners_and_an_admins_user_token_cannot_write_to_a_managed_tri
     """The cluster runs a managed trial: its reports come only from its allocation, never
     from a user's login (the real client sends DET_SESSION_TOKEN from inside a trial)."""
     lab_ = await lab(api)
-    await refused(lab_.alice, lab_, None, says="is run by the cluster")
-    await refused(lab_.admin, lab_, None, says="is run by the cluster")
+    for who in (lab_.alice, lab_.admin):
+        messages = await refused(who, lab_, None, says="is run by the cluster")
+        assert len(messages) == len(writes(lab_))
 
 
 async def test_another_trials_allocation_token_cannot_write_to_a_trial(api: Api) -> None:
     lab_ = await lab(api)
-    await refused(lab_.bob, lab_, lab_.task(lab_.bob_token), says="its own trial")
+    messages = await refused(lab_.bob, lab_, lab_.task(lab_.bob_token), says="its own trial")
+    assert len(messages) == len(writes(lab_))
 
 
 async def test_a_finished_allocations_token_cannot_write(api: Api) -> None:
     lab_ = await lab(api)
     await api.client.server.app[keys.CLUSTER].allocations.finish(lab_.alloc.id, None, "lost",
                                                                  "lost")
-    for path, body in writes(lab_):
-        await api.call("POST", path, body, headers=lab_.task(lab_.token), status=401)
+    answers = [await api.call("POST", path, body, headers=lab_.task(lab_.token), status=401)
+               for path, body in writes(lab_)]
+    assert answers and all("log in" in a["message"] or "credentials" in a["message"]
+                           for a in answers), answers
 
 
 async def test_the_trials_own_allocation_token_writes_every_report(api: Api) -> None:
@@ -179,8 +189,9 @@ async def test_the_trials_own_allocation_token_writes_every_report(api: Api) -> 
 async def test_a_report_cannot_name_another_allocation(api: Api) -> None:
     lab_ = await lab(api)
     body = {**checkpoint(lab_, ckpt_uuid(1)), "allocationId": "other.1"}
-    await api.call("POST", "/api/v1/checkpoints", body, headers=lab_.task(lab_.token),
-                   status=403)
+    got = await api.call("POST", "/api/v1/checkpoints", body, headers=lab_.task(lab_.token),
+                         status=403)
+    assert "other.1" in got["message"] or "allocation" in got["message"], got
 
 
 # --- unmanaged (detached) trials: no allocation; the owner or an admin writes ----------------

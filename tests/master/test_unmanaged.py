@@ -265,8 +265,11 @@ async def test_allocation_tokens_cannot_create_detached_trials(api: Api, tmp_pat
     exp_id = (await new_experiment(api, tmp_path))["experiment"]["id"]
     alloc, alloc_token = await allocate(api, 1, "agent-x", [0])
     task = {"Grpc-Metadata-x-allocation-token": f"Bearer {alloc_token}"}
-    await api.call("POST", "/api/v1/trials", {"experimentId": exp_id, "unmanaged": True},
-                   headers=task, status=403)
+    got = await api.call("POST", "/api/v1/trials", {"experimentId": exp_id, "unmanaged": True},
+                         headers=task, status=403)
+    assert "allocation" in got["message"], got
+    trials = (await api.call("GET", f"/api/v1/experiments/{exp_id}/trials"))["trials"]
+    assert trials == []  # nothing made
 
 
 ERRORS = [

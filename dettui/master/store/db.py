@@ -36,6 +36,7 @@ import contextvars
 import errno
 import functools
 import hashlib
+import logging
 import os
 import queue
 import sqlite3
@@ -47,6 +48,8 @@ from typing import ParamSpec, TypeVar, cast
 
 from dettui.errors import StorageFull
 from dettui.master.store import callers, pg, tx
+
+log = logging.getLogger("dettui.master")
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -291,7 +294,10 @@ class Database:
     def close(self) -> None:
         def _close() -> None:
             if isinstance(self.conn, sqlite3.Connection):
-                self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                try:  # on a full disk the WAL stays: the next start replays it
+                    self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                except sqlite3.OperationalError as exc:
+                    log.warning("the store's WAL was not copied back at exit: %s", exc)
             self.conn.close()
 
         self._reading.shutdown(wait=True)
