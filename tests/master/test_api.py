@@ -13,6 +13,7 @@ import pytest
 
 from dettui.master.settings import MasterSettings
 from tests.master.conftest import SIMPLE_CONFIG, TEST_MINT, Api, agent_headers, allocate, ckpt_uuid
+from tests.poll import until_async
 
 
 async def create(api: Api, config: str = SIMPLE_CONFIG) -> dict:
@@ -401,12 +402,8 @@ async def _job_states(api: Api) -> dict[str, str]:
 
 
 async def _until_states(api: Api, want: dict[str, str]) -> None:
-    for _ in range(100):
-        got = await _job_states(api)
-        if all(got.get(k) == v for k, v in want.items()):
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"{got} is not {want}")
+    await until_async(lambda: _job_states(api), f"job states {want}", timeout=10,
+                      done=lambda got: all(got.get(k) == v for k, v in want.items()))
 
 
 @pytest.mark.parametrize("preemption", [False, True])

@@ -17,6 +17,7 @@ from dettui.master.groupcommit import GroupCommit
 from dettui.master.store import experiments as exp_store
 from tests.master.conftest import SIMPLE_CONFIG, Api
 from tests.master.test_api import create
+from tests.poll import until_async
 
 FILES = [{"path": "train.py", "type": 48, "content": base64.b64encode(b"print(1)\n").decode(),
           "mtime": "1700000000", "mode": 33188, "uid": 0, "gid": 0}]
@@ -42,14 +43,6 @@ class Held:
         return await self.db.run(fn, *args)
 
 
-async def _until(check: Callable[[], bool]) -> None:
-    for _ in range(1000):
-        if check():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("timed out")
-
-
 async def _hold(api: Api, monkeypatch: pytest.MonkeyPatch,
                 ) -> tuple[GroupCommit[Any, Any], Held, asyncio.Future[Any]]:
     """Hold the creations' store; one creation sent, waiting in a group of its own."""
@@ -57,7 +50,8 @@ async def _hold(api: Api, monkeypatch: pytest.MonkeyPatch,
     held = Held(creations)
     monkeypatch.setattr(creations, "db", held)
     first = asyncio.ensure_future(create(api, GRID.format(n=1, m=2)))
-    await _until(lambda: creations._writer is not None and not creations._writer.done())
+    await until_async(lambda: creations._writer is not None and not creations._writer.done(),
+                      "the creations' writer to start", timeout=10)
     return creations, held, first
 
 
@@ -66,7 +60,7 @@ async def test_creations_at_once_share_commits_and_each_is_whole(
     creations, held, first = await _hold(api, monkeypatch)
     before = creations.groups
     rest = asyncio.gather(*(create(api, GRID.format(n=n, m=n + 100)) for n in range(2, 13)))
-    await _until(lambda: len(creations._pending) == 11)
+    await until_async(lambda: len(creations._pending) == 11, "11 creations pending", timeout=10)
     held.release.set()
     made = [await first, *await rest]
     assert creations.groups - before == 2, "the eleven waiting were not committed together"
@@ -101,7 +95,8 @@ async def test_a_group_that_fails_to_commit_fails_each_request_and_stores_none(
     group = asyncio.gather(*(api.call("POST", "/api/v1/experiments", {
         "config": SIMPLE_CONFIG.replace("name: t", f"name: {name}"), "activate": True,
         "modelDefinition": FILES}, status=500) for name in ("a", "bad", "c")))
-    await _until(lambda: len(creations._pending) == 3)  # the next group, all three
+    # the next group, all three
+    await until_async(lambda: len(creations._pending) == 3, "3 creations pending", timeout=10)
     held.release.set()
     assert (await first)["experiment"]["id"] == 1
     for answer in await group:
