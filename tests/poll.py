@@ -34,7 +34,8 @@ def _intervals(most: float) -> Iterator[float]:
 
 def _timed_out(what: str | Callable[[], str], timeout: float, seen: object) -> AssertionError:
     name = what() if callable(what) else what
-    shown = repr(seen)
+    multiline = isinstance(seen, str) and "\n" in seen  # a screen, a log: shown as it reads
+    shown = "\n" + seen if multiline else repr(seen)  # type: ignore[operator]
     if len(shown) > SHOWN:
         shown = shown[:SHOWN] + "…"
     return AssertionError(f"timed out after {timeout:g} s waiting for {name}; last seen: {shown}")

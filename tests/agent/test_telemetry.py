@@ -3,7 +3,6 @@ here); the no-GPU path runs for real."""
 
 from __future__ import annotations
 
-import json
 import sys
 import types
 from typing import Any
@@ -12,6 +11,7 @@ import pytest
 
 from dettui import telemetry
 from dettui.agent.agent import discover_slots
+from tests.poll import until_async
 
 
 def test_no_gpu_for_real_gives_cpu_slots_and_a_note() -> None:
@@ -181,16 +181,10 @@ async def _agents(master: Any) -> list[dict[str, Any]]:
 
 
 async def _until(master: Any, check: Any, timeout: float = 20) -> dict[str, Any]:
-    import asyncio
-    import time
-
-    deadline = time.monotonic() + timeout
-    while True:
-        agents = await _agents(master)
-        if agents and check(agents[0]):
-            return agents[0]
-        assert time.monotonic() < deadline, json.dumps(agents, indent=1)[:3000]
-        await asyncio.sleep(0.1)
+    """The first agent, once `check` holds for it."""
+    agents = await until_async(lambda: _agents(master), "the agent's telemetry to match",
+                               timeout=timeout, done=lambda agents: agents and check(agents[0]))
+    return agents[0]
 
 
 async def test_heartbeats_carry_telemetry_and_the_master_keeps_a_bounded_history(

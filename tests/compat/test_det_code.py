@@ -6,7 +6,6 @@ metadata and the checkpoint it says it uses reach the master either way."""
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,6 +15,7 @@ from dettui.agent import sandbox
 from tests.compat.test_det_cli import DET_VENV, det
 from tests.conftest import Served
 from tests.e2e.test_single import write_ctx
+from tests.poll import until
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not DET_VENV, reason="run through `make test` "
@@ -79,15 +79,6 @@ def variant(request: pytest.FixtureRequest, tmp_path: Path,
         s.stop()
 
 
-def wait_for(what: str, check: object, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():  # type: ignore[operator]
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def test_a_core_api_script_reports_pauses_and_resumes(variant: tuple[str, Served],
                                                       tmp_path: Path) -> None:
     kind, served = variant
@@ -102,15 +93,16 @@ def test_a_core_api_script_reports_pauses_and_resumes(variant: tuple[str, Served
     assert det(served, home, "user", "login", "determined", stdin="\n").returncode == 0
     created = det(served, home, "e", "create", str(cfg), str(ctx))
     assert created.returncode == 0, created.stdout + created.stderr
-    wait_for("the first checkpoint", lambda: served.api(
-        "GET", "/api/v1/experiments/1/checkpoints")["checkpoints"])
+    until(lambda: served.api(
+        "GET", "/api/v1/experiments/1/checkpoints")["checkpoints"], "the first checkpoint",
+          timeout=120)
     assert det(served, home, "e", "pause", "1").returncode == 0
-    wait_for("the pause", lambda: served.api("GET", "/api/v1/experiments/1/trials")[
-        "trials"][0]["state"] == "STATE_PAUSED")
+    until(lambda: served.api("GET", "/api/v1/experiments/1/trials")[
+        "trials"][0]["state"] == "STATE_PAUSED", "the pause", timeout=120)
     assert det(served, home, "e", "activate", "1").returncode == 0
     exp = served.wait_experiment(1, timeout=180)
-    wait_for("the second run's logs", lambda: "resumed from 2" in served.cli(
-        "t", "logs", "1").stdout, 30)
+    until(lambda: "resumed from 2" in served.cli(
+        "t", "logs", "1").stdout, "the second run's logs", timeout=30)
     logs = served.cli("t", "logs", "1").stdout
     assert exp["state"] == "STATE_COMPLETED", logs
     expected = (f"{DET_VENV}/lib" if kind.startswith("real")

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from tests.compat.test_det_cli import DET_VENV, det
-from tests.compat.test_det_code import wait_for
 from tests.conftest import Served
 from tests.e2e.test_single import write_ctx
+from tests.poll import until
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not DET_VENV, reason="run through `make test` "
@@ -147,7 +147,7 @@ def test_every_det_command_of_the_issue(served: Served, tmp_path: Path) -> None:
     step(run, ["e", "create", "--paused", str(cfg), str(ctx)], "Created experiment 3")
     step(run, ["job", "list"], lambda out: "TYPE_EXPERIMENT" not in out)  # paused: no request
     step(run, ["e", "activate", "3"], "")
-    wait_for("the sleeper", lambda: run.trial(3)["state"] == "STATE_RUNNING")
+    until(lambda: run.trial(3)["state"] == "STATE_RUNNING", "the sleeper", timeout=120)
     container = served.api("GET", "/api/v1/tasks")["allocationIdToSummary"]
     alloc = next(iter(container))
     step(run, ["task", "list"], lambda out: bool(re.search(
@@ -179,12 +179,13 @@ def test_every_det_command_of_the_issue(served: Served, tmp_path: Path) -> None:
                                                              out)))
     assert run.trial(3)["state"] == "STATE_RUNNING"  # draining lets it run
     step(run, ["agent", "disable", agent], f"Disabled agent {agent}", admin=True)
-    wait_for("the trial killed off the agent", lambda: run.trial(3)["state"] == "STATE_QUEUED")
+    until(lambda: run.trial(3)["state"] == "STATE_QUEUED", "the trial killed off the agent",
+          timeout=120)
     assert run.trial(3)["restarts"] == 0  # not the trial's fault
     step(run, ["agent", "enable", agent], f"Enabled agent {agent}", admin=True)
-    wait_for("the sleeper again", lambda: run.trial(3)["state"] == "STATE_RUNNING")
+    until(lambda: run.trial(3)["state"] == "STATE_RUNNING", "the sleeper again", timeout=120)
     step(run, ["trial", "kill", "3"], "Killed trial 3")
-    wait_for("the killed trial", lambda: run.trial(3)["state"] == "STATE_CANCELED")
+    until(lambda: run.trial(3)["state"] == "STATE_CANCELED", "the killed trial", timeout=120)
     time.sleep(0.5)
     assert served.api("GET", "/api/v1/tasks")["allocationIdToSummary"] == {}
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from tests.compat.test_det_cli import DET_VENV, det
-from tests.compat.test_det_code import wait_for
 from tests.conftest import Served
+from tests.poll import until
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not DET_VENV, reason="run through `make test` "
@@ -54,13 +54,13 @@ environment:
     assert det(served, home, "user", "login", "determined", stdin="\n").returncode == 0
     created = det(served, home, "e", "create", str(tmp_path / "exp.yaml"), str(ctx))
     assert created.returncode == 0, created.stdout + created.stderr
-    wait_for("the trial at batch 10", lambda: "waiting at batch 10" in served.cli(
-        "t", "logs", "1").stdout)
+    until(lambda: "waiting at batch 10" in served.cli(
+        "t", "logs", "1").stdout, "the trial at batch 10", timeout=120)
     assert det(served, home, "e", "pause", "1").returncode == 0
     time.sleep(1)  # the preemption signal reaches the trial, then it may go on
     gate.touch()
-    wait_for("the pause", lambda: served.api("GET", "/api/v1/experiments/1/trials")[
-        "trials"][0]["state"] == "STATE_PAUSED")
+    until(lambda: served.api("GET", "/api/v1/experiments/1/trials")[
+        "trials"][0]["state"] == "STATE_PAUSED", "the pause", timeout=120)
     assert det(served, home, "e", "activate", "1").returncode == 0
     exp = served.wait_experiment(1, timeout=240)
     logs = served.cli("t", "logs", "1").stdout

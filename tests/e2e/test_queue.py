@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import SAMPLE, Served
+from tests.poll import until
 
 pytestmark = pytest.mark.slow
 
@@ -35,13 +35,6 @@ def jobs(s: Served) -> list[dict]:
     return json.loads(s.cli("job", "list", "--json").stdout)
 
 
-def wait_for(predicate: object, timeout: float = 60, what: str = "") -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():  # type: ignore[operator]
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)
-
-
 def trial_of(s: Served, exp_id: int) -> dict:
     return s.api("GET", f"/api/v1/experiments/{exp_id}/trials")["trials"][0]
 
@@ -51,8 +44,8 @@ def test_reorder_then_priority_preempts_and_the_victim_resumes(preemptive: Serve
     # 200 steps of 0.08 s: still running when e3's priority changes, however loaded the box
     # (at 0.04 s, with a second suite on the machine, e2 once ended before it was preempted)
     e1, e2 = create(s, 0.08), create(s, 0.08)
-    wait_for(lambda: all(trial_of(s, e)["state"] == "STATE_RUNNING" for e in (e1, e2)),
-             what="two running trials")
+    until(lambda: all(trial_of(s, e)["state"] == "STATE_RUNNING" for e in (e1, e2)),
+          "two running trials", timeout=60)
     e3, e4 = create(s, 0.0), create(s, 0.0)
     names = [j["entityId"] for j in jobs(s)]
     assert names == [str(e1), str(e2), str(e3), str(e4)]
@@ -64,8 +57,8 @@ def test_reorder_then_priority_preempts_and_the_victim_resumes(preemptive: Serve
     assert [j["entityId"] for j in jobs(s)] == [str(e1), str(e2), str(e4), str(e3)]
     # Priority 1 with preemption on: the newest lower-priority trial (e2's) is preempted.
     s.cli("job", "update", by_entity[str(e3)]["jobId"], "--priority", "1")
-    wait_for(lambda: trial_of(s, e3)["state"] in ("STATE_RUNNING", "STATE_COMPLETED"),
-             what="e3 to start after preempting e2")
+    until(lambda: trial_of(s, e3)["state"] in ("STATE_RUNNING", "STATE_COMPLETED"),
+          "e3 to start after preempting e2", timeout=60)
     for exp_id in (e1, e2, e3, e4):
         assert s.wait_experiment(exp_id, timeout=180)["state"] == "STATE_COMPLETED"
     victim, untouched = trial_of(s, e2), trial_of(s, e1)
@@ -83,9 +76,9 @@ def test_pause_frees_slots_and_activate_resumes_without_repeating(served: Served
     # 150 steps of 0.08 s left after step 50: the pause lands mid-run even when the logs that
     # say "step 50" reach us late (at 0.03 s the trial once finished first, on a loaded box)
     e = create(served, 0.08)
-    wait_for(lambda: "step 50:" in served.cli("t", "logs", "1").stdout, what="step 50")
+    until(lambda: "step 50:" in served.cli("t", "logs", "1").stdout, "step 50", timeout=60)
     served.cli("e", "pause", str(e))
-    wait_for(lambda: trial_of(served, e)["state"] == "STATE_PAUSED", what="PAUSED trial")
+    until(lambda: trial_of(served, e)["state"] == "STATE_PAUSED", "PAUSED trial", timeout=60)
     exp = served.api("GET", f"/api/v1/experiments/{e}")["experiment"]
     assert exp["state"] == "STATE_PAUSED"
     job = jobs(served)[0]

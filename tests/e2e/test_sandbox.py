@@ -17,6 +17,7 @@ from dettui.agent import sandbox
 from tests.conftest import RUN, Served, marked_processes
 from tests.e2e.test_agent import start_agent
 from tests.e2e.test_single import write_ctx
+from tests.poll import until
 
 pytestmark = pytest.mark.slow
 NAMESPACES = sandbox.probe().on
@@ -47,15 +48,6 @@ def allocation_processes(daemons: bool = False) -> dict[str, list[int]]:
         if not daemons or "SLEEPER_DAEMON" in env:
             out.setdefault(alloc, []).append(pid)
     return out
-
-
-def wait_for(what: str, check: object, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():  # type: ignore[operator]
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 @pytest.fixture
@@ -165,7 +157,7 @@ def _sleeper(s: Served, tmp_path: Path, name: str) -> str:
         max_restarts: 5
         """, {"sleeper.py": SLEEPER})
     s.cli("e", "create", str(cfg), str(ctx))
-    wait_for("the trial's daemon", lambda: allocation_processes(daemons=True))
+    until(lambda: allocation_processes(daemons=True), "the trial's daemon", timeout=60)
     return next(iter(allocation_processes(daemons=True)))
 
 
@@ -185,14 +177,14 @@ def test_an_agent_sigkill_leaves_no_process(headless: Served, tmp_path: Path,
         agent.wait(10)
         killed = time.monotonic()
         if namespaces:  # the PID namespace ends with its init, which ends with the agent
-            wait_for("no process left", lambda: alloc not in allocation_processes(), 5)
+            until(lambda: alloc not in allocation_processes(), "no process left", timeout=5)
             took = time.monotonic() - killed
             print(f"\nagent SIGKILL -> no process of its allocation: {took * 1000:.0f} ms")
             assert took < 1.0, f"the allocation's processes outlived the agent by {took:.2f} s"
             return
         # without namespaces the daemon survives the agent; the agent's next start sweeps it
         agent = start_agent(headless, tmp_path, "--slots", "1", "--id", "doomed")
-        wait_for("the sweep at agent start", lambda: alloc not in allocation_processes(), 30)
+        until(lambda: alloc not in allocation_processes(), "the sweep at agent start", timeout=30)
         assert "--no-sandbox: trials run unconfined" in (tmp_path / "agent.log").read_text()
     finally:
         if agent.poll() is None:
@@ -221,10 +213,10 @@ def test_a_stopped_agent_ends_its_old_copy_at_once(quick: Served, tmp_path: Path
         quick.wait_for_agents(2)
         first.send_signal(signal.SIGSTOP)
         # the master gives the trial to the second agent: two copies run for now
-        wait_for("the copy on the second agent", lambda: len(allocation_processes()) == 2, 30)
+        until(lambda: len(allocation_processes()) == 2, "the copy on the second agent", timeout=30)
         first.send_signal(signal.SIGCONT)
         resumed = time.monotonic()
-        wait_for("the old copy gone", lambda: old not in allocation_processes(), 10)
+        until(lambda: old not in allocation_processes(), "the old copy gone", timeout=10)
         took = time.monotonic() - resumed
         print(f"\nstopped agent resumed -> its old copy gone: {took * 1000:.0f} ms")
         assert took < 1.0, f"the old copy ran on for {took:.2f} s after the agent resumed"

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import SAMPLE, Served
+from tests.poll import until
 from tests.slurm_cluster import SlurmCluster, missing
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240),
@@ -76,7 +77,8 @@ def hpc(slurm: SlurmCluster, tmp_path: Path,
                extra=["--no-agent", "--config", str(config)])
     s.start(port=free_port())  # a fixed port: a restarted master is where its jobs call
     try:
-        wait_for(lambda: s.api("GET", "/api/v1/agents")["agents"], "the Slurm pool registered")
+        until(lambda: s.api("GET", "/api/v1/agents")["agents"], "the Slurm pool registered",
+              timeout=90)
         yield s
     finally:
         s.stop()
@@ -88,16 +90,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def wait_for(check, what: str, timeout: float = 90):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def jobs(slurm: SlurmCluster, hpc: Served | None = None) -> list[dict[str, str]]:
@@ -143,9 +135,9 @@ def trial_of(hpc: Served, exp_id: int) -> dict:
 
 
 def running_job(slurm: SlurmCluster, hpc: Served) -> dict[str, str]:
-    return wait_for(lambda: next((j for j in jobs(slurm, hpc)
-                                  if j.get("JobState") == "RUNNING"), None),
-                    "a running Slurm job")
+    return until(lambda: next((j for j in jobs(slurm, hpc)
+                               if j.get("JobState") == "RUNNING"), None),
+                 "a running Slurm job", timeout=90)
 
 
 def test_single_sample_runs_as_a_slurm_job(slurm: SlurmCluster, hpc: Served,
@@ -186,7 +178,8 @@ def test_kill_cancels_the_job(slurm: SlurmCluster, hpc: Served, tmp_path: Path) 
     started = time.monotonic()
     exp_id = create(hpc, tmp_path, "tiny")
     job = running_job(slurm, hpc)
-    wait_for(lambda: trial_of(hpc, exp_id)["state"] == "STATE_RUNNING", "the trial running")
+    until(lambda: trial_of(hpc, exp_id)["state"] == "STATE_RUNNING", "the trial running",
+          timeout=90)
     hpc.cli("e", "kill", str(exp_id))
     assert hpc.wait_experiment(exp_id, timeout=60)["state"] == "STATE_CANCELED"
     ended = next(j for j in jobs(slurm) if j["JobId"] == job["JobId"])
@@ -199,7 +192,8 @@ def test_cancel_checkpoints_through_the_long_poll_and_ends_the_job(
     started = time.monotonic()
     exp_id = create(hpc, tmp_path, "tiny")
     job = running_job(slurm, hpc)
-    wait_for(lambda: trial_of(hpc, exp_id)["state"] == "STATE_RUNNING", "the trial running")
+    until(lambda: trial_of(hpc, exp_id)["state"] == "STATE_RUNNING", "the trial running",
+          timeout=90)
     hpc.cli("e", "cancel", str(exp_id))
     assert hpc.wait_experiment(exp_id, timeout=60)["state"] == "STATE_CANCELED"
     ended = next(j for j in jobs(slurm) if j["JobId"] == job["JobId"])
@@ -215,9 +209,9 @@ def test_outside_scancel_restarts_then_errors(slurm: SlurmCluster, hpc: Served,
     exp_id = create(hpc, tmp_path, "tiny", max_restarts=1)
     first = running_job(slurm, hpc)
     slurm.run("scancel", first["JobId"])
-    second = wait_for(lambda: next((j for j in jobs(slurm, hpc) if j["JobId"] != first["JobId"]
-                                    and j.get("JobState") == "RUNNING"), None),
-                      "the restart's job")
+    second = until(lambda: next((j for j in jobs(slurm, hpc) if j["JobId"] != first["JobId"]
+                                 and j.get("JobState") == "RUNNING"), None),
+                   "the restart's job", timeout=90)
     assert trial_of(hpc, exp_id)["restarts"] == 1
     slurm.run("scancel", second["JobId"])
     exp = hpc.wait_experiment(exp_id, timeout=60)
@@ -234,14 +228,14 @@ def test_queue_shows_slurms_pending_reason(slurm: SlurmCluster, hpc: Served,
     started = time.monotonic()
     blocker = slurm.run("sbatch", "--parsable", "-p", "debug", "-c", "2", "-o", "/dev/null",
                         "--wrap", "sleep 300").stdout.strip()
-    wait_for(lambda: any(j["JobId"] == blocker and j["JobState"] == "RUNNING"
-                         for j in jobs(slurm)), "the blocking job running")
+    until(lambda: any(j["JobId"] == blocker and j["JobState"] == "RUNNING"
+                      for j in jobs(slurm)), "the blocking job running", timeout=90)
     exp_id = create(hpc, tmp_path)
     queue = "/api/v1/job-queues-v2"
-    row = wait_for(lambda: next((j["full"] for j in hpc.api("GET", queue)["jobs"]
-                                 if (j["full"].get("unschedulableReason") or "") in
-                                 ("Slurm: Resources", "Slurm: Priority")), None),
-                   "Slurm's reason in the queue")
+    row = until(lambda: next((j["full"] for j in hpc.api("GET", queue)["jobs"]
+                              if (j["full"].get("unschedulableReason") or "") in
+                              ("Slurm: Resources", "Slurm: Priority")), None),
+                "Slurm's reason in the queue", timeout=90)
     assert row["entityId"] == str(exp_id) and row["summary"]["state"] == "STATE_QUEUED"
     listed = hpc.cli("job", "list").stdout
     assert "Slurm: " in listed
@@ -256,7 +250,8 @@ def test_restarted_master_adopts_its_running_job(slurm: SlurmCluster, hpc: Serve
     exp_id = create(hpc, tmp_path, "tiny", hyperparameters__steps=40,
                     hyperparameters__sleep=0.2)
     job = running_job(slurm, hpc)
-    wait_for(lambda: trial_of(hpc, exp_id)["state"] == "STATE_RUNNING", "the trial running")
+    until(lambda: trial_of(hpc, exp_id)["state"] == "STATE_RUNNING", "the trial running",
+          timeout=90)
     hpc.kill9()
     hpc.start(port=int(hpc.url.rsplit(":", 1)[1]))
     exp = hpc.wait_experiment(exp_id, timeout=180)
@@ -274,12 +269,12 @@ def test_pause_is_the_preemption_long_poll_and_activate_submits_again(
     exp_id = create(hpc, tmp_path, "tiny")
     first = running_job(slurm, hpc)
     hpc.cli("e", "pause", str(exp_id))
-    wait_for(lambda: trial_of(hpc, exp_id)["state"] == "STATE_PAUSED", "the trial paused")
+    until(lambda: trial_of(hpc, exp_id)["state"] == "STATE_PAUSED", "the trial paused", timeout=90)
     ended = next(j for j in jobs(slurm, hpc) if j["JobId"] == first["JobId"])
     assert ended["JobState"] == "COMPLETED", ended  # it checkpointed and exited: no scancel
     hpc.cli("e", "activate", str(exp_id))
-    second = wait_for(lambda: next((j for j in jobs(slurm, hpc) if j["JobId"] != first["JobId"]
-                                    and j["JobState"] == "RUNNING"), None), "a new job")
+    second = until(lambda: next((j for j in jobs(slurm, hpc) if j["JobId"] != first["JobId"]
+                                 and j["JobState"] == "RUNNING"), None), "a new job", timeout=90)
     hpc.cli("e", "kill", str(exp_id))
     assert hpc.wait_experiment(exp_id, timeout=60)["state"] == "STATE_CANCELED"
     assert trial_of(hpc, exp_id)["restarts"] == 0

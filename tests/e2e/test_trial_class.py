@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 
 from tests.conftest import SAMPLE, Served
-from tests.e2e.test_queue import trial_of, wait_for
+from tests.e2e.test_queue import trial_of
 from tests.e2e.test_single import _marked_processes
+from tests.poll import until
 
 pytestmark = pytest.mark.slow
 
@@ -56,9 +57,9 @@ def test_ddp_splits_the_global_batch_and_drops_the_remainder(served: Served) -> 
 
 def test_pause_checkpoints_and_activate_resumes_at_the_same_batch(served: Served) -> None:
     e = create(served, "hyperparameters.step_sleep=0.03")
-    wait_for(lambda: trial_of(served, e)["totalBatchesProcessed"] >= 20, what="training")
+    until(lambda: trial_of(served, e)["totalBatchesProcessed"] >= 20, "training", timeout=60)
     served.cli("e", "pause", str(e))
-    wait_for(lambda: trial_of(served, e)["state"] == "STATE_PAUSED", what="paused")
+    until(lambda: trial_of(served, e)["state"] == "STATE_PAUSED", "paused", timeout=60)
     logs = served.cli("t", "logs", "1").stdout
     assert "stopped at batch" in logs
     paused_at = int(logs.split("stopped at batch ")[1].split(":")[0])

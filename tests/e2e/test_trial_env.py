@@ -10,8 +10,9 @@ import pytest
 
 from dettui.agent import sandbox
 from tests.conftest import Served
-from tests.e2e.test_sandbox import SLEEPER, allocation_processes, wait_for
+from tests.e2e.test_sandbox import SLEEPER, allocation_processes
 from tests.e2e.test_single import write_ctx
+from tests.poll import until
 
 pytestmark = pytest.mark.slow
 
@@ -94,9 +95,9 @@ def test_killing_the_experiment_leaves_no_process(tmp_path, monkeypatch: pytest.
             searcher: {name: single, metric: x, max_length: 1}
             """, {"sleeper.py": SLEEPER})
         s.cli("e", "create", str(cfg), str(ctx))
-        wait_for("the trial's daemon", lambda: allocation_processes(daemons=True))
+        until(lambda: allocation_processes(daemons=True), "the trial's daemon", timeout=60)
         s.cli("e", "kill", "1")
-        wait_for("no process left", lambda: not allocation_processes(), 30)
+        until(lambda: not allocation_processes(), "no process left", timeout=30)
         assert s.wait_experiment(1, timeout=60)["state"] == "STATE_CANCELED"
     finally:
         s.stop()

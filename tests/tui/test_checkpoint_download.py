@@ -11,7 +11,8 @@ import pytest
 from dettui.commands.dashboard import Dashboard
 from tests.conftest import Served
 from tests.e2e.test_single import write_ctx
-from tests.tui.test_dashboard import has_rows, notified, table, until
+from tests.poll import until_async
+from tests.tui.test_dashboard import has_rows, notified, table
 
 pytestmark = pytest.mark.slow
 
@@ -40,14 +41,14 @@ async def test_d_downloads_the_selected_checkpoint(served: Served, tmp_path: Pat
     app = Dashboard(served.url, tmp_path / "unused")
     async with app.run_test(size=(160, 50)) as pilot:
         await pilot.press("2")
-        await until(has_rows(app, "#experiments", 1), "the experiment")
+        await until_async(has_rows(app, "#experiments", 1), "the experiment")
         await pilot.press("enter")
-        await until(has_rows(app, "#checkpoints", 1), "its checkpoints")
+        await until_async(has_rows(app, "#checkpoints", 1), "its checkpoints")
         ckpts = table(app, "#checkpoints")
         uuid = next(k for k in ckpts.keys if ckpts.row(k)["state"] == "COMPLETED")
         ckpts.move_cursor_to_key(uuid)
         await pilot.press("d")
-        await until(notified(app, "MiB in checkpoints"), "the download")
+        await until_async(notified(app, "MiB in checkpoints"), "the download")
     got, kept = tmp_path / "checkpoints" / uuid, served.state_dir / "checkpoints" / uuid
     assert sorted(p.name for p in got.iterdir()) == ["metadata.json", "weights.bin"]
     assert filecmp.cmp(got / "weights.bin", kept / "weights.bin", shallow=False)

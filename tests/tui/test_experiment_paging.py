@@ -13,7 +13,8 @@ import pytest
 from dettui.commands.dashboard import Dashboard
 from dettui.screens.experiment import ExperimentScreen
 from tests.conftest import Served
-from tests.tui.test_dashboard import has_rows, until
+from tests.poll import until_async
+from tests.tui.test_dashboard import has_rows
 
 pytestmark = pytest.mark.slow
 CONFIG = "checkpoint_storage: {type: directory, container_path: %s}\nname: detached\n"
@@ -44,7 +45,7 @@ async def test_the_chart_appends_and_checkpoints_wait_for_a_change(
     report(headless, tid, *range(1, 301))
     app = Dashboard(headless.url, tmp_path / "unused")
     async with app.run_test(size=(120, 40)) as pilot:
-        await until(lambda: getattr(app, "client", None) is not None, "the client")
+        await until_async(lambda: getattr(app, "client", None) is not None, "the client")
         reads: list[str] = []
         page = app.client.page
 
@@ -55,18 +56,18 @@ async def test_the_chart_appends_and_checkpoints_wait_for_a_change(
         app.client.page = counted  # type: ignore[method-assign]
         screen = ExperimentScreen(exp_id)
         await app.push_screen(screen)
-        await until(has_rows(app, "#trials", 1), "the trial")
-        await until(lambda: screen.cursor == 300, "the chart's first read")
+        await until_async(has_rows(app, "#trials", 1), "the trial")
+        await until_async(lambda: screen.cursor == 300, "the chart's first read")
         assert screen.chart_reads == {"series": 1, "appended": 0}
         width = screen.query_one("#chart").size.width
         assert 2 <= len(screen.points["unmanaged"]) <= max(width, 20) < 300
         assert screen.points["acc"][0] == (1, 1) and screen.points["acc"][-1] == (300, 300)
-        await until(lambda: reads != [], "the checkpoints' first read")
+        await until_async(lambda: reads != [], "the checkpoints' first read")
         await asyncio.sleep(0.5)
         ckpt_reads = len(reads)
         for steps in range(301, 306):
             report(headless, tid, steps)  # one at a time: several diffs, each appended
-        await until(lambda: screen.cursor == 305, "the new reports")
+        await until_async(lambda: screen.cursor == 305, "the new reports")
         assert screen.chart_reads == {"series": 1, "appended": 5}
         assert screen.points["acc"][-1] == (305, 305)
         assert len(reads) == ckpt_reads, "metrics alone do not re-read checkpoints"
@@ -75,7 +76,7 @@ async def test_the_chart_appends_and_checkpoints_wait_for_a_change(
             "allocationId": None, "reportTime": "2026-11-22T04:56:55+00:00",
             "resources": {"w": "1"}, "metadata": {"steps_completed": 305},
             "state": "STATE_COMPLETED"})
-        await until(has_rows(app, "#checkpoints", 1), "the new checkpoint")
+        await until_async(has_rows(app, "#checkpoints", 1), "the new checkpoint")
         assert len(reads) == ckpt_reads + 1
         await pilot.press("m")  # another metric: drawn from what is there, nothing re-read
         await pilot.pause()

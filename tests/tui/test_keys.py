@@ -5,8 +5,6 @@ chart says when a trial has no metrics, or when they could not be read (issue 12
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -20,17 +18,10 @@ from dettui.screens.experiment import ExperimentScreen
 from dettui.screens.experiments import ExperimentsScreen
 from dettui.screens.logs import LogsScreen
 from dettui.screens.queue import QueueScreen
+from tests.poll import until_async
 from tests.tui.fixed import FixedClient, FixedDashboard, NoMetrics
 
 SIZE = (120, 36)
-
-
-async def until(predicate: Callable[[], bool], what: str, timeout: float = 15) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.05)
 
 
 async def press(pilot: Pilot[None], *keys: str) -> None:
@@ -76,13 +67,15 @@ async def test_pause_and_activate_turn_the_experiment_screens_header() -> None:
     app = FixedDashboard(client=Stateful)
     async with app.run_test(size=SIZE) as pilot:
         await press(pilot, "2", "enter")
-        await until(lambda: isinstance(app.screen, ExperimentScreen)
-                    and ": ACTIVE, 40% done" in title(app), "experiment 1, active")
+        await until_async(lambda: isinstance(app.screen, ExperimentScreen)
+                    and ": ACTIVE, 40% done" in title(app), "experiment 1, active", timeout=15)
         await press(pilot, "p")
-        await until(lambda: ": PAUSED, 40% done" in title(app), "the header says PAUSED")
+        await until_async(lambda: ": PAUSED, 40% done" in title(app), "the header says PAUSED",
+                          timeout=15)
         assert actions(app) == [(1, "pause")]
         await press(pilot, "a")
-        await until(lambda: ": ACTIVE, 40% done" in title(app), "the header says ACTIVE")
+        await until_async(lambda: ": ACTIVE, 40% done" in title(app), "the header says ACTIVE",
+                          timeout=15)
         assert actions(app) == [(1, "pause"), (1, "activate")]
     assert app.errors == []
 
@@ -91,20 +84,23 @@ async def test_a_section_key_returns_to_that_sections_list_from_any_depth() -> N
     app = FixedDashboard()
     async with app.run_test(size=SIZE) as pilot:
         await press(pilot, "2", "enter", "l")
-        await until(on(app, LogsScreen), "a trial's logs, opened from experiment 1")
+        await until_async(on(app, LogsScreen), "a trial's logs, opened from experiment 1",
+                          timeout=15)
         assert len(app.screen_stack) == 3
         await press(pilot, "2")
-        await until(on(app, ExperimentsScreen), "the experiments list")
+        await until_async(on(app, ExperimentsScreen), "the experiments list", timeout=15)
         assert len(app.screen_stack) == 1
         await press(pilot, "1", "enter")
-        await until(on(app, ExperimentScreen), "experiment 1, opened from the queue")
+        await until_async(on(app, ExperimentScreen), "experiment 1, opened from the queue",
+                          timeout=15)
         await press(pilot, "1")
-        await until(on(app, QueueScreen), "the queue")
+        await until_async(on(app, QueueScreen), "the queue", timeout=15)
         assert len(app.screen_stack) == 1
         await press(pilot, "2", "enter", "l", "1")  # to another section and back
-        await until(on(app, QueueScreen), "the queue")
+        await until_async(on(app, QueueScreen), "the queue", timeout=15)
         await press(pilot, "2")
-        await until(on(app, ExperimentsScreen), "the experiments list, not the logs")
+        await until_async(on(app, ExperimentsScreen), "the experiments list, not the logs",
+                          timeout=15)
         assert len(app.screen_stack) == 1
     assert app.errors == []
 
@@ -116,7 +112,7 @@ async def test_c_only_asks_and_says_checkpoints_are_kept(steps: list[str]) -> No
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause(0.3)
         await press(pilot, *steps, "c")
-        await until(on(app, ConfirmScreen), "the cancel dialog")
+        await until_async(on(app, ConfirmScreen), "the cancel dialog", timeout=15)
         assert "Cancel experiment 1" in str(app.screen.query_one("#question").render())
         consequence = str(app.screen.query_one("#consequence").render())
         assert "asked to checkpoint and stop" in consequence, consequence
@@ -124,11 +120,13 @@ async def test_c_only_asks_and_says_checkpoints_are_kept(steps: list[str]) -> No
         await pilot.pause(0.5)
         assert actions(app) == [], "c alone canceled"
         await press(pilot, "n")
-        await until(lambda: not isinstance(app.screen, ConfirmScreen), "the dialog gone")
-        await until(lambda: any("left as it was" in t for t in toasts(app)), "said so")
+        await until_async(lambda: not isinstance(app.screen, ConfirmScreen), "the dialog gone",
+                          timeout=15)
+        await until_async(lambda: any("left as it was" in t for t in toasts(app)), "said so",
+                          timeout=15)
         assert actions(app) == []
         await press(pilot, "c", "y")
-        await until(lambda: actions(app) == [(1, "cancel")], "canceled after y")
+        await until_async(lambda: actions(app) == [(1, "cancel")], "canceled after y", timeout=15)
     assert app.errors == []
 
 
@@ -140,7 +138,7 @@ async def test_toasts_stay_with_their_section() -> None:
         await pilot.pause(0.2)
         assert toasts(app) == ["about the queue"]
         await press(pilot, "2")
-        await until(on(app, ExperimentsScreen), "the experiments list")
+        await until_async(on(app, ExperimentsScreen), "the experiments list", timeout=15)
         await pilot.pause(0.2)
         assert toasts(app) == [], "a toast about the queue on the experiments list"
         app.screen.notify("about the experiments", timeout=60)
@@ -158,10 +156,11 @@ async def test_a_trial_without_metrics_says_so_in_the_chart() -> None:
     app = FixedDashboard(client=NoMetrics)
     async with app.run_test(size=SIZE) as pilot:
         await press(pilot, "2", "enter")
-        await until(lambda: isinstance(app.screen, ExperimentScreen)
-                    and "trial 1: no validation metrics yet" in chart(app), "said so")
+        await until_async(lambda: isinstance(app.screen, ExperimentScreen)
+                    and "trial 1: no validation metrics yet" in chart(app), "said so", timeout=15)
         await press(pilot, "g")
-        await until(lambda: "trial 1: no training metrics yet" in chart(app), "said so")
+        await until_async(lambda: "trial 1: no training metrics yet" in chart(app), "said so",
+                          timeout=15)
     assert app.errors == []
 
 
@@ -177,12 +176,14 @@ async def test_metrics_that_cannot_be_read_are_said_so_not_another_trials_chart(
     app = FixedDashboard(client=Trial2Unreadable)
     async with app.run_test(size=SIZE) as pilot:
         await press(pilot, "2", "enter")
-        await until(lambda: isinstance(app.screen, ExperimentScreen)
-                    and "trial 1: validation_loss (validation)" in chart(app), "trial 1")
+        await until_async(lambda: isinstance(app.screen, ExperimentScreen)
+                    and "trial 1: validation_loss (validation)" in chart(app), "trial 1",
+                          timeout=15)
         await press(pilot, "down")
-        await until(lambda: "trial 2: metrics not read (the master is restarting)"
-                    in chart(app), "trial 2's chart says why it is empty")
+        await until_async(lambda: "trial 2: metrics not read (the master is restarting)"
+                    in chart(app), "trial 2's chart says why it is empty", timeout=15)
         assert "trial 1" not in chart(app) and "0.690" not in chart(app), chart(app)
         await press(pilot, "up")  # trial 1 is read again
-        await until(lambda: "trial 1: validation_loss (validation)" in chart(app), "trial 1")
+        await until_async(lambda: "trial 1: validation_loss (validation)" in chart(app), "trial 1",
+                          timeout=15)
     assert app.errors == []

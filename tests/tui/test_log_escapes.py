@@ -9,8 +9,9 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from dettui.screens.logs import LogsScreen
+from tests.poll import until_async
 from tests.tui.fixed import FixedClient, FixedDashboard
-from tests.tui.test_keys import SIZE, on, press, until
+from tests.tui.test_keys import SIZE, on, press
 
 LINES = [
     ("\x1b]0;pwned\x07title \x1b[2Jcleared\n", "\\x1b]0;pwned\\x07title \\x1b[2Jcleared"),
@@ -31,10 +32,11 @@ async def test_ansi_in_logs_is_shown_escaped_in_the_log_view() -> None:
     app = FixedDashboard(client=HostileLogs)
     async with app.run_test(size=SIZE) as pilot:
         await press(pilot, "2", "enter", "l")
-        await until(on(app, LogsScreen), "a trial's logs")
+        await until_async(on(app, LogsScreen), "a trial's logs", timeout=15)
         screen = app.screen
         assert isinstance(screen, LogsScreen)
-        await until(lambda: screen.log_widget.line_count == len(LINES), "the lines")
+        await until_async(lambda: screen.log_widget.line_count == len(LINES), "the lines",
+                          timeout=15)
         assert list(screen.log_widget.lines) == [shown for _text, shown in LINES]
         drawn = "".join(segment.text for y in range(SIZE[1])
                         for segment in screen.log_widget.render_line(y))

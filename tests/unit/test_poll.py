@@ -34,3 +34,9 @@ async def test_until_async_awaits_a_coroutine_check() -> None:
 async def test_until_async_names_what_it_awaited_on_timeout() -> None:
     with pytest.raises(AssertionError, match=r"the queue to drain; last seen: \[1, 2\]"):
         await until_async(lambda: [1, 2], "the queue to drain", timeout=0.05, done=lambda q: not q)
+
+
+def test_a_multiline_value_is_shown_as_it_reads() -> None:
+    with pytest.raises(AssertionError, match="last seen: \nline one\nline two"):
+        until(lambda: "line one\nline two", "a third line", timeout=0.05,
+              done=lambda screen: "three" in screen)
