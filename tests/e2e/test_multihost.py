@@ -34,6 +34,7 @@ import pytest
 from tests.conftest import RUN, TEST_MARK, Served
 from tests.e2e.test_distributed import check_shards, run_ddp
 from tests.e2e.test_single import _marked_processes, write_ctx
+from tests.poll import until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -243,13 +244,6 @@ def _alive(procs: list[psutil.Process]) -> list[psutil.Process]:
     return out
 
 
-def _wait_for(path: Path, timeout: float, why: Callable[[], str]) -> None:
-    deadline = time.monotonic() + timeout
-    while not path.exists():
-        assert time.monotonic() < deadline, why()
-        time.sleep(0.02)
-
-
 def _ddp_across_hosts(s: NetnsServed, h: Hosts) -> None:
     agents = {a["id"]: a for a in s.api("GET", "/api/v1/agents")["agents"]}
     for role in NODES:
@@ -282,15 +276,19 @@ def _failure_ends_the_other_node(s: NetnsServed, h: Hosts, tmp_path: Path) -> fl
         trials = s.api("GET", f"/api/v1/experiments/{exp_id}/trials")["trials"]
         return s.cli("t", "logs", str(trials[0]["id"])).stdout if trials else "no trial yet"
 
+    def with_logs(name: str) -> Callable[[], str]:
+        return lambda: f"{name}; the trial's logs:\n{logs()}"
+
     for rank in (0, 1):
-        _wait_for(shared / f"ready-{rank}", 120, logs)
+        until((shared / f"ready-{rank}").exists, with_logs(f"ready-{rank}"), timeout=120,
+              most=0.02)
     failing = (shared / "ready-1").read_text()
     survivor = (shared / "ready-0").read_text()
     assert {failing, survivor} == set(NODES), "one rank on each node"
     node = _node_processes(survivor)
     assert len(node) >= 3, "launcher, torchrun and the worker of the surviving node"
     (shared / "go").touch()
-    _wait_for(shared / "failed-at", 30, logs)
+    until((shared / "failed-at").exists, with_logs("failed-at"), timeout=30, most=0.02)
     deadline = time.monotonic() + 60
     while _alive(node):
         assert time.monotonic() < deadline, f"{survivor} still runs: {_alive(node)}"

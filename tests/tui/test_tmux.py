@@ -21,6 +21,7 @@ import pytest
 
 from dettui import statedir
 from tests.conftest import SAMPLE, Served, marked_processes
+from tests.poll import until
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")]
@@ -56,13 +57,9 @@ class Tmux:
         subprocess.run(["tmux", "send-keys", "-t", self.name, *keys], check=True)
 
     def wait_for(self, text: str, timeout: float = 30) -> str:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            screen = self.screen()
-            if text in screen:
-                return screen
-            time.sleep(0.2)
-        raise AssertionError(f"{text!r} never appeared; the screen:\n{self.screen()}")
+        """The screen, once `text` is on it."""
+        return until(self.screen, f"{text!r} on the screen", timeout=timeout,
+                     done=lambda screen: text in screen)
 
     def close(self) -> None:
         subprocess.run(["tmux", "kill-session", "-t", self.name], capture_output=True)
