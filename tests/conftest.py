@@ -250,3 +250,21 @@ def remove_unix_user(name: str) -> None:
         if res.returncode == 0 or "lock" not in res.stderr.lower():
             return
         time.sleep(0.25)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """After the run, every test that did not run, by node id, under the reason it gave, so
+    that a run without PostgreSQL, Slurm or network namespaces says which legs it left out.
+    With xdist this runs in the controller, which holds every worker's reports."""
+    by_reason: dict[str, list[str]] = {}
+    for report in terminalreporter.stats.get("skipped", []):
+        longrepr = report.longrepr  # (path, line, "Skipped: why") for a skip
+        reason = str(longrepr[2] if isinstance(longrepr, tuple | list) else longrepr)
+        by_reason.setdefault(reason.removeprefix("Skipped: "), []).append(report.nodeid)
+    if not by_reason:
+        return
+    terminalreporter.write_sep("=", f"not run: {sum(map(len, by_reason.values()))} skipped")
+    for reason, nodeids in sorted(by_reason.items()):
+        terminalreporter.write_line(f"{reason} ({len(nodeids)}):")
+        for nodeid in sorted(nodeids):
+            terminalreporter.write_line(f"  {nodeid}")
