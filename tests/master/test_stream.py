@@ -16,6 +16,7 @@ from dettui.master import keys
 from dettui.master.routes import stream as stream_routes
 from tests.master.conftest import Api, agent_headers, allocate
 from tests.master.test_api import create
+from tests.poll import until_async
 
 QUICK = 3.0  # seconds: well under the stream's idle re-read, so a diff must come from a signal
 
@@ -47,7 +48,8 @@ class Inbox:
                 continue
 
     async def quiet(self, topic: str, seconds: float = 0.5) -> None:
-        """Nothing arrives for `topic` for a while."""
+        """Nothing arrives for `topic` for a while: 0.5 s is five times the longest a feed
+        holds a change (COALESCE), room for a read on a loaded box; shorter proves less."""
         with pytest.raises(AssertionError, match="no message"):
             await self.next(topic, seconds)
 
@@ -204,7 +206,8 @@ async def test_unsubscribe_stops_a_topic_and_subscribe_again_resends_a_snapshot(
     await inbox.settle("jobs", "jobId")
     await inbox.settle("experiments", "id")
     await inbox.send({"unsubscribe": ["jobs"]})
-    await asyncio.sleep(0.2)
+    (conn,) = api.client.app[keys.STREAMS]
+    await until_async(lambda: "jobs" not in conn.topics, "the jobs topic dropped", timeout=QUICK)
     await move(api, exp["jobId"], priority=7)  # the queue changed: no jobs message now
     await api.call("PATCH", f"/api/v1/experiments/{exp['id']}", {"description": "followed"})
     assert (await inbox.next("experiments"))["kind"] == "diff"  # still followed
@@ -247,10 +250,9 @@ async def test_closing_the_socket_ends_its_tasks(api: Api) -> None:
     tasks = [feed.task for feed in app[keys.FEEDS].values()]
     assert len(tasks) == 4 and notifier.watched() >= {"jobs", "experiments", "agents"}
     await inbox.ws.close()
-    deadline = time.monotonic() + QUICK
-    while app[keys.STREAMS] or notifier.watched() or app[keys.FEEDS]:
-        assert time.monotonic() < deadline, (app[keys.STREAMS], notifier.watched())
-        await asyncio.sleep(0.02)
+    await until_async(lambda: (app[keys.STREAMS], notifier.watched(), app[keys.FEEDS]),
+                      "no stream, watch or feed left", timeout=QUICK,
+                      done=lambda left: not any(left))
     assert all(t.done() for t in tasks)
 
 
@@ -458,11 +460,8 @@ async def test_the_newest_experiments_window_rereads_only_what_changed(
     assert sorted(objs) == ["5", "6"] and diff["total"] == 6 and len(pages) == 1
     await inbox.quiet("experiments?limit=2")
     await api.call("POST", "/api/v1/experiments/6/kill")
-    for _ in range(200):
-        exp = (await api.call("GET", "/api/v1/experiments/6"))["experiment"]
-        if exp["state"] == "STATE_CANCELED":
-            break
-        await asyncio.sleep(0.05)
+    await until_async(lambda: api.call("GET", "/api/v1/experiments/6"), "experiment 6 canceled",
+                      timeout=10, done=lambda got: got["experiment"]["state"] == "STATE_CANCELED")
     await api.call("DELETE", "/api/v1/experiments/6")  # leaves the window: 4 comes back
     while diff["order"] != ["5", "4"]:
         diff = await inbox.next("experiments?limit=2")
@@ -499,7 +498,6 @@ async def test_changes_outside_a_window_do_not_hold_up_one_inside_it(
         await create(api)
     inbox = await connect(api, "experiments?limit=1")
     assert (await inbox.next("experiments?limit=1"))["order"] == ["3"]
-    await asyncio.sleep(3.2)  # the snapshot's read is more than COALESCE ago
     stop = asyncio.Event()
 
     async def outside() -> None:
@@ -511,7 +509,10 @@ async def test_changes_outside_a_window_do_not_hold_up_one_inside_it(
 
     noise = asyncio.create_task(outside())
     try:
-        await asyncio.sleep(0.5)
+        # Time itself, on the feed's clock (the event loop's): once the snapshot's read is more
+        # than COALESCE ago, only a read since could hold a change; the outside changes run
+        # all the while, so that if one counted as a read, the change below would wait.
+        await asyncio.sleep(3.2)
         started = time.monotonic()
         await api.call("PATCH", "/api/v1/experiments/3", {"description": "seen"})
         diff = await inbox.next("experiments?limit=1", timeout=2.5)
@@ -533,7 +534,9 @@ async def test_a_change_in_a_window_that_just_changed_is_not_held_for_the_whole_
         await create(api)
     inbox = await connect(api, "experiments?limit=2")
     assert (await inbox.next("experiments?limit=2"))["order"] == ["3", "2"]
-    await asyncio.sleep(3.2)  # the snapshot's read is more than COALESCE ago
+    # Time itself, on the feed's clock (the event loop's): the snapshot's read is more than
+    # COALESCE ago, so the first change below is read at once.
+    await asyncio.sleep(3.2)
     await api.call("PATCH", "/api/v1/experiments/2", {"description": "first"})
     diff = await inbox.next("experiments?limit=2", timeout=2.5)
     assert [o["description"] for o in diff["upsert"]] == ["first"]
