@@ -64,9 +64,12 @@ test: $(STAMP) $(DET_STAMP) slurm-packages postgres-packages
 	DETTUI_DET_VENV=$(CURDIR)/$(DET_VENV) $(PY) -m pytest -q -p no:cacheprovider --durations=25 \
 	  -n 2 --dist loadgroup
 
-# The inner loop: the pure parts and the master in-process (no agents, no terminals), ~3 min.
+# The inner loop: the pure parts and the master in-process on SQLite (no agents, no terminals),
+# under 3 min. -k leaves out the [postgres] legs (test names say "postgresql"); test_pg_store's
+# few PostgreSQL-only tests still run where PostgreSQL is installed.
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -p no:cacheprovider -n 2 -x tests/unit tests/master
+	$(PY) -m pytest -q -p no:cacheprovider --durations=10 -n 2 -x \
+	  -k "not postgres or postgresql" tests/unit tests/master
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check dettui tests
