@@ -29,8 +29,8 @@ from dettui.errors import (
     Unauthenticated,
     Unavailable,
 )
-from dettui.master import keys
 from dettui.master.app import start_master
+from dettui.master.http import appkeys
 from dettui.master.settings import MasterSettings
 from dettui.master.store import credentials
 from dettui.master.store.pg import redact
@@ -78,7 +78,7 @@ async def _serve_locked(settings: MasterSettings, lock: statedir.StateLock, *, a
                         drain_seconds: float, trials: dict[str, Any]) -> None:
     runner, url = await listen(settings, any_port=mode == statedir.BACKGROUND)
     lock.publish(url, mode)
-    runner.app[keys.CLUSTER].advertise(url)
+    runner.app[appkeys.CLUSTER].advertise(url)
     print(f"dettui master listening on {url} (state in {settings.state_dir}"
           f"{'' if settings.db_url is None else ', store in ' + redact(settings.db_url)})",
           flush=True)
@@ -100,7 +100,7 @@ async def _serve_locked(settings: MasterSettings, lock: statedir.StateLock, *, a
     try:
         await stop.wait()
         if drain.is_set():
-            n = await runner.app[keys.CLUSTER].drain(drain_seconds)
+            n = await runner.app[appkeys.CLUSTER].drain(drain_seconds)
             log.info("stopped on request; %d running trial(s) checkpointed and requeued", n)
     finally:
         if local is not None and agent_task is not None:
@@ -208,7 +208,7 @@ async def embedded_agent(runner: web.AppRunner, url: str, settings: MasterSettin
     """The local agent started inside `dettui serve`, with a credential of its own issued in
     the master's process (bound to its id at once; the master's credential of its previous
     start is revoked, so after a restart on the same state dir the id is the new one's)."""
-    db = runner.app[keys.DB]
+    db = runner.app[appkeys.DB]
     agent_id = f"{socket.gethostname()}-local"
     _, secret = await db.run(credentials.issue_for_master, agent_id, "the embedded agent")
     client = api.Client(url, secret)

@@ -12,10 +12,11 @@ from pathlib import Path
 
 from aiohttp import web
 
-from dettui.master import collector, keys, middleware, offload, routes
+from dettui.master import collector, offload, routes
 from dettui.master.cluster import Cluster
 from dettui.master.events import Notifier
 from dettui.master.groupcommit import GroupCommit
+from dettui.master.http import appkeys, middleware
 from dettui.master.settings import MasterSettings, check_exposure
 from dettui.master.store import Database, users
 from dettui.master.store import agents as agent_store
@@ -35,14 +36,14 @@ def create_app(settings: MasterSettings) -> web.Application:
     app = web.Application(client_max_size=MAX_BODY,
                           middlewares=[middleware.not_found, middleware.errors,
                                        middleware.auth])
-    app[keys.SETTINGS] = settings
+    app[appkeys.SETTINGS] = settings
     app.cleanup_ctx.append(_lifetime)
     routes.setup(app)
     return app
 
 
 async def _lifetime(app: web.Application) -> AsyncIterator[None]:
-    settings = app[keys.SETTINGS]
+    settings = app[appkeys.SETTINGS]
     _private_dir(settings.state_dir)
     _shared_dir(settings.checkpoint_root)
     offload.warm_up("dettui.master.intake")
@@ -57,13 +58,13 @@ async def _lifetime(app: web.Application) -> AsyncIterator[None]:
         cluster_id = await db.run(agent_store.cluster_value, "cluster_id", str(uuid.uuid4()))
         notifier = Notifier()
         cluster = Cluster(db, settings, notifier, cluster_id, mint)
-        app[keys.DB] = db
-        app[keys.MINT] = mint
-        app[keys.NOTIFIER] = notifier
-        app[keys.CLUSTER_ID] = cluster_id
-        app[keys.CLUSTER] = cluster
-        app[keys.INGEST] = GroupCommit(db, metric_store.report_many, MAX_REPORTS)
-        app[keys.CREATIONS] = GroupCommit(db, exp_store.create_many, MAX_CREATIONS,
+        app[appkeys.DB] = db
+        app[appkeys.MINT] = mint
+        app[appkeys.NOTIFIER] = notifier
+        app[appkeys.CLUSTER_ID] = cluster_id
+        app[appkeys.CLUSTER] = cluster
+        app[appkeys.INGEST] = GroupCommit(db, metric_store.report_many, MAX_REPORTS)
+        app[appkeys.CREATIONS] = GroupCommit(db, exp_store.create_many, MAX_CREATIONS,
                                           _context_bytes, MAX_CREATION_BYTES)
         await cluster.start()
         try:

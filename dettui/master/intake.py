@@ -20,8 +20,8 @@ from dettui import context as ctx
 from dettui.config import load_config, yamlsafe
 from dettui.config.schema import ExperimentSchema
 from dettui.errors import InvalidArgument, TooLarge
-from dettui.master.bodies import CreateExperimentBody, parse_obj
-from dettui.master.middleware import decode_json
+from dettui.master.http.body import decode_json
+from dettui.master.http.requests import CreateExperimentBody, parse_obj
 from dettui.master.store.search import Opening, opening
 from dettui.paths import exposure
 from dettui.storage import storage_paths

@@ -9,8 +9,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from dettui.errors import InvalidArgument
-from dettui.master.bodies import parse_obj
 from dettui.protocol import TelemetrySample
 
 log = logging.getLogger("dettui.master.telemetry")
@@ -26,6 +24,13 @@ class Point:
     cpu: float | None  # percent of the machine
     mem: float | None  # percent of memory used
     gpu_util: dict[str, float | None]  # by GPU index (as a string: a JSON key)
+
+
+@dataclass(frozen=True)
+class Malformed:
+    """A sample of a heartbeat that its route could not parse, and why: dropped."""
+
+    problem: str
 
 
 def point(sample: TelemetrySample) -> Point:
@@ -48,15 +53,14 @@ class AgentTelemetry:
         self._warned = False
         self._json: dict[str, Any] | None = None  # json() until the next sample
 
-    def record(self, samples: Iterable[object]) -> None:
-        """Take the samples of one heartbeat, oldest first. A malformed sample is dropped (a
-        heartbeat must never fail for its telemetry); one already seen is skipped."""
-        for raw in samples:
-            try:
-                sample = parse_obj(raw, TelemetrySample)
-            except InvalidArgument as exc:
+    def record(self, samples: Iterable[TelemetrySample | Malformed]) -> None:
+        """Take the samples of one heartbeat, oldest first, as its route parsed them. A
+        malformed sample is dropped (a heartbeat must never fail for its telemetry), with one
+        warning per agent; one already seen is skipped."""
+        for sample in samples:
+            if isinstance(sample, Malformed):
                 if not self._warned:
-                    log.warning("dropping malformed telemetry: %s", exc.message)
+                    log.warning("dropping malformed telemetry: %s", sample.problem)
                     self._warned = True
                 continue
             last = self.points[-1].time if self.points else None

@@ -28,10 +28,10 @@ async def _trial(api: Api) -> dict[str, Any]:
 
 
 async def _allocations(api: Api) -> list[Any]:
-    from dettui.master import keys
+    from dettui.master.http import appkeys
     from dettui.master.store import trials as trial_store
 
-    db = api.client.server.app[keys.DB]
+    db = api.client.server.app[appkeys.DB]
     return list(await db.run(trial_store.allocations_for_trial, 1))
 
 

@@ -2,7 +2,7 @@
 to the real determined package on /api/v1/ (a route dettui lacks, or an object it cannot find
 where Determined would), unless the test declares that 404 with
 `@pytest.mark.expect_404("METHOD /path/regex")`. The master logs each 404 on one line
-(`dettui.master.middleware.not_found`); the real package's clients (the `det` CLI, the SDK, the
+(`dettui.master.http.middleware.not_found`); the real package's clients (the `det` CLI, the SDK, the
 Core API in trials) send requests' User-Agent, dettui's own clients do not."""
 
 from __future__ import annotations

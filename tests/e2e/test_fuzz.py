@@ -31,9 +31,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dettui.master import openapi
 from dettui.master.app import create_app
-from dettui.master.middleware import PUBLIC, TASK_HANDLERS
+from dettui.master.http import openapi
+from dettui.master.http.middleware import PUBLIC, TASK_HANDLERS
 from dettui.master.settings import MasterSettings
 from tests.conftest import Served
 

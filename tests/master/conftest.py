@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient
 
-from dettui.master import keys
 from dettui.master.app import create_app
+from dettui.master.http import appkeys
 from dettui.master.settings import MasterSettings
 from dettui.master.store import trials as trial_store
 from dettui.master.store.records import Allocation
@@ -87,8 +87,8 @@ async def allocate(api: Api, trial_id: int, agent_id: str = "agent-x",
                    slots: list[int] | None = None) -> tuple[Allocation, str]:
     """A new allocation of the trial, as a scheduling pass makes it, and its task token."""
     app = api.client.server.app
-    mint = app[keys.MINT]
-    alloc = await app[keys.DB].run(trial_store.allocate, trial_id, agent_id,
+    mint = app[appkeys.MINT]
+    alloc = await app[appkeys.DB].run(trial_store.allocate, trial_id, agent_id,
                                    [0] if slots is None else slots, mint=mint)
     assert alloc is not None, f"trial {trial_id} is not waiting for slots"
     return alloc, mint.allocation(alloc.id)

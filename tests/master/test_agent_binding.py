@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from dettui.errors import PermissionDenied
-from dettui.master import keys
 from dettui.master.app import create_app
+from dettui.master.http import appkeys
 from dettui.master.settings import MasterSettings, SlurmPool
 from dettui.master.store import credentials
 from dettui.master.store import db as dbmod
@@ -136,7 +136,7 @@ async def test_revoking_a_credential_frees_its_agent_id(api: Api) -> None:
 async def test_the_masters_own_agent_takes_its_id_back_at_each_start(api: Api) -> None:
     """`dettui serve`'s local agent gets a fresh credential each start: the start revokes the
     master's earlier one for that id, never one an admin issued."""
-    db = api.client.server.app[keys.DB]
+    db = api.client.server.app[appkeys.DB]
     first, _ = await db.run(credentials.issue_for_master, "host-local", "the embedded agent")
     second, secret = await db.run(credentials.issue_for_master, "host-local", "the embedded agent")
     assert (await db.run(credentials.get, first.id)).revoked

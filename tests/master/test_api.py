@@ -306,8 +306,8 @@ async def test_an_exit_recorded_just_before_a_crash_ends_the_trial(
         master_settings: MasterSettings, aiohttp_client: Any) -> None:
     """A part's exit and the allocation's end are two commits. Killed between them, a master
     must end the allocation when it comes back: the agent will not report it again."""
-    from dettui.master import keys
     from dettui.master.app import create_app
+    from dettui.master.http import appkeys
     from dettui.master.store import trials as trial_store
     from dettui.master.store.db import connect
     from dettui.models import AllocationState, TrialState
@@ -327,7 +327,7 @@ async def test_an_exit_recorded_just_before_a_crash_ends_the_trial(
     conn.close()
 
     second = await aiohttp_client(create_app(settings))
-    db = second.server.app[keys.DB]
+    db = second.server.app[appkeys.DB]
     assert (await db.run(trial_store.allocation, alloc.id)).state is AllocationState.EXITED
     assert (await db.run(trial_store.get, 1)).state is TrialState.COMPLETED
     exp = await Api(second, api.token).call("GET", "/api/v1/experiments/1")
@@ -429,9 +429,9 @@ async def test_only_jobs_started_by_backfilling_are_scheduled_backfilled(
                  "resources: {slots_per_trial: 2, priority: 5}\n")  # waits ahead of it
     await _until_states(api, {"urgent": "STATE_QUEUED", "first": "STATE_SCHEDULED"})
     if preemption:  # the pass that asks `first` to make room has run
-        from dettui.master import keys
+        from dettui.master.http import appkeys
 
-        hub = client.server.app[keys.CLUSTER].hub
+        hub = client.server.app[appkeys.CLUSTER].hub
         for _ in range(100):
             if hub.preempting:
                 break
@@ -474,7 +474,7 @@ async def test_a_body_cut_short_by_a_lost_connection_is_a_client_error() -> None
     from aiohttp.test_utils import make_mocked_request
 
     from dettui.errors import InvalidArgument
-    from dettui.master.middleware import read_body
+    from dettui.master.http.body import read_body
 
     payload = streams.StreamReader(mock.Mock(_reading_paused=False), 2 ** 16,
                                    loop=asyncio.get_running_loop())

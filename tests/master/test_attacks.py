@@ -23,7 +23,8 @@ from aiohttp.test_utils import make_mocked_request
 
 from dettui import context as ctx
 from dettui.errors import PermissionDenied
-from dettui.master import keys, middleware
+from dettui.master.http import appkeys, middleware
+from dettui.master.http.principal import Principal
 from dettui.master.store import experiments as exp_store
 from dettui.master.store.credentials import AgentCredential
 from tests.master.conftest import SIMPLE_CONFIG, Api, agent_headers, allocate, store_text
@@ -195,7 +196,7 @@ async def test_attack_unbound_agent_credential_speaks_for_no_agent(api: Api) -> 
     assert (await api.call("GET", "/api/v1/trials/1"))["trial"]["state"] == "STATE_RUNNING"
     # the rule is require_agent's own, not each route's: only registering passes unbound
     request = make_mocked_request("POST", "/api/v1/agents/a1/heartbeat")
-    request[keys.PRINCIPAL] = middleware.Principal(
+    request[appkeys.PRINCIPAL] = Principal(
         None, "t", agent=AgentCredential(9, "", None, time.time(), False))
     with pytest.raises(PermissionDenied, match="has not registered as agent a1"):
         middleware.require_agent(request, "a1")
@@ -219,7 +220,7 @@ async def test_attack_9_a_100001_file_context_is_refused_at_create_as_the_agent_
         assert "more than 100000 members" in answer["message"]
     assert (await api.call("GET", "/api/v1/experiments"))["experiments"] == []
     exp = (await created(api, over[:-1]))["experiment"]
-    targz = await api.client.server.app[keys.DB].read(exp_store.context, exp["id"])
+    targz = await api.client.server.app[appkeys.DB].read(exp_store.context, exp["id"])
     with tarfile.open(fileobj=io.BytesIO(targz), mode="r:gz") as tar:
         assert len(ctx._members(tar)) == ctx.MAX_MEMBERS  # what the agent counts: accepted
 
@@ -389,7 +390,7 @@ async def test_attack_stored_hashes_and_file_modes(api: Api) -> None:
     alice = (await api.call("POST", "/api/v1/auth/login", {
         "username": "alice", "password": "Same-Password-9"}, headers={}))["token"]
     agent = await agent_headers(api)
-    settings = api.client.server.app[keys.SETTINGS]
+    settings = api.client.server.app[appkeys.SETTINGS]
     dump = store_text(settings.db_target)
     for secret in ("Same-Password-9", alice, admin.token, agent["Authorization"].split()[1]):
         assert secret not in dump

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from dettui.master import keys
+from dettui.master.http import appkeys
 from dettui.master.store import callers, control, credentials, exits, users
 from dettui.master.store import db as dbmod
 from dettui.master.store import trials as trial_store
@@ -19,17 +19,17 @@ from tests.master.test_store import TEST_MINT, _experiments
 
 async def test_a_remembered_token_is_refused_as_soon_as_it_ends(api: Api) -> None:
     app = api.client.server.app
-    known = app[keys.DB].callers
+    known = app[appkeys.DB].callers
     if known is None:  # PostgreSQL: nothing is remembered, every request reads its caller
         return
     calls: list[str] = []
-    run = app[keys.DB].run
+    run = app[appkeys.DB].run
 
     async def counted(fn: Any, *args: Any, **kwargs: Any) -> Any:
         calls.append(getattr(fn, "__name__", ""))
         return await run(fn, *args, **kwargs)
 
-    app[keys.DB].run = counted  # type: ignore[method-assign]
+    app[appkeys.DB].run = counted  # type: ignore[method-assign]
     # a user's session: read once, then remembered; logout ends it at once
     token = await login(api, "determined")
     me = Api(api.client, token)
@@ -45,7 +45,7 @@ async def test_a_remembered_token_is_refused_as_soon_as_it_ends(api: Api) -> Non
     for _ in range(3):
         await api.call("GET", "/api/v1/trials/1", headers=task)
     assert calls.count("task") == 1
-    await app[keys.CLUSTER].allocations.finish(alloc.id, 0, "", "")
+    await app[appkeys.CLUSTER].allocations.finish(alloc.id, 0, "", "")
     await api.call("GET", "/api/v1/trials/1", headers=task, status=401)
     # an agent's credential, remembered, refused once revoked
     agent = await agent_headers(api)

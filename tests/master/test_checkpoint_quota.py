@@ -18,8 +18,8 @@ import pytest
 
 from dettui import byte_size
 from dettui.errors import ConfigError
-from dettui.master import keys
 from dettui.master.app import create_app
+from dettui.master.http import appkeys
 from dettui.master.settings import MasterSettings, load_master_config, settings_from
 from dettui.master.store import db as dbmod
 from dettui.master.store import exits
@@ -115,7 +115,7 @@ async def test_report_over_quota_is_refused_and_stops_the_experiment(api: Api) -
     pre = await the.alice.call("GET", f"/api/v1/allocations/{the.alloc.id}/signals/"
                                       "preemption?timeout_seconds=0", headers=the.task(the.token))
     assert pre == {"preempt": True}
-    db = api.client.server.app[keys.DB]
+    db = api.client.server.app[appkeys.DB]
     done = await db.run(exits.end, the.alloc.id, 1, "")  # the Core API raised: exit 1
     assert done.trial is not None and done.trial.state.value == "STATE_ERROR"
     assert done.ended is not None and done.ended.state.value == "STATE_ERROR"
@@ -239,6 +239,6 @@ async def test_migration_27_counts_what_the_reports_count(api: Api, backend: str
         conn.execute("UPDATE experiments SET checkpoint_size=0, checkpoint_count=0")
         conn.execute(backfill)
 
-    await api.client.server.app[keys.DB].run(again)
+    await api.client.server.app[appkeys.DB].run(again)
     assert await usage(api, the.trial) == kept
     assert await usage(api, the.bob_trial) == ("0", 0)

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from dettui.master import keys
 from dettui.master.groupcommit import GroupCommit
+from dettui.master.http import appkeys
 from dettui.master.store import experiments as exp_store
 from tests.master.conftest import SIMPLE_CONFIG, Api
 from tests.master.test_api import create
@@ -46,7 +46,7 @@ class Held:
 async def _hold(api: Api, monkeypatch: pytest.MonkeyPatch,
                 ) -> tuple[GroupCommit[Any, Any], Held, asyncio.Future[Any]]:
     """Hold the creations' store; one creation sent, waiting in a group of its own."""
-    creations = api.client.server.app[keys.CREATIONS]
+    creations = api.client.server.app[appkeys.CREATIONS]
     held = Held(creations)
     monkeypatch.setattr(creations, "db", held)
     first = asyncio.ensure_future(create(api, GRID.format(n=1, m=2)))

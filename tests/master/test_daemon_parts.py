@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from dettui.master import keys
+from dettui.master.http import appkeys
 from dettui.master.store import exits, trials
 from dettui.models import AllocationState, TrialState
 from tests.master.conftest import TEST_MINT, Api
@@ -108,7 +108,7 @@ async def test_the_route_marks_the_part_its_resources_id_names(api: Api) -> None
     await create(api)  # trial 1: determined's
     await create(admin)  # trial 2: the admin's
     app = api.client.server.app
-    db, mint = app[keys.DB], app[keys.MINT]
+    db, mint = app[appkeys.DB], app[appkeys.MINT]
     two = await db.run(trials.allocate, 1, A, [0], parts=[(A, [0]), (B, [0])], mint=mint)
     one = await db.run(trials.allocate, 2, A, [1], mint=mint)
     task = {"Grpc-Metadata-x-allocation-token": f"Bearer {mint.allocation(two.id)}"}
@@ -129,5 +129,5 @@ async def test_the_route_marks_the_part_its_resources_id_names(api: Api) -> None
     assert (await db.run(trials.allocation, one.id)).daemons == []
     logs = await api.call("GET", "/api/v1/trials/2/logs")
     assert logs["result"]["log"].startswith("Ignoring request to daemonize resources")
-    await app[keys.CLUSTER].allocations.part_exit(A, two.id, 0, "")  # B's agent is not here
+    await app[appkeys.CLUSTER].allocations.part_exit(A, two.id, 0, "")  # B's agent is not here
     assert (await api.call("GET", "/api/v1/trials/1"))["trial"]["state"] == "STATE_COMPLETED"

@@ -29,7 +29,7 @@ from dettui.core import _session, _train
 from dettui.core._info import ClusterInfo, TrialInfo
 from dettui.core._session import Session
 from dettui.errors import StorageFull, Unavailable
-from dettui.master import keys
+from dettui.master.http import appkeys
 from dettui.master.store import db as dbmod
 from dettui.master.store import tx
 from tests.master.conftest import Api, agent_headers, allocate
@@ -83,7 +83,7 @@ def disk(monkeypatch: pytest.MonkeyPatch) -> Disk:
 
 
 def state_dir(api: Api) -> Path:
-    return Path(api.client.server.app[keys.SETTINGS].state_dir)
+    return Path(api.client.server.app[appkeys.SETTINGS].state_dir)
 
 
 async def refused(api: Api, method: str, path: str, body: Any = None,

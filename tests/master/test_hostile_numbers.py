@@ -1,8 +1,8 @@
 """Issue 29, attacks 5 and 8: hostile numbers and strings in request bodies, and metric reports
 over their caps.
 
-Every number a body carries is bounded where the body is parsed (`bodies.Int64`,
-`bodies.Finite`, `middleware.decode_json`): NaN, ±Infinity, 1e999 and integers past 64 bits
+Every number a body carries is bounded where the body is parsed (`requests.Int64`,
+`requests.Finite`, `body.decode_json`): NaN, ±Infinity, 1e999 and integers past 64 bits
 are a 400 naming the field, never a 500 from the store; `true` is not an id; a string that is
 not valid UTF-16 (a lone surrogate) is a 400. NaN and ±Infinity stay welcome as metric values,
 where Determined sends them. A metrics report over its caps (keys, size) is a 400 naming the

@@ -14,7 +14,7 @@ from dettui.core import _train
 from dettui.core._info import ClusterInfo, TrialInfo
 from dettui.core._session import Session
 from dettui.errors import InvalidArgument
-from dettui.master import keys
+from dettui.master.http import appkeys
 from tests.master.conftest import Api, allocate
 from tests.master.test_api import create
 
@@ -48,7 +48,7 @@ async def test_a_loop_reporting_every_step_is_sent_in_batches(api: Api) -> None:
 
     await asyncio.to_thread(loop)
     assert await _steps(api) == list(range(1, 3001))
-    groups = api.client.server.app[keys.INGEST].groups
+    groups = api.client.server.app[appkeys.INGEST].groups
     assert groups < 3000 / 5, f"{groups} commits for 3000 reports: the client did not coalesce"
     trial = (await api.call("GET", "/api/v1/trials/1"))["trial"]
     assert trial["totalBatchesProcessed"] == 3000
@@ -59,7 +59,7 @@ async def test_a_full_queue_makes_the_loop_wait(api: Api,
     monkeypatch.setattr(_train, "QUEUE_LIMIT", 10)
     monkeypatch.setattr(_train, "BATCH_LIMIT", 10)
     train = await _trial_context(api)
-    db = api.client.server.app[keys.DB]
+    db = api.client.server.app[appkeys.DB]
     stall = asyncio.ensure_future(db.call(time.sleep, 1.5))  # the master's store is busy
     await asyncio.sleep(0.1)
 
@@ -113,7 +113,7 @@ async def test_concurrent_reports_of_many_trials_share_commits(api: Api) -> None
                                              "metrics": {"avgMetrics": {"loss": 1.0}}}},
             headers=tokens[trial_id])
 
-    ingest = api.client.server.app[keys.INGEST]
+    ingest = api.client.server.app[appkeys.INGEST]
     before = ingest.groups
     await asyncio.gather(*(report(t, s) for s in range(1, 51) for t in range(1, 5)))
     assert ingest.groups - before < 200

@@ -7,7 +7,7 @@ import inspect
 import re
 from typing import Any
 
-from dettui.master import openapi
+from dettui.master.http import openapi
 from tests.master.conftest import Api, allocate
 from tests.master.test_api import create
 

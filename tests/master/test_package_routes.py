@@ -64,7 +64,7 @@ async def test_the_core_api_sets_run_metadata_and_reports_an_early_exit(api: Api
     package): set_metadata/get_metadata through the runs route, report_early_exit, and
     Determined's TensorBoard path."""
     from dettui import core
-    from dettui.master import keys
+    from dettui.master.http import appkeys
     from dettui.master.store import trials as trial_store
     from tests.master.test_ingest import _trial_context
 
@@ -76,7 +76,7 @@ async def test_the_core_api_sets_run_metadata_and_reports_an_early_exit(api: Api
     with pytest.raises(InvalidArgument, match="can not contain"):
         await asyncio.to_thread(train.set_metadata, {"a.b": 1})
     await asyncio.to_thread(train.report_early_exit, core.EarlyExitReason.INVALID_HP)
-    trial = await api.client.server.app[keys.DB].run(trial_store.get, 1)
+    trial = await api.client.server.app[appkeys.DB].run(trial_store.get, 1)
     assert trial.early_exit == "EXITED_REASON_INVALID_HP" and trial.searcher_stopped
     # the master refuses this reason, as Determined's does: a warning, not a crash
     await asyncio.to_thread(train.report_early_exit, core.EarlyExitReason.USER_REQUESTED_STOP)

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from dettui.master import keys
+from dettui.master.http import appkeys
 from tests.master.conftest import SIMPLE_CONFIG, Api, allocate, ckpt_uuid
 from tests.master.test_api import create
 
@@ -103,7 +103,7 @@ async def test_delete_and_download_refuse_hostile_uuids(setup: Setup, uuid: str)
 async def test_checkpoint_storage_cannot_reach_into_the_state_dir(api: Api) -> None:
     """Trials are given their storage (mounted, kept through the sandbox) and GC deletes under
     it: the master's state dir is refused as storage, but for its own checkpoint root."""
-    state = api.client.server.app[keys.SETTINGS].state_dir
+    state = api.client.server.app[appkeys.SETTINGS].state_dir
     for storage in (f"{{type: shared_fs, host_path: {state}}}",
                     f"{{type: shared_fs, host_path: {state.parent}}}",
                     f"{{type: shared_fs, host_path: {state}/agent}}",
@@ -140,7 +140,7 @@ async def test_a_uuid_of_another_trials_checkpoint_is_refused(setup: Setup) -> N
 async def _legacy_rows(setup: Setup, *uuids: str) -> None:
     """Rows written before uuids and their directories were checked: straight into the
     store (by default, three uuids that lead out of the storage)."""
-    db = setup.api.client.server.app[keys.DB]
+    db = setup.api.client.server.app[appkeys.DB]
     uuids = uuids or (str(setup.victim), "../victim", "../victim/data")
 
     def insert(conn: Any) -> None:

@@ -9,8 +9,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from dettui.master import keys
 from dettui.master.cluster.waiting import Waiting
+from dettui.master.http import appkeys
 from dettui.master.store import trials as trial_store
 from dettui.master.store import waiting as waiting_store
 from tests.master.conftest import Api, agent_headers
@@ -29,7 +29,7 @@ async def _check_kept(api: Api) -> None:
     """Between passes, the kept queue equals a whole read, but for the experiments the store
     marked since the last pass (the next one reads those again)."""
     app = api.client.server.app
-    scheduling = app[keys.CLUSTER].scheduling
+    scheduling = app[appkeys.CLUSTER].scheduling
     kept, seen = scheduling.waiting, scheduling.watch
     if seen is None:  # PostgreSQL: every pass reads the whole queue anyway
         return
@@ -41,7 +41,7 @@ async def _check_kept(api: Api) -> None:
             return (set(seen.changed), waiting_store.read(conn, None, (), limit, whole=True),
                     waiting_store.running(conn, seen), waiting_store.running(conn))
 
-        marked, read, (live, live_of), (all_live, all_of) = await app[keys.DB].run(whole)
+        marked, read, (live, live_of), (all_live, all_of) = await app[appkeys.DB].run(whole)
         assert {a.id: a for a in live} == {a.id: a for a in all_live}  # kept too
         assert live_of == all_of
         fresh = Waiting()
@@ -58,7 +58,7 @@ async def test_under_churn_every_trial_starts_and_the_kept_queue_stays_true(api:
         "id": "a1", "slots": [{"id": i, "type": "cpu"} for i in range(3)],
         "runningAllocations": []}, headers=agent)
     exps = [(await create(api, GRID))["experiment"]["id"] for _ in range(6)]
-    db = api.client.server.app[keys.DB]
+    db = api.client.server.app[appkeys.DB]
     ended = 0
     deadline = time.monotonic() + 90
     n = 0
@@ -114,10 +114,10 @@ async def test_with_no_agent_each_job_says_why_and_a_page_looks_up_no_trial(
     for _ in range(3):
         await create(api)
     app = api.client.server.app
-    scheduling = app[keys.CLUSTER].scheduling
+    scheduling = app[appkeys.CLUSTER].scheduling
     deadline = time.monotonic() + 10
     while len(scheduling.waiting_reasons()) < 3 and time.monotonic() < deadline:
-        app[keys.CLUSTER].kick()
+        app[appkeys.CLUSTER].kick()
         await asyncio.sleep(0.05)
     looked_up: list[list[int]] = []
     real = trial_store.experiment_ids

@@ -22,8 +22,8 @@ from typing import Any
 
 import pytest
 
-from dettui.master import keys
 from dettui.master.app import create_app
+from dettui.master.http import appkeys
 from dettui.master.settings import MasterSettings
 from dettui.master.store import trials as trial_store
 from dettui.master.store.db import connect
@@ -221,7 +221,7 @@ async def test_recovery(master_settings: MasterSettings, aiohttp_client: Any, ca
 
     second = await aiohttp_client(create_app(settings))
     app = second.server.app
-    db = app[keys.DB]
+    db = app[appkeys.DB]
     api = Api(second, token)
     work = await _agent_returns(api, case.agent_runs, settings)
     allocs = await db.run(trial_store.allocations_for_trial, 1)
@@ -238,7 +238,7 @@ async def test_recovery(master_settings: MasterSettings, aiohttp_client: Any, ca
         "alloc_state": allocs[0].state.value if allocs else None,
         "exit_reason": allocs[0].exit_reason if allocs else None, "work": work,
         "preempt_requested": bool(allocs and allocs[0].preempt_requested),
-        "preempting": sorted(app[keys.CLUSTER].hub.preempting),
+        "preempting": sorted(app[appkeys.CLUSTER].hub.preempting),
         "trial": trial.state.value, "restarts": trial.restarts,
         "experiment": exp["state"], "gc_pending": gc_pending, "checkpoints": checkpoints,
     }
@@ -276,7 +276,7 @@ async def test_what_an_older_version_did_not_keep_is_computed_while_the_master_s
         await asyncio.sleep(0.05)
     assert (exp["bestTrialSearcherMetric"], exp["bestTrialId"]) == (0.25, 1)
     assert trial["summaryMetrics"]["validation_metrics"]["loss"]["min"] == 0.25
-    db = second.server.app[keys.DB]
+    db = second.server.app[appkeys.DB]
     left = await db.run(lambda c: c.execute(
         "SELECT (SELECT COUNT(*) FROM experiments WHERE best_stale=1) + "
         "(SELECT COUNT(*) FROM trials WHERE summary_stale=1)").fetchone()[0])

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from dettui.master import keys
 from dettui.master.app import create_app
+from dettui.master.http import appkeys
 from dettui.master.settings import MasterSettings
 from dettui.master.store import trials as trial_store
 from dettui.models import AllocationState
@@ -51,7 +51,7 @@ async def beat(api: Api, alloc_id: str) -> None:
 
 
 async def still_running(api: Api, alloc_id: str) -> bool:
-    db = api.client.server.app[keys.DB]
+    db = api.client.server.app[appkeys.DB]
     alloc = await db.run(trial_store.allocation, alloc_id)
     agents = [a["id"] for a in (await api.call("GET", "/api/v1/agents"))["agents"]]
     trial = (await api.call("GET", "/api/v1/trials/1"))["trial"]
@@ -71,7 +71,7 @@ async def test_a_stalled_event_loop_loses_no_agent(running: tuple[Api, str]) -> 
 
 async def test_a_stalled_store_thread_loses_no_agent(running: tuple[Api, str]) -> None:
     api, alloc_id = running
-    db = api.client.server.app[keys.DB]
+    db = api.client.server.app[appkeys.DB]
     stall = asyncio.ensure_future(db.call(time.sleep, TIMEOUT * 2.5))
     beats = [asyncio.ensure_future(beat(api, alloc_id))]  # held up behind the store
     while not stall.done():
@@ -85,6 +85,6 @@ async def test_a_stalled_store_thread_loses_no_agent(running: tuple[Api, str]) -
 async def test_an_agent_that_is_really_silent_is_still_lost(running: tuple[Api, str]) -> None:
     api, alloc_id = running
     await asyncio.sleep(TIMEOUT * 2.5)  # the loop runs; the agent says nothing
-    db = api.client.server.app[keys.DB]
+    db = api.client.server.app[appkeys.DB]
     assert (await db.run(trial_store.allocation, alloc_id)).state is AllocationState.EXITED
     assert (await api.call("GET", "/api/v1/agents"))["agents"] == []

@@ -172,8 +172,8 @@ async def test_no_list_or_pass_reads_a_context(master_settings: MasterSettings,
     import asyncio
     import base64
 
-    from dettui.master import keys
     from dettui.master.app import create_app
+    from dettui.master.http import appkeys
     from tests.master.conftest import SIMPLE_CONFIG, Api
 
     client = await aiohttp_client(create_app(master_settings))  # type: ignore[operator]
@@ -184,7 +184,7 @@ async def test_no_list_or_pass_reads_a_context(master_settings: MasterSettings,
     for _ in range(3):
         await api.call("POST", "/api/v1/experiments", {
             "config": SIMPLE_CONFIG, "modelDefinition": files, "activate": True})
-    db = client.server.app[keys.DB]
+    db = client.server.app[appkeys.DB]
     reads: list[str] = []
     # the store connection and every reader connection (lists are read on those)
     stops = [await db.call(_watch_contexts, conn, reads) for conn in (db.conn, *db.readers)]
@@ -192,7 +192,7 @@ async def test_no_list_or_pass_reads_a_context(master_settings: MasterSettings,
         for path in ("/api/v1/experiments", "/api/v1/experiments/2", "/api/v1/job-queues-v2",
                      "/api/v1/experiments/2/trials", "/api/v1/trials/2", "/api/v1/agents"):
             await api.call("GET", path)
-        client.server.app[keys.CLUSTER].kick()
+        client.server.app[appkeys.CLUSTER].kick()
         await asyncio.sleep(0.3)  # a scheduling pass
         assert reads == [], reads
         await api.call("GET", "/api/v1/experiments/2/model_def")

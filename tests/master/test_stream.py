@@ -12,8 +12,9 @@ import pytest
 
 from dettui import errors
 from dettui.client import Client
-from dettui.master import keys
+from dettui.master.http import appkeys
 from dettui.master.routes import stream as stream_routes
+from dettui.master.views import feeds
 from tests.master.conftest import Api, agent_headers, allocate
 from tests.master.test_api import create
 from tests.poll import until_async
@@ -160,7 +161,7 @@ async def test_the_trials_of_an_experiment(api: Api) -> None:
         headers={"Grpc-Metadata-x-allocation-token": f"Bearer {token}"})
     diff = await inbox.next(topic)
     assert diff["upsert"][0]["latestTraining"]["totalBatches"] == 5
-    cluster = api.client.server.app[keys.CLUSTER]
+    cluster = api.client.server.app[appkeys.CLUSTER]
     await cluster.allocations.finish(alloc.id, None, "lost", "lost")  # queued again
     await api.call("POST", f"/api/v1/experiments/{exp['id']}/pause")
     while (diff := await inbox.next(topic))["upsert"][0]["state"] != "STATE_PAUSED":
@@ -206,7 +207,7 @@ async def test_unsubscribe_stops_a_topic_and_subscribe_again_resends_a_snapshot(
     await inbox.settle("jobs", "jobId")
     await inbox.settle("experiments", "id")
     await inbox.send({"unsubscribe": ["jobs"]})
-    (conn,) = api.client.app[keys.STREAMS]
+    (conn,) = api.client.app[feeds.STREAMS]
     await until_async(lambda: "jobs" not in conn.topics, "the jobs topic dropped", timeout=QUICK)
     await move(api, exp["jobId"], priority=7)  # the queue changed: no jobs message now
     await api.call("PATCH", f"/api/v1/experiments/{exp['id']}", {"description": "followed"})
@@ -241,16 +242,16 @@ async def test_a_plain_get_is_told_to_use_a_websocket(api: Api) -> None:
 async def test_closing_the_socket_ends_its_tasks(api: Api) -> None:
     await create(api)
     app = api.client.app
-    notifier = app[keys.NOTIFIER]
+    notifier = app[appkeys.NOTIFIER]
     inbox = await connect(api, "jobs", "experiments", "agents", "experiment:1")
     for topic in ("jobs", "experiments", "agents", "experiment:1"):
         await inbox.next(topic)
-    (conn,) = app[keys.STREAMS]
+    (conn,) = app[feeds.STREAMS]
     assert conn.topics == {"jobs", "experiments", "agents", "experiment:1"}
-    tasks = [feed.task for feed in app[keys.FEEDS].values()]
+    tasks = [feed.task for feed in app[feeds.FEEDS].values()]
     assert len(tasks) == 4 and notifier.watched() >= {"jobs", "experiments", "agents"}
     await inbox.ws.close()
-    await until_async(lambda: (app[keys.STREAMS], notifier.watched(), app[keys.FEEDS]),
+    await until_async(lambda: (app[feeds.STREAMS], notifier.watched(), app[feeds.FEEDS]),
                       "no stream, watch or feed left", timeout=QUICK,
                       done=lambda left: not any(left))
     assert all(t.done() for t in tasks)
@@ -361,16 +362,16 @@ async def test_subscribers_share_one_reader_and_see_the_same_diffs(
         api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
     """However many clients follow a topic, it is read once per change, and every client gets
     the same diff text."""
-    from dettui.master.routes import experiments as exp_routes
+    from dettui.master.views import experiments as exp_views
 
     reads: list[list[int] | None] = []
-    real = exp_routes.experiment_objects
+    real = exp_views.experiment_objects
 
     async def counted(db: Any, ids: list[int] | None = None) -> Any:
         reads.append(ids)
         return await real(db, ids)
 
-    monkeypatch.setattr(exp_routes, "experiment_objects", counted)
+    monkeypatch.setattr(exp_views, "experiment_objects", counted)
     await create(api)
     inboxes = [await connect(api, "experiments") for _ in range(5)]
     snapshots = [await inbox.next("experiments") for inbox in inboxes]
@@ -410,7 +411,7 @@ async def test_a_feed_reads_on_the_feeds_reader_not_the_pages_one(
     inbox = await connect(api, "experiments?limit=5")
     await inbox.next("experiments?limit=5")
     await api.call("GET", "/api/v1/experiments")
-    if api.client.app[keys.DB].readers:
+    if api.client.app[appkeys.DB].readers:
         assert [t.rsplit("_", 1)[0] for t in threads] == ["dettui-feeds", "dettui-reader"]
     else:  # PostgreSQL: every read goes to the store thread, as its writes do
         assert [t.rsplit("_", 1)[0] for t in threads] == ["dettui-store"] * 2
@@ -493,7 +494,7 @@ async def test_changes_outside_a_window_do_not_hold_up_one_inside_it(
     """Only reads space the reads that follow (COALESCE): changes to experiments older than
     the window read nothing, so they must not make a change inside it wait. With a spacing
     of 3 s and an outside change every 50 ms, an inside change still arrives at once."""
-    monkeypatch.setattr(stream_routes, "COALESCE", 3.0)
+    monkeypatch.setattr(feeds, "COALESCE", 3.0)
     for _ in range(3):
         await create(api)
     inbox = await connect(api, "experiments?limit=1")
@@ -529,7 +530,7 @@ async def test_a_change_in_a_window_that_just_changed_is_not_held_for_the_whole_
     """After a re-read of only the objects a change named, the next change in the window waits
     PARTIAL_SPACING, not COALESCE (meant for whole reads): with a COALESCE of 3 s, a change
     made just after another one's diff still arrives at once."""
-    monkeypatch.setattr(stream_routes, "COALESCE", 3.0)
+    monkeypatch.setattr(feeds, "COALESCE", 3.0)
     for _ in range(3):
         await create(api)
     inbox = await connect(api, "experiments?limit=2")
@@ -552,7 +553,7 @@ async def test_a_burst_of_changes_in_a_window_is_coalesced(
         api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
     """Re-reads of a few objects are spaced too (PARTIAL_SPACING): 20 changes made back to back
     reach a window's follower in fewer diffs, the last one shown."""
-    monkeypatch.setattr(stream_routes, "PARTIAL_SPACING", 1.0)
+    monkeypatch.setattr(feeds, "PARTIAL_SPACING", 1.0)
     await create(api)
     inbox = await connect(api, "experiments?limit=5")
     await inbox.next("experiments?limit=5")
@@ -588,7 +589,7 @@ async def test_the_agents_topic_is_read_at_most_every_agents_spacing(api: Api) -
     with contextlib.suppress(AssertionError):
         while True:
             diffs.append(await inbox.next("agents", 1.0))
-    assert 1 <= len(diffs) <= 1.6 / stream_routes.AGENTS_SPACING + 2, len(diffs)
+    assert 1 <= len(diffs) <= 1.6 / feeds.AGENTS_SPACING + 2, len(diffs)
     assert diffs[-1]["upsert"][0]["telemetry"]["time"] == 2000.0 + beats
 
 
@@ -596,15 +597,19 @@ def test_an_agents_telemetry_object_is_built_once_per_sample() -> None:
     """The agents list and the agents topic read 100 agents' histories several times a second:
     the object is built once per sample, and a new sample gives a new one with it."""
     from dettui.master.telemetry import AgentTelemetry
+    from dettui.protocol import TelemetrySample
+
+    def parsed(when: float, cpu: float) -> TelemetrySample:
+        return TelemetrySample.model_validate(sample(when, cpu))
 
     tel = AgentTelemetry(keep=3)
     assert tel.json() is None
-    tel.record([sample(1.0, 10.0)])
+    tel.record([parsed(1.0, 10.0)])
     first = tel.json()
     assert first is not None and tel.json() is first
-    tel.record([sample(1.0, 99.0)])  # seen already: skipped, nothing changes
+    tel.record([parsed(1.0, 99.0)])  # seen already: skipped, nothing changes
     assert tel.json() is first
-    tel.record([sample(2.0, 20.0), sample(3.0, 30.0), sample(4.0, 40.0)])
+    tel.record([parsed(2.0, 20.0), parsed(3.0, 30.0), parsed(4.0, 40.0)])
     now = tel.json()
     assert now is not first and now is not None
     assert now["history"]["time"] == [2.0, 3.0, 4.0] and now["cpuPercent"] == 40.0

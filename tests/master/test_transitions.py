@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from dettui.master import keys
+from dettui.master.http import appkeys
 from dettui.master.store import control, exits
 from dettui.master.store import experiments as exp_store
 from dettui.master.store import trials as trial_store
@@ -62,7 +62,7 @@ async def test_a_pause_between_the_pass_reading_the_queue_and_starting_sends_not
     """The pause lands after the scheduling pass read the queue and planned, before it starts
     the trial: the pass starts nothing and plans again; activating starts the trial as usual."""
     app = api.client.server.app
-    scheduling = app[keys.CLUSTER].scheduling
+    scheduling = app[appkeys.CLUSTER].scheduling
     start = scheduling._start
     started: list[int] = []
     done = asyncio.Event()
@@ -81,7 +81,7 @@ async def test_a_pause_between_the_pass_reading_the_queue_and_starting_sends_not
         headers=agent)
     await create(api)
     await asyncio.wait_for(done.wait(), 10)
-    db = app[keys.DB]
+    db = app[appkeys.DB]
     assert started == [0]
     assert (await db.run(exp_store.get, 1)).state is ExperimentState.PAUSED
     assert (await db.run(trial_store.get, 1)).state is TrialState.PAUSED
@@ -150,7 +150,7 @@ async def test_a_kill_or_preemption_of_an_exited_allocation_sends_nothing(api: A
     """The drain and the preemption timeout decide on a read, then act: an exit committed in
     between leaves the allocation exited, its trial as it ended, and no message to send."""
     app = api.client.server.app
-    cluster, db = app[keys.CLUSTER], app[keys.DB]
+    cluster, db = app[appkeys.CLUSTER], app[appkeys.DB]
     agent = await agent_headers(api)
     await api.call("POST", "/api/v1/agents/register", {
         "id": "a1", "slots": [{"id": 0, "type": "cpu"}], "runningAllocations": []},

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dettui.master import keys
+from dettui.master.http import appkeys
 from dettui.master.store.users import client_hash
 from tests.master.conftest import Api, allocate
 from tests.master.test_api import create
@@ -21,7 +21,7 @@ async def trial_session(api: Api, owner: Api) -> tuple[Api, int]:
     exp = (await create(owner))["experiment"]["id"]
     trial = (await owner.call("GET", f"/api/v1/experiments/{exp}/trials"))["trials"][0]["id"]
     alloc, _ = await allocate(api, trial)
-    return Api(api.client, api.client.server.app[keys.MINT].task_user(alloc.id)), trial
+    return Api(api.client, api.client.server.app[appkeys.MINT].task_user(alloc.id)), trial
 
 
 def refused(trial: Api, method: str, path: str, body: Any = None) -> Any:

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from dettui.master import keys
+from dettui.master.http import appkeys
 from dettui.master.routes import checkpoints as ckpt_routes
 from dettui.master.store import trials as trial_store
 from dettui.master.store.records import Allocation
@@ -114,7 +114,7 @@ async def untouched(lab: Lab) -> None:
     pre = await lab.alice.call("GET", f"/api/v1/allocations/{lab.alloc.id}/signals/preemption"
                                       "?timeout_seconds=0", headers=lab.task(lab.token))
     assert pre == {"preempt": False}
-    stored = await lab.alice.client.server.app[keys.DB].read(trial_store.get, t)
+    stored = await lab.alice.client.server.app[appkeys.DB].read(trial_store.get, t)
     assert not stored.progress and stored.runner_state != "planted"
     assert not stored.searcher_stopped and stored.early_exit is None
 
@@ -164,7 +164,7 @@ async def test_another_trials_allocation_token_cannot_write_to_a_trial(api: Api)
 
 async def test_a_finished_allocations_token_cannot_write(api: Api) -> None:
     lab_ = await lab(api)
-    await api.client.server.app[keys.CLUSTER].allocations.finish(lab_.alloc.id, None, "lost",
+    await api.client.server.app[appkeys.CLUSTER].allocations.finish(lab_.alloc.id, None, "lost",
                                                                  "lost")
     answers = [await api.call("POST", path, body, headers=lab_.task(lab_.token), status=401)
                for path, body in writes(lab_)]

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from dettui.master import keys
+from dettui.master.http import appkeys
 from dettui.master.store import trials as trial_store
 from dettui.master.store import unmanaged as unmanaged_store
 from tests.master.conftest import Api, allocate, ckpt_uuid
@@ -195,9 +195,9 @@ async def test_unmanaged_experiments_are_never_jobs_or_scheduled(
     tid = (await new_trial(api, exp_id))["id"]
     await api.call("POST", f"/api/v1/trials/{tid}/start", {"trialId": tid, "resume": True})
     app = api.client.server.app
-    assert await app[keys.DB].run(trial_store.pending) == []
-    await app[keys.CLUSTER].scheduling.once()
-    assert await app[keys.DB].run(trial_store.live_allocations) == []
+    assert await app[appkeys.DB].run(trial_store.pending) == []
+    await app[appkeys.CLUSTER].scheduling.once()
+    assert await app[appkeys.DB].run(trial_store.live_allocations) == []
     jobs = await api.call("GET", "/api/v1/job-queues-v2?limit=100&offset=0")
     assert jobs["jobs"] == []
     listed = await api.call("GET", "/api/v1/experiments")
@@ -222,7 +222,7 @@ async def test_a_silent_trial_is_lost_and_ends_in_error(api: Api, tmp_path: Path
     exp_id = (await new_experiment(api, tmp_path))["experiment"]["id"]
     tid = (await new_trial(api, exp_id))["id"]
     await api.call("POST", f"/api/v1/trials/{tid}/start", {"trialId": tid, "resume": True})
-    db = api.client.server.app[keys.DB]
+    db = api.client.server.app[appkeys.DB]
     assert await db.run(unmanaged_store.mark_lost, time.time() - 300) == []
     changed = await db.run(unmanaged_store.mark_lost, time.time() + 1)
     assert [(e, s.value) for e, s in changed] == [(exp_id, "STATE_ERROR")]

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from dettui.master import keys
+from dettui.master.http import appkeys
 from dettui.master.store import users
 from tests.master.conftest import Api, agent_headers
 from tests.master.test_api import create
@@ -25,7 +25,7 @@ async def _new_user(admin: Api, name: str, password: str = "") -> dict[str, Any]
 
 
 async def _stored_hash(api: Api, name: str) -> str:
-    user = await api.client.server.app[keys.DB].run(users.by_name, name)
+    user = await api.client.server.app[appkeys.DB].run(users.by_name, name)
     assert user is not None
     return user.password_hash
 
@@ -56,7 +56,7 @@ async def test_stored_hashes_of_an_older_version_still_log_in_and_are_upgraded(
     digest = hashlib.pbkdf2_hmac("sha256", users.client_hash("Old-pass-9").encode(), salt,
                                  20_000)
     old = f"pbkdf2${salt.hex()}${digest.hex()}"
-    await api.client.server.app[keys.DB].run(users.update, alice["id"], password_hash=old)
+    await api.client.server.app[appkeys.DB].run(users.update, alice["id"], password_hash=old)
     await api.call("POST", "/api/v1/auth/login", {"username": "alice", "password": "nope"},
                    headers={}, status=401)
     assert await _stored_hash(api, "alice") == old

@@ -8,7 +8,8 @@ import math
 import pytest
 
 from dettui.errors import Unimplemented
-from dettui.master import summary, unsupported
+from dettui.master import summary
+from dettui.master.http import unsupported
 
 
 def test_summary_metrics_fold_like_determined() -> None:

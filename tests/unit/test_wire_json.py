@@ -8,7 +8,7 @@ import math
 import random
 
 from dettui import jsonfast
-from dettui.master import wire
+from dettui.master.http import wire
 from dettui.models import JobState
 
 _CHARS = "aé\u2603\U0001f600\"\\\n\t\x00/<>"

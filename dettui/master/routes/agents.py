@@ -10,34 +10,42 @@ from typing import Any
 from aiohttp import web
 
 from dettui.errors import InvalidArgument, NotFound, PermissionDenied
-from dettui.master import keys
-from dettui.master.bodies import AgentCredentialBody, DisableAgentBody, MarkDaemonBody, parse
-from dettui.master.cluster import AgentLink
-from dettui.master.middleware import (
+from dettui.master.http import appkeys
+from dettui.master.http.body import read_json
+from dettui.master.http.middleware import (
     agent_route,
     agent_too,
     check_allocation,
     not_for_trials,
     principal,
-    read_json,
     require_admin,
     require_agent,
     require_trial_writer,
     task_route,
 )
-from dettui.master.openapi import op
+from dettui.master.http.openapi import op
+from dettui.master.http.requests import (
+    AgentCredentialBody,
+    DisableAgentBody,
+    MarkDaemonBody,
+    parse,
+    parse_obj,
+)
+from dettui.master.http.wire import big_json_response, json_response, path_int, query_float, ts
 from dettui.master.store import credentials
 from dettui.master.store import experiments as exp_store
 from dettui.master.store import logs as log_store
 from dettui.master.store import trials as trial_store
 from dettui.master.store.records import Allocation, Experiment, Trial
-from dettui.master.wire import big_json_response, json_response, path_int, query_float, ts
+from dettui.master.telemetry import Malformed
+from dettui.master.views import agents as agent_views
 from dettui.protocol import (
     AgentLogsBody,
     AllocationExitBody,
     HeartbeatBody,
     RegisterAgentBody,
     Registered,
+    TelemetrySample,
     WorkBody,
 )
 
@@ -49,59 +57,9 @@ LEVELS = ("TRACE", "DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 AGENT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@+-]{0,254}")
 
 
-def agent_json(link: AgentLink, used: dict[int, str]) -> dict[str, Any]:
-    a = link.agent
-    draining = link.draining or a.draining
-    slots = {}
-    for s in a.slots:
-        sid = int(s["id"])
-        device_type = "TYPE_CUDA" if s.get("type") == "cuda" else "TYPE_CPU"
-        slots[str(sid)] = {
-            "id": str(sid), "enabled": a.slot_enabled(sid), "draining": draining,
-            "device": {"id": sid, "brand": s.get("brand", ""), "uuid": s.get("uuid") or "",
-                       "type": device_type},
-            "container": ({"id": used[sid], "state": "STATE_RUNNING", "devices": []}
-                          if sid in used else None),
-        }
-    return {
-        "id": a.id, "registeredTime": ts(a.registered_time), "slots": slots,
-        "slotStats": slot_stats(list(slots.values())),
-        "resourcePools": [a.pool], "enabled": a.enabled, "draining": draining,
-        "addresses": a.addresses, "version": "dettui", "hostname": a.hostname,
-        "lastHeartbeat": ts(time.time() - (time.monotonic() - link.last_seen)),
-        "telemetry": link.telemetry.json(),  # null until the first heartbeat with a sample
-        "noGpuReason": link.no_gpu_reason,  # null when the agent has GPUs
-        "sandbox": link.sandbox,  # how its trials run ("OFF (--no-sandbox)" says so loudly)
-    }
-
-
-def slot_stats(slots: list[dict[str, Any]]) -> dict[str, Any]:
-    """Determined's v1SlotStats (required by `det agent list`): counts by type and brand."""
-    by: dict[str, dict[str, dict[str, Any]]] = {"typeStats": {}, "brandStats": {}}
-    for slot in slots:
-        for field, name in (("typeStats", slot["device"]["type"]),
-                            ("brandStats", slot["device"]["brand"])):
-            stats = by[field].setdefault(name, {"disabled": 0, "draining": 0, "total": 0,
-                                                "states": {}})
-            stats["total"] += 1
-            stats["disabled"] += 0 if slot["enabled"] else 1
-            stats["draining"] += 1 if slot["draining"] else 0
-            if slot["container"] is not None:
-                state = slot["container"]["state"]
-                stats["states"][state] = stats["states"].get(state, 0) + 1
-    return by
-
-
-async def agent_objects(app: web.Application) -> list[dict[str, Any]]:
-    """Every connected agent as GET /api/v1/agents shows them, ordered by id."""
-    cluster = app[keys.CLUSTER]
-    used = await app[keys.DB].read(trial_store.slots_in_use)
-    return [agent_json(link, used.get(link.agent.id, {})) for link in cluster.agents.connected()]
-
-
 @routes.get("/api/v1/agents")
 async def list_agents(request: web.Request) -> web.Response:
-    agents = await agent_objects(request.app)
+    agents = await agent_views.agent_objects(request.app)
     return await big_json_response({"agents": agents, "pagination": {
         "offset": 0, "limit": 0, "startIndex": 0, "endIndex": len(agents),
         "total": len(agents)}})
@@ -116,14 +74,14 @@ async def register(request: web.Request) -> web.Response:
         raise InvalidArgument("id: an agent id must be 1 to 255 letters, digits and . _ - : @ +, "
                               "starting with a letter or digit (a host name is one)")
     cred = require_agent(request, body.id, registering=True)
-    settings = request.app[keys.SETTINGS]
-    agent = await request.app[keys.CLUSTER].agents.register(
+    settings = request.app[appkeys.SETTINGS]
+    agent = await request.app[appkeys.CLUSTER].agents.register(
         body.id, body.resource_pool or settings.default_pool,
         [s.model_dump() for s in body.slots], body.hostname, body.addresses,
         body.running_allocations, body.no_gpu_reason, cred_id=cred.id, sandbox=body.sandbox,
     )
     return json_response(Registered(
-        agent_id=agent.id, cluster_id=request.app[keys.CLUSTER_ID],
+        agent_id=agent.id, cluster_id=request.app[appkeys.CLUSTER_ID],
         heartbeat_seconds=settings.heartbeat_interval,
         agent_timeout_seconds=settings.agent_timeout).wire())
 
@@ -146,16 +104,27 @@ async def heartbeat(request: web.Request) -> web.Response:
     told to kill its copies (`Agents._reconcile`)."""
     agent_id = own_agent(request)
     body = await parse(request, HeartbeatBody)
-    await request.app[keys.CLUSTER].agents.heartbeat(agent_id, body.running_allocations,
-                                                     body.telemetry, body.samples)
+    samples = [telemetry_sample(raw)
+               for raw in body.samples or ([body.telemetry] if body.telemetry else [])]
+    await request.app[appkeys.CLUSTER].agents.heartbeat(agent_id, body.running_allocations,
+                                                        None, samples)
     return json_response({})
+
+
+def telemetry_sample(raw: object) -> TelemetrySample | Malformed:
+    """One telemetry sample of a heartbeat, parsed; a malformed one says why (it is dropped:
+    a heartbeat never fails for its telemetry)."""
+    try:
+        return parse_obj(raw, TelemetrySample)
+    except InvalidArgument as exc:
+        return Malformed(exc.message)
 
 
 async def _enable(request: web.Request, enabled: bool) -> web.Response:
     require_admin(request)
     body = await read_json(request)
     drain = bool(body.get("drain")) if isinstance(body, dict) else False
-    agents = request.app[keys.CLUSTER].agents
+    agents = request.app[appkeys.CLUSTER].agents
     agent = await agents.set_enabled(request.match_info["agentId"], enabled, drain)
     return json_response({"agent": {"id": agent.id, "enabled": agent.enabled,
                                     "draining": agent.draining}})
@@ -177,7 +146,7 @@ async def disable(request: web.Request) -> web.Response:
 async def _slot(request: web.Request, enabled: bool) -> web.Response:
     require_admin(request)
     slot_id = path_int(request, "slotId")
-    agents = request.app[keys.CLUSTER].agents
+    agents = request.app[appkeys.CLUSTER].agents
     agent = await agents.set_slot_enabled(request.match_info["agentId"], slot_id, enabled)
     return json_response({"slot": {"id": str(slot_id), "enabled": agent.slot_enabled(
         slot_id), "draining": agent.draining}})
@@ -210,7 +179,7 @@ def _live_tasks(conn: sqlite3.Connection) -> list[tuple[Allocation, Trial, Exper
 async def tasks(request: web.Request) -> web.Response:
     """Running allocations with their slots and agents (Determined's allocationIdToSummary)."""
     out = {}
-    for alloc, trial, exp in await request.app[keys.DB].read(_live_tasks):
+    for alloc, trial, exp in await request.app[appkeys.DB].read(_live_tasks):
         out[alloc.id] = {
             "taskId": trial.task_id, "allocationId": alloc.id, "name": f"Trial {trial.id}",
             "registeredTime": ts(alloc.start_time), "resourcePool": exp.resource_pool,
@@ -237,14 +206,14 @@ def _resources(alloc: Any, agent_id: str, slots: list[int]) -> dict[str, Any]:
 @routes.post("/api/v1/agents/{agentId}/drain")
 @agent_route
 async def drain(request: web.Request) -> web.Response:
-    request.app[keys.CLUSTER].agents.drain(own_agent(request))
+    request.app[appkeys.CLUSTER].agents.drain(own_agent(request))
     return json_response({})
 
 
 @routes.post("/api/v1/agents/{agentId}/leave")
 @agent_route
 async def leave(request: web.Request) -> web.Response:
-    await request.app[keys.CLUSTER].agents.leave(own_agent(request))
+    await request.app[appkeys.CLUSTER].agents.leave(own_agent(request))
     return json_response({})
 
 
@@ -254,7 +223,7 @@ async def leave(request: web.Request) -> web.Response:
 async def work(request: web.Request) -> web.Response:
     agent_id = own_agent(request)
     timeout = min(max(query_float(request, "timeout_seconds", 30.0), 0.0), MAX_POLL)
-    items = await request.app[keys.CLUSTER].agents.poll_work(agent_id, timeout)
+    items = await request.app[appkeys.CLUSTER].agents.poll_work(agent_id, timeout)
     return json_response(WorkBody(work=items).wire())
 
 
@@ -266,10 +235,10 @@ async def allocation_exit(request: web.Request) -> web.Response:
     agent_id = own_agent(request)
     body = await parse(request, AllocationExitBody)
     alloc_id = request.match_info["allocationId"]
-    alloc = await request.app[keys.DB].read(trial_store.allocation, alloc_id)
+    alloc = await request.app[appkeys.DB].read(trial_store.allocation, alloc_id)
     if agent_id not in alloc.agents:
         raise PermissionDenied(f"allocation {alloc_id} has no part on agent {agent_id}")
-    await request.app[keys.CLUSTER].allocations.part_exit(agent_id, alloc_id, body.exit_code,
+    await request.app[appkeys.CLUSTER].allocations.part_exit(agent_id, alloc_id, body.exit_code,
                                                           body.reason)
     return json_response({})
 
@@ -289,7 +258,7 @@ async def agent_logs(request: web.Request) -> web.Response:
     if caller.allocation is not None:
         for line in body.logs:
             check_allocation(request, line.allocation_id)
-    db = request.app[keys.DB]
+    db = request.app[appkeys.DB]
     trial_of: dict[str, tuple[int, str]] = {}
     containers: dict[str, str] = {}
     rows = []
@@ -310,7 +279,7 @@ async def agent_logs(request: web.Request) -> web.Response:
                      "level": level if level in LEVELS else None, "timestamp": line.timestamp,
                      "log": line.log, "seq": line.seq})
     await db.run(log_store.insert, rows)
-    request.app[keys.NOTIFIER].notify(*{f"logs:{t}" for t, _ in trial_of.values()})
+    request.app[appkeys.NOTIFIER].notify(*{f"logs:{t}" for t, _ in trial_of.values()})
     return json_response({})
 
 
@@ -329,14 +298,14 @@ async def issue_credential(request: web.Request) -> web.Response:
     """Issue a credential an agent joins the cluster with; its secret is shown only now."""
     admin = require_admin(request)
     body = await parse(request, AgentCredentialBody)
-    cred, secret = await request.app[keys.DB].run(credentials.issue, admin.id, body.description)
+    cred, secret = await request.app[appkeys.DB].run(credentials.issue, admin.id, body.description)
     return json_response({"credential": credential_json(cred), "token": secret})
 
 
 @routes.get("/api/v1/agent-credentials")
 async def list_credentials(request: web.Request) -> web.Response:
     require_admin(request)
-    found = await request.app[keys.DB].read(credentials.list_)
+    found = await request.app[appkeys.DB].read(credentials.list_)
     return json_response({"credentials": [credential_json(c) for c in found]})
 
 
@@ -345,7 +314,7 @@ async def list_credentials(request: web.Request) -> web.Response:
 async def revoke_credential(request: web.Request) -> web.Response:
     """Revoke a credential: the agent using it is refused from its next request on."""
     require_admin(request)
-    cred = await request.app[keys.DB].run(credentials.revoke, path_int(request, "id"))
+    cred = await request.app[appkeys.DB].run(credentials.revoke, path_int(request, "id"))
     return json_response({"credential": credential_json(cred)})
 
 
@@ -358,7 +327,7 @@ async def preemption(request: web.Request) -> web.Response:
     alloc_id = request.match_info["allocationId"]
     check_allocation(request, alloc_id)
     timeout = min(max(query_float(request, "timeout_seconds", 60.0), 0.0), 3600.0)
-    flag = await request.app[keys.CLUSTER].allocations.wait_preemption(alloc_id, timeout)
+    flag = await request.app[appkeys.CLUSTER].allocations.wait_preemption(alloc_id, timeout)
     return json_response({"preempt": flag})
 
 
@@ -369,7 +338,7 @@ routes.get("/api/v1/allocations/{allocationId}/signals/preemption")(preemption)
 async def ack_preemption(request: web.Request) -> web.Response:
     alloc_id = request.match_info["allocationId"]
     await require_trial_writer(request, None, alloc_id)
-    await request.app[keys.CLUSTER].allocations.ack_preemption(alloc_id)
+    await request.app[appkeys.CLUSTER].allocations.ack_preemption(alloc_id)
     return json_response({})
 
 
@@ -382,7 +351,7 @@ async def pending_preemption(request: web.Request) -> web.Response:
     SIGTERM: only the allocation's own token."""
     alloc_id = request.match_info["allocationId"]
     await require_trial_writer(request, None, alloc_id)
-    await request.app[keys.CLUSTER].allocations.preempt(alloc_id)
+    await request.app[appkeys.CLUSTER].allocations.preempt(alloc_id)
     return json_response({})
 
 
@@ -402,18 +371,18 @@ async def mark_daemon(request: web.Request) -> web.Response:
     if body.allocation_id not in (None, "", alloc_id) or \
             body.resources_id not in (None, "", resources_id):
         raise InvalidArgument("allocationId and resourcesId must match the path")
-    db = request.app[keys.DB]
+    db = request.app[appkeys.DB]
     alloc = await db.read(trial_store.allocation, alloc_id)
     trial = await db.read(trial_store.get, alloc.trial_id)
     agent_id = alloc.agent_of(resources_id)
     if agent_id is None:
         raise NotFound(f"resources {resources_id} not found in allocation {alloc_id}")
-    if not await request.app[keys.CLUSTER].allocations.mark_daemon(alloc_id, agent_id):
+    if not await request.app[appkeys.CLUSTER].allocations.mark_daemon(alloc_id, agent_id):
         await db.run(log_store.insert, [{
             "trial_id": trial.id, "task_id": trial.task_id, "allocation_id": alloc_id,
             "agent_id": agent_id, "container_id": resources_id, "source": "master",
             "level": "INFO", "timestamp": time.time(), "log": IGNORED_DAEMON}])
-        request.app[keys.NOTIFIER].notify(f"logs:{trial.id}")
+        request.app[appkeys.NOTIFIER].notify(f"logs:{trial.id}")
     return json_response({})
 
 
@@ -432,6 +401,6 @@ async def slurm_start(request: web.Request) -> web.Response:
     check_allocation(request, alloc_id)
     if principal(request).allocation is None:
         raise PermissionDenied("this needs the allocation's token")
-    alloc = await request.app[keys.DB].read(trial_store.allocation, alloc_id)
-    start = await request.app[keys.CLUSTER].slurm_start(alloc)
+    alloc = await request.app[appkeys.DB].read(trial_store.allocation, alloc_id)
+    start = await request.app[appkeys.CLUSTER].slurm_start(alloc)
     return json_response(start.wire())

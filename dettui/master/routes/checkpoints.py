@@ -25,8 +25,18 @@ from dettui.errors import (
     PermissionDenied,
     QuotaExceeded,
 )
-from dettui.master import checkpoint_files, checkpoint_gc, checkpoint_views, keys, serialize
-from dettui.master.bodies import (
+from dettui.master import checkpoint_files, checkpoint_gc
+from dettui.master.http import appkeys, shapes
+from dettui.master.http.body import read_json
+from dettui.master.http.middleware import (
+    principal,
+    require_admin,
+    require_owner,
+    require_trial_writer,
+    task_route,
+)
+from dettui.master.http.openapi import op
+from dettui.master.http.requests import (
     CheckpointBody,
     CheckpointMetadataBody,
     DeleteCheckpointsBody,
@@ -35,16 +45,7 @@ from dettui.master.bodies import (
     TrialSourceInfoBody,
     parse,
 )
-from dettui.master.middleware import (
-    principal,
-    read_json,
-    require_admin,
-    require_owner,
-    require_trial_writer,
-    task_route,
-)
-from dettui.master.openapi import op
-from dettui.master.routes.metrics import report as metrics_report
+from dettui.master.http.wire import big_json_response, json_response, page_of, parse_ts, path_int
 from dettui.master.store import checkpoint_quota as quota_store
 from dettui.master.store import checkpoints as ckpt_store
 from dettui.master.store import experiments as exp_store
@@ -52,7 +53,7 @@ from dettui.master.store import metrics as metric_store
 from dettui.master.store import trials as trial_store
 from dettui.master.store.checkpoint_quota import Quota, Reported
 from dettui.master.store.records import Allocation, Checkpoint, Experiment, Trial
-from dettui.master.wire import big_json_response, json_response, page_of, parse_ts, path_int
+from dettui.master.views import checkpoints
 from dettui.models import CheckpointState
 from dettui.paths import checkpoint_uuid
 from dettui.storage import storage_base
@@ -68,7 +69,7 @@ async def report(request: web.Request) -> web.Response:
     checkpoint_uuid(body.uuid)
     if body.state not in (None, "STATE_COMPLETED", "STATE_UNSPECIFIED"):
         raise InvalidArgument("invalid state for reported checkpoint")
-    db = request.app[keys.DB]
+    db = request.app[appkeys.DB]
     trial = await db.read(trial_store.by_task_id, body.task_id)
     await require_trial_writer(request, trial.id, body.allocation_id or None)
     if "steps_completed" not in body.metadata:
@@ -76,7 +77,7 @@ async def report(request: web.Request) -> web.Response:
     alloc = principal(request).allocation
     if alloc is not None:
         await _written_by(request, alloc, trial, body.uuid)
-    settings = request.app[keys.SETTINGS]
+    settings = request.app[appkeys.SETTINGS]
     quota = Quota(settings.checkpoint_quota, settings.checkpoint_quota_per_user)
     done = await db.run(
         quota_store.report, quota, uuid=body.uuid, trial_id=trial.id,
@@ -85,12 +86,12 @@ async def report(request: web.Request) -> web.Response:
         report_time=parse_ts(body.report_time) or time.time(), resources=body.resources,
         metadata=body.metadata, storage_id=body.storage_id,
     )
-    request.app[keys.NOTIFIER].experiment_changed(trial.experiment_id, trial.id)
+    request.app[appkeys.NOTIFIER].experiment_changed(trial.experiment_id, trial.id)
     if done.checkpoint is None:
         await _refused(request, done, trial)
     assert done.checkpoint is not None
-    return json_response({"checkpoint": serialize.checkpoint(done.checkpoint,
-                                                             hparams=trial.hparams)})
+    return json_response({"checkpoint": shapes.checkpoint(done.checkpoint,
+                                                          hparams=trial.hparams)})
 
 
 routes.post("/api/v1/checkpoints")(report)
@@ -99,9 +100,9 @@ routes.post("/api/v1/checkpoints")(report)
 async def _refused(request: web.Request, done: Reported, trial: Trial) -> NoReturn:
     """After a refusal over the quota is committed: stop the experiment's trials, and answer
     with it."""
-    request.app[keys.NOTIFIER].notify(f"logs:{trial.id}")
+    request.app[appkeys.NOTIFIER].notify(f"logs:{trial.id}")
     if done.stopped is not None:
-        await request.app[keys.CLUSTER].experiments.stopped(trial.experiment_id, done.stopped)
+        await request.app[appkeys.CLUSTER].experiments.stopped(trial.experiment_id, done.stopped)
     raise QuotaExceeded(done.refusal or "checkpoint storage quota exceeded")
 
 
@@ -115,7 +116,7 @@ async def _written_by(request: web.Request, alloc: Allocation, trial: Trial, uui
     re-report (client retry) of a checkpoint this trial already has is not checked again.
     What this cannot see: a directory another trial makes while this allocation runs (the
     sandbox's file permissions keep trials out of each other's directories)."""
-    db = request.app[keys.DB]
+    db = request.app[appkeys.DB]
     try:
         if (await db.read(ckpt_store.get, uuid)).trial_id == trial.id:
             return
@@ -153,7 +154,7 @@ STORAGE_SEEN = ("shared_fs", "directory")  # storage types that are paths on a f
 
 async def _readable(request: web.Request, uuid: str) -> Checkpoint:
     """The checkpoint, if the caller may read it (an allocation: only its experiment's)."""
-    db = request.app[keys.DB]
+    db = request.app[appkeys.DB]
     ckpt = await db.read(ckpt_store.get, checkpoint_uuid(uuid))
     p = principal(request)
     if p.allocation is not None and ckpt.trial_id is not None:
@@ -166,8 +167,8 @@ async def _readable(request: web.Request, uuid: str) -> Checkpoint:
 @task_route
 async def get(request: web.Request) -> web.Response:
     ckpt = await _readable(request, request.match_info["uuid"])
-    db = request.app[keys.DB]
-    return json_response({"checkpoint": await db.read(checkpoint_views.view, ckpt)})
+    db = request.app[appkeys.DB]
+    return json_response({"checkpoint": await db.read(checkpoints.view, ckpt)})
 
 
 routes.get("/api/v1/checkpoints/{uuid}")(get)
@@ -184,7 +185,7 @@ async def patch(request: web.Request) -> web.Response:
     if len(items) > MAX_PATCH:
         raise InvalidArgument(f"checkpoints: at most {MAX_PATCH} per request")
     left = [_left(item, i) for i, item in enumerate(items)]
-    db = request.app[keys.DB]
+    db = request.app[appkeys.DB]
     p = principal(request)
     mine = (await db.read(trial_store.get, p.allocation.trial_id)).experiment_id \
         if p.allocation is not None else None
@@ -221,7 +222,7 @@ async def delete(request: web.Request) -> web.Response:
     body = await parse(request, DeleteCheckpointsBody)
     if len(body.checkpoint_uuids) > MAX_PATCH:
         raise InvalidArgument(f"checkpointUuids: at most {MAX_PATCH} per request")
-    db = request.app[keys.DB]
+    db = request.app[appkeys.DB]
     by_exp: dict[int, list[Checkpoint]] = {}
     for i, raw in enumerate(body.checkpoint_uuids):
         ckpt = await db.read(ckpt_store.get, checkpoint_uuid(raw, f"checkpointUuids[{i}]"))
@@ -233,7 +234,7 @@ async def delete(request: web.Request) -> web.Response:
         require_owner(request, exps[eid].owner_id, f"checkpoint {ckpts[0].uuid}")
     for eid, ckpts in by_exp.items():
         await checkpoint_gc.delete(db, exps[eid], ckpts)
-        request.app[keys.NOTIFIER].notify(f"experiment:{eid}")
+        request.app[appkeys.NOTIFIER].notify(f"experiment:{eid}")
     return json_response({})
 
 
@@ -253,7 +254,7 @@ async def remove_files(request: web.Request) -> web.Response:
         raise InvalidArgument(f"checkpointUuids: at most {MAX_PATCH} per request")
     uuids = [checkpoint_uuid(u, f"checkpointUuids[{i}]")
              for i, u in enumerate(body.checkpoint_uuids)]
-    db = request.app[keys.DB]
+    db = request.app[appkeys.DB]
     found, missing = [], []
     for uuid in dict.fromkeys(uuids):
         try:
@@ -265,7 +266,7 @@ async def remove_files(request: web.Request) -> web.Response:
     by_exp = await _owned_by_experiment(request, found)
     for exp, ckpts in by_exp:
         await checkpoint_gc.remove_files(db, exp, ckpts, globs)
-        request.app[keys.NOTIFIER].notify(f"experiment:{exp.id}")
+        request.app[appkeys.NOTIFIER].notify(f"experiment:{exp.id}")
     return json_response({})
 
 
@@ -280,7 +281,7 @@ async def _owned_by_experiment(request: web.Request, ckpts: list[Checkpoint],
         groups.setdefault(ckpt.experiment_id, []).append(ckpt)
     out = []
     for exp_id, group in groups.items():
-        exp = await request.app[keys.DB].read(exp_store.get, exp_id)
+        exp = await request.app[appkeys.DB].read(exp_store.get, exp_id)
         require_owner(request, exp.owner_id, f"checkpoint {group[0].uuid}")
         out.append((exp, group))
     return out
@@ -296,7 +297,7 @@ async def post_metadata(request: web.Request) -> web.Response:
     if body.checkpoint.uuid not in (None, "", uuid):
         raise InvalidArgument(f"checkpoint.uuid: {body.checkpoint.uuid[:40]!r} does not match "
                               f"the checkpoint {uuid} in the path")
-    db = request.app[keys.DB]
+    db = request.app[appkeys.DB]
     ckpt = await db.read(ckpt_store.get, uuid)
     p = principal(request)
     if p.allocation is not None:
@@ -310,8 +311,8 @@ async def post_metadata(request: web.Request) -> web.Response:
         require_owner(request, exp.owner_id, f"checkpoint {uuid}")
     ckpt = await db.run(ckpt_store.set_metadata, uuid, body.checkpoint.metadata)
     if ckpt.experiment_id is not None:
-        request.app[keys.NOTIFIER].notify(f"experiment:{ckpt.experiment_id}")
-    return json_response({"checkpoint": await db.read(checkpoint_views.view, ckpt)})
+        request.app[appkeys.NOTIFIER].notify(f"experiment:{ckpt.experiment_id}")
+    return json_response({"checkpoint": await db.read(checkpoints.view, ckpt)})
 
 
 routes.post("/api/v1/checkpoints/{uuid}/metadata")(post_metadata)
@@ -326,39 +327,23 @@ async def download(request: web.Request) -> web.StreamResponse:
     if ckpt.state not in (CheckpointState.COMPLETED, CheckpointState.PARTIALLY_DELETED):
         raise FailedPrecondition(f"checkpoint {ckpt.uuid} is {ckpt.state.value}: only "
                                  "COMPLETED or PARTIALLY_DELETED checkpoints can be downloaded")
-    exp = await request.app[keys.DB].read(exp_store.get, ckpt.experiment_id)
+    exp = await request.app[appkeys.DB].read(exp_store.get, ckpt.experiment_id)
     root = await asyncio.to_thread(checkpoint_files.directory, exp.config, ckpt.uuid)
     return await checkpoint_files.stream(request, root, ckpt.uuid)
 
 
 routes.get("/checkpoints/{uuid}")(download)
 
-LIST_QUERY = {"sortByAttr": str, "sortByMetric": str, "orderBy": str, "states": list[str]}
-
 
 @routes.get("/api/v1/trials/{id}/checkpoints")
-@op(query=LIST_QUERY, paged=True)
+@op(query=checkpoints.LIST_QUERY, paged=True)
 async def trial_checkpoints(request: web.Request) -> web.Response:
     trial_id = path_int(request, "id")
-    db = request.app[keys.DB]
+    db = request.app[appkeys.DB]
     trial = await db.read(trial_store.get, trial_id)
     exp = await db.read(exp_store.get, trial.experiment_id)
-    return await listed(request, exp, trial_id=trial_id)
-
-
-async def listed(request: web.Request, exp: Experiment,
-                 trial_id: int | None = None) -> web.Response:
-    """A list route's page of checkpoint views (of the experiment, or of one of its trials),
-    filtered and sorted as Determined's."""
-    db = request.app[keys.DB]
-    q = request.query
-    where = {"trial_id": trial_id} if trial_id is not None else {"experiment_id": exp.id}
-    out, window = await db.read(
-        checkpoint_views.page, page_of(request), exp.searcher_metric,
-        exp.smaller_is_better, **where, sort_attr=q.get("sortByAttr") or None,
-        sort_metric=q.get("sortByMetric") or None, states=q.getall("states", []),
-        order=q.get("orderBy"))
-    return await big_json_response({"checkpoints": out, "pagination": window.pagination()})
+    return await big_json_response(await checkpoints.listed(
+        db, page_of(request), request.query, exp, trial_id=trial_id))
 
 
 # --- which trials use a checkpoint (inference, fine-tuning) ---------------------------------
@@ -377,7 +362,7 @@ async def report_source(request: web.Request) -> web.Response:
                               f"{', '.join(ckpt_store.SOURCE_KINDS)}")
     uuid = checkpoint_uuid(info.checkpoint_uuid, "trialSourceInfo.checkpointUuid")
     await require_trial_writer(request, info.trial_id)
-    db = request.app[keys.DB]
+    db = request.app[appkeys.DB]
     trial = await db.read(trial_store.get, info.trial_id)
     await db.run(ckpt_store.link_trial, trial.id, uuid, info.trial_source_info_type,
                  info.model_id, info.model_version)
@@ -399,7 +384,7 @@ async def source_metrics(request: web.Request) -> web.Response:
         raise InvalidArgument(f"query parameter trialSourceInfoType: one of "
                               f"{', '.join(ckpt_store.SOURCE_KINDS)}")
     group = request.query.get("metricGroup") or None
-    db = request.app[keys.DB]
+    db = request.app[appkeys.DB]
     p = principal(request)
     mine = (await db.read(trial_store.get, p.allocation.trial_id)).experiment_id \
         if p.allocation is not None else None
@@ -408,7 +393,7 @@ async def source_metrics(request: web.Request) -> web.Response:
         if mine is not None and (await db.read(trial_store.get, trial_id)).experiment_id != mine:
             continue  # as Determined: trials the caller may not see are left out
         rows = await db.read(metric_store.for_trial, trial_id, group, limit=MAX_SOURCE_METRICS)
-        out.extend(metrics_report(m, i) for i, m in enumerate(rows))
+        out.extend(shapes.metrics_report(m, i) for i, m in enumerate(rows))
     return await big_json_response({"metrics": out})
 
 

@@ -11,8 +11,13 @@ from aiohttp import web
 from dettui import metric
 from dettui.config.schema import priority_value, weight_value
 from dettui.errors import FailedPrecondition, InvalidArgument
-from dettui.master import checkpoint_gc, intake, keys, offload, serialize, unsupported
-from dettui.master.bodies import (
+from dettui.master import checkpoint_gc, intake, offload
+from dettui.master.gc import GcPolicy
+from dettui.master.http import appkeys, shapes, unsupported
+from dettui.master.http.body import body_chunks, read_json
+from dettui.master.http.middleware import principal, require_owner, require_user, task_route
+from dettui.master.http.openapi import op
+from dettui.master.http.requests import (
     ContinueExperimentBody,
     CreateExperimentBody,
     PatchExperimentBody,
@@ -20,28 +25,9 @@ from dettui.master.bodies import (
     parse,
     parse_obj,
 )
-from dettui.master.gc import GcPolicy
-from dettui.master.intake import Intake
-from dettui.master.middleware import (
-    body_chunks,
-    principal,
-    read_json,
-    require_owner,
-    require_user,
-    task_route,
-)
-from dettui.master.openapi import op
-from dettui.master.routes import checkpoints as ckpt_routes
-from dettui.master.routes.views import extras, trial_views
-from dettui.master.store import Database, control
-from dettui.master.store import experiments as exp_store
-from dettui.master.store import metrics as metric_store
-from dettui.master.store import trials as trial_store
-from dettui.master.store import unmanaged as unmanaged_store
-from dettui.master.store.page import Page
-from dettui.master.store.records import Experiment
-from dettui.master.wire import (
+from dettui.master.http.wire import (
     b64_response,
+    big_json_response,
     json_bytes,
     json_response,
     page_of,
@@ -50,6 +36,17 @@ from dettui.master.wire import (
     query_int,
     ts,
 )
+from dettui.master.intake import Intake
+from dettui.master.store import control
+from dettui.master.store import experiments as exp_store
+from dettui.master.store import metrics as metric_store
+from dettui.master.store import trials as trial_store
+from dettui.master.store import unmanaged as unmanaged_store
+from dettui.master.store.page import Page
+from dettui.master.store.records import Experiment
+from dettui.master.views import checkpoints as checkpoint_views
+from dettui.master.views.experiments import extras
+from dettui.master.views.trials import trial_views
 from dettui.models import ExperimentState
 
 log = logging.getLogger("dettui.master.experiments")
@@ -60,7 +57,7 @@ MAX_CREATE_BODY = 140 * 1024 * 1024  # a 95 MiB context arrives base64-encoded i
 
 async def _intake(request: web.Request, by_external_id: bool = False) -> Intake:
     """The create body, read and prepared in a worker process (never on the event loop)."""
-    settings = request.app[keys.SETTINGS]
+    settings = request.app[appkeys.SETTINGS]
     return await offload.isolated_body(intake.read_create, body_chunks(request),
                                        str(settings.checkpoint_root), str(settings.state_dir),
                                        by_external_id)
@@ -91,10 +88,10 @@ async def create(request: web.Request) -> web.Response:
         return json_response({"experiment": _preview(new, user.username), "config": None,
                               "warnings": [], "configWarnings": got.warnings})
     assert got.opening is not None  # a managed experiment's, read with its body
-    exp, _ = await request.app[keys.CREATIONS].one((new, got.opening))
-    request.app[keys.NOTIFIER].experiment_changed(exp.id, jobs=True)
-    request.app[keys.CLUSTER].kick()
-    return json_response({"experiment": serialize.experiment(exp), "config": exp.config,
+    exp, _ = await request.app[appkeys.CREATIONS].one((new, got.opening))
+    request.app[appkeys.NOTIFIER].experiment_changed(exp.id, jobs=True)
+    request.app[appkeys.CLUSTER].kick()
+    return json_response({"experiment": shapes.experiment(exp), "config": exp.config,
                           "warnings": [], "configWarnings": got.warnings})
 
 
@@ -114,7 +111,7 @@ async def _create_unmanaged(request: web.Request, got: Intake,
                             external_id: str | None) -> web.Response:
     """A detached experiment (WIRE §8): no model definition, no job, never scheduled."""
     user = require_user(request)
-    settings = request.app[keys.SETTINGS]
+    settings = request.app[appkeys.SETTINGS]
     conf = got.conf
     conf["resources"]["resource_pool"] = settings.default_pool
     conf["resources"]["priority"] = conf["resources"].get("priority") or DEFAULT_PRIORITY
@@ -128,16 +125,16 @@ async def _create_unmanaged(request: web.Request, got: Intake,
     if got.body.validate_only:
         return json_response({"experiment": _preview(new, user.username), "config": None,
                               "warnings": [], "configWarnings": got.warnings})
-    exp = await request.app[keys.DB].run(unmanaged_store.create_experiment, new, external_id)
-    request.app[keys.NOTIFIER].experiment_changed(exp.id)
-    return json_response({"experiment": serialize.experiment(exp), "config": exp.config,
+    exp = await request.app[appkeys.DB].run(unmanaged_store.create_experiment, new, external_id)
+    request.app[appkeys.NOTIFIER].experiment_changed(exp.id)
+    return json_response({"experiment": shapes.experiment(exp), "config": exp.config,
                           "warnings": [], "configWarnings": got.warnings})
 
 
 async def _pool(request: web.Request, conf: dict[str, Any]) -> str:
-    settings = request.app[keys.SETTINGS]
+    settings = request.app[appkeys.SETTINGS]
     name = conf["resources"].get("resource_pool") or settings.default_pool
-    known = set(settings.pools) | request.app[keys.CLUSTER].agents.pools()
+    known = set(settings.pools) | request.app[appkeys.CLUSTER].agents.pools()
     if name not in known:
         raise InvalidArgument(
             f"resources.resource_pool: resource pool '{name}' not found "
@@ -153,26 +150,6 @@ def _preview(new: exp_store.NewExperiment, username: str) -> dict[str, Any]:
             "startTime": None, "state": ExperimentState.ACTIVE.value, "username": username}
 
 
-async def experiment_objects(db: Database,
-                             ids: list[int] | None = None) -> list[dict[str, Any]]:
-    """Every experiment (or those of `ids`), archived ones too, as GET /api/v1/experiments
-    shows them with `omitConfig=true` (the stream's objects: a dashboard shows no config, and
-    500 of them with it were 1.5 MiB a snapshot)."""
-    return [serialize.listed_experiment(e) for e in await db.read(exp_store.listed, ids)]
-
-
-async def trial_objects(db: Database, exp_id: int,
-                        ids: list[int] | None = None) -> list[dict[str, Any]]:
-    """Every trial of an experiment (or those of `ids`) as GET /api/v1/experiments/{id}/trials
-    shows them."""
-    exp = await db.read(exp_store.get, exp_id)
-    if ids is None:
-        rows = await db.read(trial_store.for_experiment, exp_id)
-    else:
-        rows = await db.read(trial_store.of_experiment, exp_id, ids)
-    return list(await db.read(trial_views, exp, rows))
-
-
 @routes.get("/api/v1/experiments")
 @op(query={"archived": bool, "users": list[str], "states": list[str], "sortBy": str,
            "omitConfig": bool}, paged=True)
@@ -180,7 +157,7 @@ async def list_(request: web.Request) -> web.Response:
     """A page of experiments, read with LIMIT/OFFSET (Determined's pagination). dettui's own
     clients ask with `omitConfig=true` (not Determined's): without `config` and
     `originalConfig`, two thirds of each experiment's JSON that a list does not show."""
-    body = await request.app[keys.DB].read(
+    body = await request.app[appkeys.DB].read(
         _list_body, page_of(request), not query_bool(request, "omitConfig"),
         archived=query_bool(request, "archived"),
         users=request.query.getall("users", []) or None,
@@ -194,17 +171,17 @@ def _list_body(conn: sqlite3.Connection, want: Page, config: bool, **query: Any)
     off the event loop, not one per step)."""
     if config:
         exps, window = exp_store.page(conn, want, **query)
-        out = [serialize.experiment(e) for e in exps]
+        out = [shapes.experiment(e) for e in exps]
     else:
         listed, window = exp_store.listed_page(conn, want, **query)
-        out = [serialize.listed_experiment(e) for e in listed]
+        out = [shapes.listed_experiment(e) for e in listed]
     return json_bytes({"experiments": out, "pagination": window.pagination()})
 
 
 @routes.get("/api/v1/experiments/{id}")
 async def get(request: web.Request) -> web.Response:
-    exp, more = await request.app[keys.DB].read(_with_extras, path_int(request, "id"))
-    return json_response({"experiment": serialize.experiment(exp) | more,
+    exp, more = await request.app[appkeys.DB].read(_with_extras, path_int(request, "id"))
+    return json_response({"experiment": shapes.experiment(exp) | more,
                           "config": exp.config, "jobSummary": None})
 
 
@@ -220,7 +197,7 @@ async def patch(request: web.Request) -> web.Response:
     raw = await read_json(request)
     body = parse_obj(raw, PatchExperimentBody)
     assert isinstance(raw, dict)
-    db = request.app[keys.DB]
+    db = request.app[appkeys.DB]
     exp = await db.read(exp_store.get, exp_id)
     require_owner(request, exp.owner_id, f"experiment {exp_id}")
     fields: dict[str, Any] = {}
@@ -247,11 +224,11 @@ async def patch(request: web.Request) -> web.Response:
         fields["config"] = conf
     if fields:
         exp = await db.run(exp_store.update_fields, exp_id, **fields)
-        request.app[keys.NOTIFIER].experiment_changed(exp_id, jobs=True)
-        request.app[keys.CLUSTER].kick()
+        request.app[appkeys.NOTIFIER].experiment_changed(exp_id, jobs=True)
+        request.app[appkeys.CLUSTER].kick()
     if gc_policy is not None:  # the new policy applies at once (0.38.1 used the old one)
         await checkpoint_gc.collect(db, exp_id, gc_policy)
-    return json_response({"experiment": serialize.experiment(exp)})
+    return json_response({"experiment": shapes.experiment(exp)})
 
 
 def _gc_policy(raw: dict[str, Any], old: GcPolicy) -> GcPolicy:
@@ -273,7 +250,7 @@ def _gc_policy(raw: dict[str, Any], old: GcPolicy) -> GcPolicy:
 async def preview_gc(request: web.Request) -> web.Response:
     """What a policy would delete (`det e set gc-policy` without --yes)."""
     exp_id = path_int(request, "id")
-    db = request.app[keys.DB]
+    db = request.app[appkeys.DB]
     exp = await db.read(exp_store.get, exp_id)
     old = checkpoint_gc.policy_of(exp)
     policy = GcPolicy(*(query_int(request, k, getattr(old, k)) for k in (
@@ -314,8 +291,8 @@ def _resource_changes(resources: dict[str, Any]) -> dict[str, Any]:
 
 async def _action(request: web.Request, action: str) -> web.Response:
     exp_id = path_int(request, "id")
-    db = request.app[keys.DB]
-    cluster = request.app[keys.CLUSTER]
+    db = request.app[appkeys.DB]
+    cluster = request.app[appkeys.CLUSTER]
     exp = await db.read(exp_store.get, exp_id)
     require_owner(request, exp.owner_id, f"experiment {exp_id}")
     if action in ("pause", "activate") and exp.state.is_terminal():
@@ -340,7 +317,7 @@ async def _action(request: web.Request, action: str) -> web.Response:
         if not exp.archived:
             raise FailedPrecondition("Experiment is not archived.")
         await db.run(exp_store.update_fields, exp_id, archived=0)
-    request.app[keys.NOTIFIER].experiment_changed(exp_id, jobs=True)
+    request.app[appkeys.NOTIFIER].experiment_changed(exp_id, jobs=True)
     return json_response({})
 
 
@@ -350,17 +327,17 @@ async def continue_experiment(request: web.Request) -> web.Response:
     """`det e continue ID [--config K=V]`: an ended experiment trains on from its trials'
     latest checkpoints, with the override merged into its config."""
     body = await parse(request, ContinueExperimentBody)
-    db = request.app[keys.DB]
+    db = request.app[appkeys.DB]
     exp = await db.read(exp_store.get, body.id)
     require_owner(request, exp.owner_id, f"experiment {exp.id}")
     if exp.unmanaged:
         raise FailedPrecondition(f"experiment {exp.id} is unmanaged: run its script again")
     conf = await offload.cpu(intake.continue_config, exp.config, body.override_config)
     await db.run(control.continue_experiment, exp.id, conf)
-    request.app[keys.NOTIFIER].notify(f"experiment:{exp.id}", "experiments", "jobs")
-    request.app[keys.CLUSTER].kick()
+    request.app[appkeys.NOTIFIER].notify(f"experiment:{exp.id}", "experiments", "jobs")
+    request.app[appkeys.CLUSTER].kick()
     exp = await db.read(exp_store.get, exp.id)
-    return json_response({"experiment": serialize.experiment(exp), "config": exp.config})
+    return json_response({"experiment": shapes.experiment(exp), "config": exp.config})
 
 
 async def _unmanaged_action(request: web.Request, exp: Any, action: str) -> web.Response:
@@ -372,10 +349,10 @@ async def _unmanaged_action(request: web.Request, exp: Any, action: str) -> web.
                                  f"the cluster, so it cannot be {action}d from here")
     if exp.state.is_terminal():
         return json_response({})
-    changed = await request.app[keys.DB].run(unmanaged_store.cancel, exp_id)
+    changed = await request.app[appkeys.DB].run(unmanaged_store.cancel, exp_id)
     if changed is not None:
-        await request.app[keys.CLUSTER].allocations.settle_unmanaged([(exp_id, changed)])
-    request.app[keys.NOTIFIER].experiment_changed(exp_id)
+        await request.app[appkeys.CLUSTER].allocations.settle_unmanaged([(exp_id, changed)])
+    request.app[appkeys.NOTIFIER].experiment_changed(exp_id)
     return json_response({})
 
 
@@ -385,7 +362,7 @@ async def delete(request: web.Request) -> web.Response:
     its trials, metrics, logs and records. Interrupted, it leaves the experiment listed with
     fewer files, and deleting again finishes the job."""
     exp_id = path_int(request, "id")
-    db = request.app[keys.DB]
+    db = request.app[appkeys.DB]
     exp = await db.read(exp_store.get, exp_id)
     require_owner(request, exp.owner_id, f"experiment {exp_id}")
     if not exp.state.is_terminal():
@@ -395,7 +372,7 @@ async def delete(request: web.Request) -> web.Response:
     removed = await checkpoint_gc.remove_all(db, exp)
     await db.run(exp_store.delete, exp_id)
     log.info("experiment %d deleted with %d checkpoint(s)", exp_id, removed)
-    request.app[keys.NOTIFIER].experiment_changed(exp_id, jobs=True)
+    request.app[appkeys.NOTIFIER].experiment_changed(exp_id, jobs=True)
     return json_response({})
 
 
@@ -411,7 +388,7 @@ for _name in ("pause", "activate", "cancel", "kill", "archive", "unarchive"):
 @op(query={"states": list[str], "sortBy": str}, paged=True)
 async def trials(request: web.Request) -> web.Response:
     """A page of the experiment's trials, read with LIMIT/OFFSET."""
-    body = await request.app[keys.DB].read(
+    body = await request.app[appkeys.DB].read(
         _trials_body, path_int(request, "id"), page_of(request),
         states=request.query.getall("states", []) or None,
         sort_by=request.query.get("sortBy") or None)
@@ -427,24 +404,25 @@ def _trials_body(conn: sqlite3.Connection, exp_id: int, want: Page, **query: Any
 
 
 @routes.get("/api/v1/experiments/{id}/checkpoints")
-@op(query=ckpt_routes.LIST_QUERY, paged=True)
+@op(query=checkpoint_views.LIST_QUERY, paged=True)
 async def checkpoints(request: web.Request) -> web.Response:
     exp_id = path_int(request, "id")
-    db = request.app[keys.DB]
+    db = request.app[appkeys.DB]
     exp = await db.read(exp_store.get, exp_id)
-    return await ckpt_routes.listed(request, exp)
+    return await big_json_response(await checkpoint_views.listed(
+        db, page_of(request), request.query, exp))
 
 
 @routes.get("/api/v1/experiments/{id}/model_def")
 async def model_def(request: web.Request) -> web.Response:
-    data = await request.app[keys.DB].read(exp_store.context, path_int(request, "id"))
+    data = await request.app[appkeys.DB].read(exp_store.context, path_int(request, "id"))
     return await b64_response("b64Tgz", data)
 
 
 @task_route
 async def best_validation(request: web.Request) -> web.Response:
     exp_id = path_int(request, "id")
-    db = request.app[keys.DB]
+    db = request.app[appkeys.DB]
     p = principal(request)
     exp = await db.read(exp_store.get, exp_id)
     if p.allocation is not None:

@@ -11,12 +11,12 @@ from typing import Any
 
 from aiohttp import web
 
-from dettui.master import keys, serialize
-from dettui.master.middleware import check_trial
-from dettui.master.openapi import op
+from dettui.master.http import appkeys, shapes
+from dettui.master.http.middleware import check_trial
+from dettui.master.http.openapi import op
+from dettui.master.http.wire import parse_id, parse_ts, path_int, query_int
 from dettui.master.store import logs as log_store
 from dettui.master.store import trials as trial_store
-from dettui.master.wire import parse_id, parse_ts, path_int, query_int
 
 routes = web.RouteTableDef()
 LOG_BATCH = 1000
@@ -46,22 +46,22 @@ def _filter(request: web.Request) -> log_store.LogFilter:
 @op(query=LOG_QUERY, long_poll="follow")
 async def trial_logs(request: web.Request) -> web.StreamResponse:
     trial_id = path_int(request, "id")
-    await request.app[keys.DB].read(trial_store.get, trial_id)
-    return await _stream(request, trial_id, serialize.log_line)
+    await request.app[appkeys.DB].read(trial_store.get, trial_id)
+    return await _stream(request, trial_id, shapes.log_line)
 
 
 @routes.get("/api/v1/tasks/{taskId}/logs")
 @op(query=LOG_QUERY, long_poll="follow")
 async def task_logs(request: web.Request) -> web.StreamResponse:
     """`det task logs TASK_ID`: a trial's task, as Determined's v1TaskLogsResponse."""
-    trial = await request.app[keys.DB].read(trial_store.by_task_id, request.match_info["taskId"])
+    trial = await request.app[appkeys.DB].read(trial_store.by_task_id, request.match_info["taskId"])
     check_trial(request, trial.id)
-    return await _stream(request, trial.id, serialize.task_log_line)
+    return await _stream(request, trial.id, shapes.task_log_line)
 
 
 async def _stream(request: web.Request, trial_id: int,
                   line_json: Serializer) -> web.StreamResponse:
-    db = request.app[keys.DB]
+    db = request.app[appkeys.DB]
     flt = _filter(request)
     limit = query_int(request, "limit", 0)
     follow = request.query.get("follow", "false").lower() == "true"
@@ -89,7 +89,7 @@ async def _write(resp: web.StreamResponse, lines: list[Any], line_json: Serializ
 async def _drain(request: web.Request, resp: web.StreamResponse, trial_id: int,
                  flt: log_store.LogFilter, line_json: Serializer, after: int,
                  limit: int = 0) -> int:
-    db = request.app[keys.DB]
+    db = request.app[appkeys.DB]
     sent = 0
     while True:
         batch = LOG_BATCH if limit <= 0 else min(LOG_BATCH, limit - sent)
@@ -105,8 +105,8 @@ async def _drain(request: web.Request, resp: web.StreamResponse, trial_id: int,
 
 async def _follow(request: web.Request, resp: web.StreamResponse, trial_id: int,
                   flt: log_store.LogFilter, line_json: Serializer, last: int) -> None:
-    db = request.app[keys.DB]
-    notifier = request.app[keys.NOTIFIER]
+    db = request.app[appkeys.DB]
+    notifier = request.app[appkeys.NOTIFIER]
     while True:
         last = await _drain(request, resp, trial_id, flt, line_json, last)
         trial = await db.read(trial_store.get, trial_id)

@@ -3,37 +3,24 @@ NDJSON, one result holding every report of the trials, each a v1MetricsReport.""
 
 from __future__ import annotations
 
-from typing import Any
-
 from aiohttp import web
 
-from dettui.master import keys, offload
-from dettui.master.middleware import check_trial
-from dettui.master.openapi import op
+from dettui.master import offload
+from dettui.master.http import appkeys, shapes
+from dettui.master.http.middleware import check_trial
+from dettui.master.http.openapi import op
+from dettui.master.http.wire import STREAM_CHUNK, json_bytes, parse_id
 from dettui.master.store import metrics as metric_store
 from dettui.master.store import trials as trial_store
 from dettui.master.store.records import Metric
-from dettui.master.wire import STREAM_CHUNK, encode_metrics, json_bytes, parse_id, ts
 
 routes = web.RouteTableDef()
 STREAM_QUERY = {"trialIds": list[int]}
 
 
-def report(m: Metric, index: int) -> dict[str, Any]:
-    """A v1MetricsReport: the SDK reads `metrics["avg_metrics"]`, or `["validation_metrics"]`
-    for the validation group (Determined's legacy layout)."""
-    avg = encode_metrics(m.metrics)
-    body: dict[str, Any] = {"avg_metrics": avg, "batch_metrics": m.batch_metrics}
-    if m.group == "validation":
-        body["validation_metrics"] = avg
-    return {"id": f"{m.trial_id}.{m.group}.{m.steps_completed}.{index}", "trialId": m.trial_id,
-            "trialRunId": m.run_id, "totalBatches": m.steps_completed, "group": m.group,
-            "endTime": ts(m.report_time), "archived": False, "metrics": body}
-
-
 async def _stream(request: web.Request, group: str | None) -> web.StreamResponse:
     ids = [parse_id(x, "trialIds") for x in request.query.getall("trialIds", [])]
-    db = request.app[keys.DB]
+    db = request.app[appkeys.DB]
     for trial_id in ids:
         check_trial(request, trial_id)
         await db.read(trial_store.get, trial_id)
@@ -61,7 +48,7 @@ async def _stream(request: web.Request, group: str | None) -> web.StreamResponse
 
 
 def _ndjson_line(rows: list[Metric], index: int) -> bytes:
-    out = [report(m, index + i) for i, m in enumerate(rows)]
+    out = [shapes.metrics_report(m, index + i) for i, m in enumerate(rows)]
     return json_bytes({"result": {"metrics": out}}) + b"\n"
 
 

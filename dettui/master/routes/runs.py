@@ -6,12 +6,13 @@ from __future__ import annotations
 from aiohttp import web
 
 from dettui.errors import InvalidArgument
-from dettui.master import keys, run_metadata
-from dettui.master.bodies import RunMetadataBody, parse
-from dettui.master.middleware import check_trial, require_trial_writer, task_route
-from dettui.master.openapi import op
+from dettui.master import run_metadata
+from dettui.master.http import appkeys
+from dettui.master.http.middleware import check_trial, require_trial_writer, task_route
+from dettui.master.http.openapi import op
+from dettui.master.http.requests import RunMetadataBody, parse
+from dettui.master.http.wire import json_response, path_int
 from dettui.master.store import trials as trial_store
-from dettui.master.wire import json_response, path_int
 
 routes = web.RouteTableDef()
 
@@ -21,7 +22,7 @@ async def get_metadata(request: web.Request) -> web.Response:
     """The run's metadata (`{}` until some is set)."""
     run_id = path_int(request, "runId")
     check_trial(request, run_id)
-    found = await request.app[keys.DB].read(trial_store.run_metadata, run_id)
+    found = await request.app[appkeys.DB].read(trial_store.run_metadata, run_id)
     return json_response({"metadata": found})
 
 
@@ -37,7 +38,7 @@ async def post_metadata(request: web.Request) -> web.Response:
         raise InvalidArgument(f"runId: {body.run_id} does not match the run {run_id} in the "
                               "path")
     run_metadata.check(body.metadata)
-    db = request.app[keys.DB]
+    db = request.app[appkeys.DB]
     await db.read(trial_store.get, run_id)
     stored = await db.run(trial_store.set_run_metadata, run_id, body.metadata)
     return json_response({"metadata": stored})

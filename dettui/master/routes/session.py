@@ -13,8 +13,18 @@ import json
 from aiohttp import web
 
 from dettui.errors import InvalidArgument, NotFound, PermissionDenied, Unauthenticated
-from dettui.master import keys, offload, openapi, serialize
-from dettui.master.bodies import (
+from dettui.master import offload
+from dettui.master.http import appkeys, openapi, shapes
+from dettui.master.http.body import read_json
+from dettui.master.http.middleware import (
+    not_for_trials,
+    principal,
+    require_admin,
+    require_user,
+    task_route,
+)
+from dettui.master.http.openapi import op
+from dettui.master.http.requests import (
     AgentUserGroupBody,
     LoginBody,
     PasswordBody,
@@ -22,18 +32,9 @@ from dettui.master.bodies import (
     PostUserBody,
     parse,
 )
-from dettui.master.middleware import (
-    not_for_trials,
-    principal,
-    read_json,
-    require_admin,
-    require_user,
-    task_route,
-)
-from dettui.master.openapi import op
+from dettui.master.http.wire import json_response, paginate, path_int, query_bool
 from dettui.master.store import users
 from dettui.master.store.records import AgentLink, User
-from dettui.master.wire import json_response, paginate, path_int, query_bool
 
 routes = web.RouteTableDef()
 
@@ -68,8 +69,8 @@ async def _stored(password: str | None, is_hashed: bool) -> str | None:
 
 @routes.get("/info")
 async def info(request: web.Request) -> web.Response:
-    s = request.app[keys.SETTINGS]
-    body = serialize.master_info(request.app[keys.CLUSTER_ID], s.cluster_name)
+    s = request.app[appkeys.SETTINGS]
+    body = shapes.master_info(request.app[appkeys.CLUSTER_ID], s.cluster_name)
     body.update({"master_id": body["masterId"], "cluster_id": body["clusterId"],
                  "cluster_name": body["clusterName"], "sso_providers": []})
     return json_response(body)
@@ -84,7 +85,7 @@ async def openapi_json(request: web.Request) -> web.Response:
 def _openapi(app: web.Application) -> bytes:
     """Every app of this process has the same routes: one document, built on first use."""
     if not _SPEC:
-        from dettui.master.middleware import PUBLIC, TASK_HANDLERS
+        from dettui.master.http.middleware import PUBLIC, TASK_HANDLERS
 
         _SPEC.append(json.dumps(openapi.spec(app, PUBLIC, TASK_HANDLERS)).encode())
     return _SPEC[0]
@@ -95,15 +96,15 @@ _SPEC: list[bytes] = []
 
 @routes.get("/api/v1/master")
 async def master(request: web.Request) -> web.Response:
-    s = request.app[keys.SETTINGS]
-    return json_response(serialize.master_info(request.app[keys.CLUSTER_ID], s.cluster_name))
+    s = request.app[appkeys.SETTINGS]
+    return json_response(shapes.master_info(request.app[appkeys.CLUSTER_ID], s.cluster_name))
 
 
 @routes.post("/api/v1/auth/login")
 @op(body=LoginBody)
 async def login(request: web.Request) -> web.Response:
     body = await parse(request, LoginBody)
-    db = request.app[keys.DB]
+    db = request.app[appkeys.DB]
     user = await db.run(users.by_name, body.username)
     hashed = body.password if body.is_hashed else users.client_hash(body.password)
     # A name that does not exist costs a check too: the answer's delay names no users.
@@ -115,7 +116,7 @@ async def login(request: web.Request) -> web.Response:
     if users.needs_rehash(user.password_hash):
         new = await offload.cpu(users.hash_password, hashed)
         await db.run(users.rehash, user.id, user.password_hash, new)
-    token = await db.run(users.new_session, user.id, request.app[keys.SETTINGS].session_lifetime)
+    token = await db.run(users.new_session, user.id, request.app[appkeys.SETTINGS].session_lifetime)
     return json_response({"token": token, "user": user_json(user)})
 
 
@@ -129,7 +130,7 @@ def _matches(stored: str | None, hashed: str) -> bool:
 
 @routes.post("/api/v1/auth/logout")
 async def logout(request: web.Request) -> web.Response:
-    await request.app[keys.DB].run(users.drop_session, principal(request).token)
+    await request.app[appkeys.DB].run(users.drop_session, principal(request).token)
     return json_response({})
 
 
@@ -146,21 +147,21 @@ routes.get("/api/v1/auth/user")(me)
 @op(query={"active": bool}, paged=True)
 async def list_users(request: web.Request) -> web.Response:
     """Every user (`det user list`), `active=true|false` to filter, paginated."""
-    found = await request.app[keys.DB].read(users.list_, query_bool(request, "active"))
+    found = await request.app[appkeys.DB].read(users.list_, query_bool(request, "active"))
     page, pagination = paginate([user_json(u) for u in found], request)
     return json_response({"users": page, "pagination": pagination})
 
 
 @routes.get("/api/v1/users/{id}")
 async def get_user(request: web.Request) -> web.Response:
-    user = await request.app[keys.DB].run(users.by_id, path_int(request, "id"))
+    user = await request.app[appkeys.DB].run(users.by_id, path_int(request, "id"))
     return json_response({"user": user_json(user)})
 
 
 @routes.get("/api/v1/users/{username}/by-username")
 async def get_user_by_name(request: web.Request) -> web.Response:
     name = request.match_info["username"]
-    user = await request.app[keys.DB].run(users.by_name, name)
+    user = await request.app[appkeys.DB].run(users.by_name, name)
     if user is None:
         raise NotFound(f"user '{name}' not found")
     return json_response({"user": user_json(user)})
@@ -178,7 +179,7 @@ async def create_user(request: web.Request) -> web.Response:
     if not name or len(name) > 128 or any(c.isspace() or c == "/" for c in name):
         raise InvalidArgument("user.username: 1 to 128 characters, without spaces or '/'")
     stored = await _stored(body.password, body.is_hashed) or ""
-    user = await request.app[keys.DB].run(
+    user = await request.app[appkeys.DB].run(
         users.create, name, stored, admin=bool(new.admin), active=new.active is not False,
         display_name=new.display_name)
     return json_response({"user": user_json(user)})
@@ -202,7 +203,7 @@ async def patch_user(request: web.Request) -> web.Response:
         raise InvalidArgument("renaming users and remote users are not supported by dettui")
     link = agent_link(group) if group is not None else None
     stored = await _stored(body.password, body.is_hashed)
-    user = await request.app[keys.DB].run(
+    user = await request.app[appkeys.DB].run(
         users.update, user_id, active=body.active, admin=body.admin,
         display_name=body.display_name, password_hash=stored, agent=link,
         unlink_agent=group is not None and link is None)
@@ -222,5 +223,5 @@ async def set_password(request: web.Request) -> web.Response:
     if not isinstance(password, str) or len(password) > 1024:
         raise InvalidArgument("password: must be a string of at most 1024 characters")
     stored = await offload.cpu(users.hash_password, users.client_hash(password))
-    await request.app[keys.DB].run(users.set_password, target, stored)
+    await request.app[appkeys.DB].run(users.set_password, target, stored)
     return json_response({})

@@ -15,8 +15,19 @@ from aiohttp import web
 
 from dettui import series
 from dettui.errors import DettuiError, FailedPrecondition, InvalidArgument, PermissionDenied
-from dettui.master import keys, offload, serialize
-from dettui.master.bodies import (
+from dettui.master import offload
+from dettui.master.http import appkeys, shapes
+from dettui.master.http.body import read_json
+from dettui.master.http.middleware import (
+    agent_too,
+    check_trial,
+    principal,
+    require_owner,
+    require_trial_writer,
+    task_route,
+)
+from dettui.master.http.openapi import op
+from dettui.master.http.requests import (
     CreateTrialBody,
     EarlyExitBody,
     PatchTrialBody,
@@ -30,28 +41,7 @@ from dettui.master.bodies import (
     TaskLogsBody,
     parse,
 )
-from dettui.master.middleware import (
-    agent_too,
-    check_trial,
-    principal,
-    read_json,
-    require_owner,
-    require_trial_writer,
-    task_route,
-)
-from dettui.master.openapi import op
-from dettui.master.routes.views import trial_views
-from dettui.master.store import checkpoints as ckpt_store
-from dettui.master.store import experiments as exp_store
-from dettui.master.store import logs as log_store
-from dettui.master.store import metrics as metric_store
-from dettui.master.store import search as search_store
-from dettui.master.store import trials as trial_store
-from dettui.master.store import unmanaged as unmanaged_store
-from dettui.master.store.metrics import MetricReport
-from dettui.master.store.page import Page
-from dettui.master.store.records import Checkpoint, Metric
-from dettui.master.wire import (
+from dettui.master.http.wire import (
     STREAM_CHUNK,
     b64_response,
     decode_number,
@@ -66,6 +56,17 @@ from dettui.master.wire import (
     query_int,
     ts,
 )
+from dettui.master.store import checkpoints as ckpt_store
+from dettui.master.store import experiments as exp_store
+from dettui.master.store import logs as log_store
+from dettui.master.store import metrics as metric_store
+from dettui.master.store import search as search_store
+from dettui.master.store import trials as trial_store
+from dettui.master.store import unmanaged as unmanaged_store
+from dettui.master.store.metrics import MetricReport
+from dettui.master.store.page import Page
+from dettui.master.store.records import Checkpoint, Metric
+from dettui.master.views.trials import trial_views
 from dettui.models import CheckpointState, TrialState
 
 log = logging.getLogger("dettui.master.trials")
@@ -79,7 +80,7 @@ MAX_METRICS_BATCH_BODY = 64 * 1024 * 1024
 async def get_trial(request: web.Request) -> web.Response:
     trial_id = path_int(request, "id")
     check_trial(request, trial_id)
-    db = request.app[keys.DB]
+    db = request.app[appkeys.DB]
     trial = await db.read(trial_store.get, trial_id)
     exp = await db.read(exp_store.get, trial.experiment_id)
     views = await db.read(trial_views, exp, [trial])
@@ -133,16 +134,16 @@ async def _ingest(request: web.Request, trial_id: int,
         except DettuiError as exc:
             reports.append(exc)
     valid = [r for r in reports if isinstance(r, MetricReport)]
-    done = iter(await request.app[keys.INGEST].submit(*valid))
+    done = iter(await request.app[appkeys.INGEST].submit(*valid))
     errors = [r if isinstance(r, DettuiError) else next(done) for r in reports]
     ok = [r for r, e in zip(reports, errors, strict=True) if e is None]
     if ok:
-        exp_id = (await request.app[keys.DB].read(trial_store.get, trial_id)).experiment_id
-        request.app[keys.NOTIFIER].notify(f"metrics:{trial_id}")
-        request.app[keys.NOTIFIER].experiment_changed(exp_id, trial_id)
+        exp_id = (await request.app[appkeys.DB].read(trial_store.get, trial_id)).experiment_id
+        request.app[appkeys.NOTIFIER].notify(f"metrics:{trial_id}")
+        request.app[appkeys.NOTIFIER].experiment_changed(exp_id, trial_id)
     for r in ok:
         if isinstance(r, MetricReport) and r.group == "validation":
-            problem = await request.app[keys.CLUSTER].allocations.validation_reported(
+            problem = await request.app[appkeys.CLUSTER].allocations.validation_reported(
                 trial_id, r.steps, r.metrics)
             if problem:
                 log.warning("trial %d: %s", trial_id, problem)
@@ -196,7 +197,7 @@ async def read_metrics(request: web.Request) -> web.StreamResponse:
     a chart: the first and last kept, min and max of even buckets between (dettui.series)."""
     trial_id = path_int(request, "id")
     check_trial(request, trial_id)
-    db = request.app[keys.DB]
+    db = request.app[appkeys.DB]
     await db.read(trial_store.get, trial_id)
     group = request.query.get("group") or None
     after = query_int(request, "afterSteps", -1)
@@ -266,7 +267,7 @@ async def workloads(request: web.Request) -> web.Response:
     each training and validation report and each checkpoint of the trial, by batches unless
     `sortKey` names a metric (`metricType` says of which group; reports without it go last)."""
     trial_id = path_int(request, "id")
-    db = request.app[keys.DB]
+    db = request.app[appkeys.DB]
     await db.read(trial_store.get, trial_id)
     kinds = WORKLOAD_FILTERS.get(request.query.get("filter", ""))
     if kinds is None:
@@ -317,7 +318,7 @@ def _workloads(reports: list[Metric], kinds: set[str], ckpts: list[Checkpoint], 
     out: list[dict[str, Any]] = []
     for item in window.of(items):
         if isinstance(item, Checkpoint):
-            out.append({"checkpoint": {**serialize.checkpoint_workload(item),
+            out.append({"checkpoint": {**shapes.checkpoint_workload(item),
                                        "metadata": item.metadata}})
             continue
         body: dict[str, Any] = {"avgMetrics": encode_metrics(item.metrics)}
@@ -337,11 +338,11 @@ async def progress(request: web.Request) -> web.Response:
     body = await parse(request, ProgressBody)
     if not 0 <= body.progress <= 1:
         raise InvalidArgument("progress: must be between 0 and 1")
-    db = request.app[keys.DB]
+    db = request.app[appkeys.DB]
     await db.run(trial_store.set_fields, trial_id, progress=body.progress)
     trial = await db.read(trial_store.get, trial_id)
     await db.run(search_store.refresh_progress, await db.read(exp_store.get, trial.experiment_id))
-    request.app[keys.NOTIFIER].experiment_changed(trial.experiment_id, trial_id, jobs=True)
+    request.app[appkeys.NOTIFIER].experiment_changed(trial.experiment_id, trial_id, jobs=True)
     return json_response({})
 
 
@@ -358,7 +359,7 @@ async def early_exit(request: web.Request) -> web.Response:
                "EXITED_REASON_UNSPECIFIED"}
     if body.reason not in allowed:
         raise InvalidArgument("should not report special exit reason")
-    await request.app[keys.DB].run(trial_store.set_fields, trial_id, searcher_stopped=1,
+    await request.app[appkeys.DB].run(trial_store.set_fields, trial_id, searcher_stopped=1,
                                    early_exit=body.reason)
     return json_response({})
 
@@ -372,10 +373,10 @@ async def runner_metadata(request: web.Request) -> web.Response:
     trial_id = path_int(request, "id")
     await require_trial_writer(request, trial_id)
     body = await parse(request, RunnerMetadataBody)
-    db = request.app[keys.DB]
+    db = request.app[appkeys.DB]
     await db.run(trial_store.set_fields, trial_id, runner_state=body.state)
     trial = await db.read(trial_store.get, trial_id)
-    request.app[keys.NOTIFIER].experiment_changed(trial.experiment_id, trial_id)
+    request.app[appkeys.NOTIFIER].experiment_changed(trial.experiment_id, trial_id)
     return json_response({})
 
 
@@ -386,13 +387,13 @@ routes.post("/api/v1/trials/{id}/runner/metadata")(runner_metadata)
 async def kill_trial(request: web.Request) -> web.Response:
     """`det trial kill`: this trial ends (CANCELED) at once; the experiment goes on."""
     trial_id = path_int(request, "id")
-    db = request.app[keys.DB]
+    db = request.app[appkeys.DB]
     trial = await db.read(trial_store.get, trial_id)
     exp = await db.read(exp_store.get, trial.experiment_id)
     require_owner(request, exp.owner_id, f"trial {trial_id}")
     if exp.unmanaged:
         raise FailedPrecondition(f"trial {trial_id} is detached: end it from its script")
-    await request.app[keys.CLUSTER].experiments.kill_trial(trial_id, exp.id)
+    await request.app[appkeys.CLUSTER].experiments.kill_trial(trial_id, exp.id)
     return json_response({})
 
 
@@ -401,7 +402,7 @@ async def kill_trial(request: web.Request) -> web.Response:
 async def post_task_logs(request: web.Request) -> web.Response:
     """Determined's ship_logs.py endpoint (task token)."""
     body = await parse(request, TaskLogsBody)
-    db = request.app[keys.DB]
+    db = request.app[appkeys.DB]
     rows, trial_ids = [], set()
     for line in body.logs:
         trial = await db.read(trial_store.by_task_id, line.task_id)
@@ -415,7 +416,7 @@ async def post_task_logs(request: web.Request) -> web.Response:
                      "level": (line.level or "").removeprefix("LOG_LEVEL_") or None,
                      "timestamp": parse_ts(line.timestamp) or time.time(), "log": line.log})
     await db.run(log_store.insert, rows)
-    request.app[keys.NOTIFIER].notify(*(f"logs:{t}" for t in trial_ids))
+    request.app[appkeys.NOTIFIER].notify(*(f"logs:{t}" for t in trial_ids))
     return json_response({})
 
 
@@ -426,7 +427,7 @@ routes.post("/api/v1/task/logs")(post_task_logs)
 @agent_too
 async def context_directory(request: web.Request) -> web.Response:
     """A task's model definition: for the task itself, users, and agents running it."""
-    db = request.app[keys.DB]
+    db = request.app[appkeys.DB]
     trial = await db.read(trial_store.by_task_id, request.match_info["taskId"])
     check_trial(request, trial.id)
     agent = principal(request).agent
@@ -469,14 +470,14 @@ async def _new_trial(request: web.Request, body: CreateTrialBody,
                      external_id: str | None) -> dict[str, Any]:
     if not body.unmanaged:
         raise InvalidArgument("only unmanaged trials are supported")
-    db = request.app[keys.DB]
+    db = request.app[appkeys.DB]
     exp = await db.read(exp_store.get, body.experiment_id)
     require_owner(request, exp.owner_id, f"experiment {exp.id}")
     if not exp.unmanaged:
         raise InvalidArgument(f"only unmanaged trials are supported: experiment {exp.id} is "
                               "managed, its searcher creates its trials")
     trial = await db.run(unmanaged_store.create_trial, exp.id, body.hparams or {}, external_id)
-    request.app[keys.NOTIFIER].experiment_changed(exp.id, trial.id)
+    request.app[appkeys.NOTIFIER].experiment_changed(exp.id, trial.id)
     exp = await db.read(exp_store.get, exp.id)
     return dict((await db.read(trial_views, exp, [trial]))[0])
 
@@ -486,7 +487,7 @@ async def _unmanaged_trial(request: web.Request, body_trial_id: int | None) -> i
     if body_trial_id is not None and body_trial_id != trial_id:
         raise InvalidArgument(f"trialId: {body_trial_id} does not match the trial {trial_id} "
                               "in the path")
-    db = request.app[keys.DB]
+    db = request.app[appkeys.DB]
     trial = await db.read(trial_store.get, trial_id)
     exp = await db.read(exp_store.get, trial.experiment_id)
     require_owner(request, exp.owner_id, f"experiment {exp.id}")
@@ -502,9 +503,9 @@ async def start_trial(request: web.Request) -> web.Response:
     checkpoint to resume from."""
     body = await parse(request, StartTrialBody)
     trial_id = await _unmanaged_trial(request, body.trial_id)
-    db = request.app[keys.DB]
+    db = request.app[appkeys.DB]
     trial, latest = await db.run(unmanaged_store.start_trial, trial_id, bool(body.resume))
-    request.app[keys.NOTIFIER].experiment_changed(trial.experiment_id, trial_id)
+    request.app[appkeys.NOTIFIER].experiment_changed(trial.experiment_id, trial_id)
     return json_response({
         "trialRunId": trial.run_id,
         "stepsCompleted": (latest.steps_completed or 0) if latest else 0,
@@ -535,13 +536,13 @@ async def patch_trial(request: web.Request) -> web.Response:
     body = await parse(request, PatchTrialBody)
     state = _settable_state(body.state)
     trial_id = await _unmanaged_trial(request, body.trial_id)
-    db = request.app[keys.DB]
+    db = request.app[appkeys.DB]
     trial, changed = await db.run(unmanaged_store.patch_trial, trial_id, state)
     if state is not None:
-        request.app[keys.NOTIFIER].notify(f"logs:{trial_id}")
-        request.app[keys.NOTIFIER].experiment_changed(trial.experiment_id, trial_id)
+        request.app[appkeys.NOTIFIER].notify(f"logs:{trial_id}")
+        request.app[appkeys.NOTIFIER].experiment_changed(trial.experiment_id, trial_id)
     if changed is not None:
-        await request.app[keys.CLUSTER].allocations.settle_unmanaged(
+        await request.app[appkeys.CLUSTER].allocations.settle_unmanaged(
             [(trial.experiment_id, changed)])
     exp = await db.read(exp_store.get, trial.experiment_id)
     views = await db.read(trial_views, exp, [trial])
@@ -567,7 +568,7 @@ async def post_core_v2_logs(request: web.Request) -> web.Response:
     raw = await read_json(request)
     if not isinstance(raw, list):
         raise InvalidArgument("request body must be a JSON array of log entries")
-    db = request.app[keys.DB]
+    db = request.app[appkeys.DB]
     rows, trial_ids = [], set()
     for i, item in enumerate(raw):
         if not isinstance(item, dict) or not isinstance(item.get("task_id"), str) or \
@@ -585,5 +586,5 @@ async def post_core_v2_logs(request: web.Request) -> web.Response:
                      "timestamp": parse_ts(item.get("timestamp")) or time.time(),
                      "log": item["log"]})
     await db.run(log_store.insert, rows)
-    request.app[keys.NOTIFIER].notify(*(f"logs:{t}" for t in trial_ids))
+    request.app[appkeys.NOTIFIER].notify(*(f"logs:{t}" for t in trial_ids))
     return json_response({})

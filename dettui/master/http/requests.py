@@ -7,7 +7,7 @@ Numbers are bounded here, where they are parsed, once for every route: an id, a 
 any other integer is an `Int64` (`Count` if it cannot be negative), within the 64-bit columns
 of both stores, and never a boolean (`{"id": true}` is not experiment 1); a float is `Finite`
 (no NaN, no infinities, no booleans). The types live with the agent protocol
-(`dettui.protocol`), whose bodies use them too. `middleware.decode_json` has already refused
+(`dettui.protocol`), whose bodies use them too. `body.decode_json` has already refused
 integers past 64 bits, numbers past a double, lone surrogates and (but in metrics reports)
 `NaN`/`Infinity` tokens anywhere in the body; a metrics report's tokens became Determined's
 strings, which only metric values accept (`wire.decode_number`).
@@ -23,7 +23,7 @@ from pydantic import Field, ValidationError, field_validator
 
 from dettui.errors import InvalidArgument
 from dettui.master import offload
-from dettui.master.middleware import BIG_BODY, decode_json, read_body
+from dettui.master.http.body import BIG_BODY, decode_json, read_body
 from dettui.master.store import metrics as metric_store
 from dettui.protocol import INT64_MAX, Count, Finite, Int64, Message
 

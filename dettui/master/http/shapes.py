@@ -8,6 +8,7 @@ from typing import Any
 import yaml
 
 from dettui import DETERMINED_VERSION
+from dettui.master.http.wire import encode_metrics, ts
 from dettui.master.store.records import (
     Checkpoint,
     Experiment,
@@ -16,7 +17,6 @@ from dettui.master.store.records import (
     Metric,
     Trial,
 )
-from dettui.master.wire import encode_metrics, ts
 
 LEVELS = ("TRACE", "DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
@@ -241,3 +241,15 @@ def master_info(cluster_id: str, cluster_name: str) -> dict[str, Any]:
 
 def config_yaml(config: dict[str, Any]) -> str:
     return str(yaml.safe_dump(config, sort_keys=False))
+
+
+def metrics_report(m: Metric, index: int) -> dict[str, Any]:
+    """A v1MetricsReport: the SDK reads `metrics["avg_metrics"]`, or `["validation_metrics"]`
+    for the validation group (Determined's legacy layout)."""
+    avg = encode_metrics(m.metrics)
+    body: dict[str, Any] = {"avg_metrics": avg, "batch_metrics": m.batch_metrics}
+    if m.group == "validation":
+        body["validation_metrics"] = avg
+    return {"id": f"{m.trial_id}.{m.group}.{m.steps_completed}.{index}", "trialId": m.trial_id,
+            "trialRunId": m.run_id, "totalBatches": m.steps_completed, "group": m.group,
+            "endTime": ts(m.report_time), "archived": False, "metrics": body}

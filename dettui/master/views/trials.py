@@ -1,12 +1,16 @@
-"""Composite read models assembled on the store thread (a trial with its metrics, ...)."""
+"""Trials as Determined's views show them (a trial with its metrics, best validation and
+checkpoints), assembled on the store thread: read by the trial and experiment routes and the
+push stream's `experiment:<id>` topics."""
 
 from __future__ import annotations
 
 import sqlite3
 from typing import Any
 
-from dettui.master import serialize
+from dettui.master.http import shapes
+from dettui.master.store import Database
 from dettui.master.store import checkpoints as ckpt_store
+from dettui.master.store import experiments as exp_store
 from dettui.master.store import metrics as metric_store
 from dettui.master.store import trials as trial_store
 from dettui.master.store.records import Experiment, Trial
@@ -28,7 +32,7 @@ def trial_views(conn: sqlite3.Connection, exp: Experiment, trials: list[Trial]) 
         if best is not None:
             best_ckpt = next((c for c in ckpts if c.steps_completed == best.steps_completed),
                              None)
-        out.append(serialize.trial(
+        out.append(shapes.trial(
             t, latest_validation=latest_validation, best_validation=best,
             latest_training=metric_store.latest(conn, t.id, "training"),
             best_checkpoint=best_ckpt, searcher_metric=name,
@@ -38,10 +42,13 @@ def trial_views(conn: sqlite3.Connection, exp: Experiment, trials: list[Trial]) 
     return out
 
 
-def extras(conn: sqlite3.Connection, exp: Experiment) -> dict[str, Any]:
-    """What Determined's GetExperiment adds to an experiment, read for one experiment only (a
-    list would pay it per row): its trials and how long it has run. (Its best trial and its
-    checkpoints' count and bytes are kept on the experiment itself.)"""
-    trial_ids = [t.id for t in trial_store.for_experiment(conn, exp.id)]
-    return {"trialIds": trial_ids,
-            "duration": serialize.duration(exp.start_time, exp.end_time)}
+async def trial_objects(db: Database, exp_id: int,
+                        ids: list[int] | None = None) -> list[dict[str, Any]]:
+    """Every trial of an experiment (or those of `ids`) as GET /api/v1/experiments/{id}/trials
+    shows them."""
+    exp = await db.read(exp_store.get, exp_id)
+    if ids is None:
+        rows = await db.read(trial_store.for_experiment, exp_id)
+    else:
+        rows = await db.read(trial_store.of_experiment, exp_id, ids)
+    return list(await db.read(trial_views, exp, rows))

@@ -9,9 +9,12 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
+from multidict import MultiMapping
+
 from dettui import metric
 from dettui.errors import InvalidArgument, NotFound
-from dettui.master import serialize
+from dettui.master.http import shapes
+from dettui.master.store import Database
 from dettui.master.store import checkpoints as ckpt_store
 from dettui.master.store import experiments as exp_store
 from dettui.master.store import metrics as metric_store
@@ -72,7 +75,7 @@ def _steps_of(ckpts: Sequence[Checkpoint]) -> list[tuple[int, int]]:
 def view(conn: sqlite3.Connection, c: Checkpoint, cache: _Cache | None = None) -> dict[str, Any]:
     cache = cache or _Cache(conn, [c])
     exp, trial = cache.exp(c.experiment_id), cache.trial(c.trial_id)
-    return serialize.checkpoint(
+    return shapes.checkpoint(
         c, hparams=trial.hparams if trial is not None else None,
         config=exp.config if exp is not None else None,
         training=cache.metric(c, "training"), validation=cache.metric(c, "validation"),
@@ -117,3 +120,20 @@ def page(conn: sqlite3.Connection, want: Page, searcher_metric: str, smaller_is_
     ranked = sorted(have, key=value, reverse=desc) + [c for c in every if value(c) is None]
     window = want.window(len(ranked))
     return views(conn, window.of(ranked)), window
+
+
+# The list routes' query (GET /api/v1/trials/{id}/checkpoints, .../experiments/{id}/checkpoints)
+LIST_QUERY = {"sortByAttr": str, "sortByMetric": str, "orderBy": str, "states": list[str]}
+
+
+async def listed(db: Database, want: Page, query: MultiMapping[str], exp: Experiment,
+                 trial_id: int | None = None) -> dict[str, Any]:
+    """A list route's page of checkpoint views (of the experiment, or of one of its trials),
+    filtered and sorted as Determined's (`LIST_QUERY`)."""
+    where = {"trial_id": trial_id} if trial_id is not None else {"experiment_id": exp.id}
+    out, window = await db.read(
+        page, want, exp.searcher_metric,
+        exp.smaller_is_better, **where, sort_attr=query.get("sortByAttr") or None,
+        sort_metric=query.get("sortByMetric") or None, states=query.getall("states", []),
+        order=query.get("orderBy"))
+    return {"checkpoints": out, "pagination": window.pagination()}

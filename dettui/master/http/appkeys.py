@@ -1,4 +1,6 @@
-"""Typed aiohttp application and request keys."""
+"""Typed aiohttp application and request keys: what the app holds (store, settings, cluster,
+notifier, group commits) and who calls a request (`PRINCIPAL`). The push stream's keys live
+with its feeds (`views.feeds`)."""
 
 from __future__ import annotations
 
@@ -10,8 +12,7 @@ if TYPE_CHECKING:
     from dettui.master.cluster import Cluster
     from dettui.master.events import Notifier
     from dettui.master.groupcommit import GroupCommit
-    from dettui.master.middleware import Principal
-    from dettui.master.routes.stream import Connection, Feed
+    from dettui.master.http.principal import Principal
     from dettui.master.settings import MasterSettings
     from dettui.master.store import Database
     from dettui.master.store.experiments import NewExperiment
@@ -29,6 +30,4 @@ CLUSTER_ID: web.AppKey[str] = web.AppKey("cluster_id")
 INGEST: web.AppKey[GroupCommit[MetricReport, None]] = web.AppKey("ingest")  # group-committed
 CREATIONS: web.AppKey[GroupCommit[tuple[NewExperiment, Opening], tuple[Experiment, list[int]]]] = (
     web.AppKey("creations"))  # new experiments, group-committed
-STREAMS: web.AppKey[set[Connection]] = web.AppKey("streams")  # open push streams
-FEEDS: web.AppKey[dict[str, Feed]] = web.AppKey("feeds")  # a shared reader per followed topic
 PRINCIPAL: web.RequestKey[Principal] = web.RequestKey("principal")
