@@ -13,6 +13,7 @@ from pathlib import Path
 from aiohttp import web
 
 from dettui.master import collector, offload, routes
+from dettui.master.clock import SYSTEM, Clock
 from dettui.master.cluster import Cluster
 from dettui.master.events import Notifier
 from dettui.master.groupcommit import GroupCommit
@@ -31,12 +32,17 @@ MAX_CREATIONS = 64  # experiments in one transaction
 MAX_CREATION_BYTES = 16 * 2**20  # of their contexts in one transaction (but for the first)
 
 
-def create_app(settings: MasterSettings) -> web.Application:
-    """Build the master: store, cluster runtime and routes. Nothing starts until the app runs."""
+CLOCK: web.AppKey[Clock] = web.AppKey("clock")  # the runtime's time (a test's: ManualClock)
+
+
+def create_app(settings: MasterSettings, clock: Clock = SYSTEM) -> web.Application:
+    """Build the master: store, cluster runtime and routes. Nothing starts until the app runs.
+    `clock` is where the runtime's time comes from (liveness, preemption timeouts)."""
     app = web.Application(client_max_size=MAX_BODY,
                           middlewares=[middleware.not_found, middleware.errors,
                                        middleware.auth])
     app[appkeys.SETTINGS] = settings
+    app[CLOCK] = clock
     app.cleanup_ctx.append(_lifetime)
     routes.setup(app)
     return app
@@ -53,19 +59,23 @@ async def _lifetime(app: web.Application) -> AsyncIterator[None]:
         for suffix in ("", "-wal", "-shm") if settings.db_url is None else ():
             with contextlib.suppress(FileNotFoundError):  # other local users read neither
                 os.chmod(f"{settings.db_path}{suffix}", 0o600)  # state nor tokens
-        await db.run(users.ensure_default_users, settings.admin_password)
+        # Before the cluster (and its dispatcher) exists; the command leaves nothing to do.
+        await db.command(users.ensure_default_users, settings.admin_password)
         check_exposure(settings.host, await db.run(users.has_password, "admin"))
-        cluster_id = await db.run(agent_store.cluster_value, "cluster_id", str(uuid.uuid4()))
+        # Before the runtime exists, so no dispatcher: the command has no effects.
+        cluster_id = (await db.command(agent_store.cluster_value, "cluster_id",
+                                       str(uuid.uuid4()))).value
         notifier = Notifier()
-        cluster = Cluster(db, settings, notifier, cluster_id, mint)
+        cluster = Cluster(db, settings, notifier, cluster_id, mint, app[CLOCK])
         app[appkeys.DB] = db
         app[appkeys.MINT] = mint
         app[appkeys.NOTIFIER] = notifier
         app[appkeys.CLUSTER_ID] = cluster_id
         app[appkeys.CLUSTER] = cluster
-        app[appkeys.INGEST] = GroupCommit(db, metric_store.report_many, MAX_REPORTS)
-        app[appkeys.CREATIONS] = GroupCommit(db, exp_store.create_many, MAX_CREATIONS,
-                                          _context_bytes, MAX_CREATION_BYTES)
+        app[appkeys.INGEST] = GroupCommit(cluster.dispatcher, metric_store.report_many,
+                                          MAX_REPORTS)
+        app[appkeys.CREATIONS] = GroupCommit(cluster.dispatcher, exp_store.create_many,
+                                             MAX_CREATIONS, _context_bytes, MAX_CREATION_BYTES)
         await cluster.start()
         try:
             async with collector.old_generation_on_a_timer():

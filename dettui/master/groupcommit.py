@@ -13,26 +13,32 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 from collections.abc import Callable, Sequence
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from dettui.errors import DettuiError
-from dettui.master.store import Database
 
 I = TypeVar("I")  # noqa: E741 - an item to write
 R = TypeVar("R")  # what writing it gave
 
-Write = Callable[[sqlite3.Connection, list[I]], Sequence[R | DettuiError]]
+Write = Callable[[sqlite3.Connection, list[I]], Any]  # a store command: Done[list[R | error]]
+
+
+class Runner(Protocol):
+    """What runs a store command and performs its effects (`cluster.Dispatcher`)."""
+
+    async def run(self, command: Callable[..., Any], *args: Any) -> Any: ...
 
 
 class GroupCommit(Generic[I, R]):
-    """Items written by `write(conn, items)` on the store thread, a group of up to `most` in one
+    """Items written by the store command `write(conn, items)`, run by the dispatcher (which
+    performs its effects once committed), a group of up to `most` in one
     transaction (and, with `size`, of at most `most_bytes` but for its first item: a group of
     95 MiB contexts would hold the store thread for seconds); `write` gives each item's
     result, or its refusal (a `DettuiError`, the others written all the same)."""
 
-    def __init__(self, db: Database, write: Write[I, R], most: int,
+    def __init__(self, dispatcher: Runner, write: Write[I, R], most: int,
                  size: Callable[[I], int] | None = None, most_bytes: int = 0) -> None:
-        self.db = db
+        self.dispatcher = dispatcher
         self.write = write
         self.most = most
         self.size = size
@@ -82,7 +88,8 @@ class GroupCommit(Generic[I, R]):
         while self._pending:
             group = self._next_group()
             try:
-                results: Sequence[Any] = await self.db.run(self.write, [i for i, _ in group])
+                results: Sequence[Any] = await self.dispatcher.run(self.write,
+                                                                   [i for i, _ in group])
             except BaseException as exc:  # the transaction failed as a whole
                 for _, fut in group:
                     if not fut.done():

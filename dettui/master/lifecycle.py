@@ -92,3 +92,21 @@ def experiment_outcome(
     if all(s is TrialState.CANCELED for s in trial_states):
         return ExperimentState.CANCELED
     return ExperimentState.ERROR
+
+
+# A detached (unmanaged) experiment is in its most advanced trial's state (Determined's order,
+# with CANCELED added for `dettui e cancel|kill`).
+_DETACHED_RANK = {TrialState.PAUSED: 10, TrialState.CANCELED: 15, TrialState.ERROR: 20,
+                  TrialState.COMPLETED: 30, TrialState.RUNNING: 40}
+
+
+def detached_experiment_state(trial_states: Sequence[TrialState]) -> ExperimentState | None:
+    """A detached experiment's state from its trials': RUNNING > COMPLETED > ERROR > CANCELED >
+    PAUSED; None without trials."""
+    if not trial_states:
+        return None
+    best = TrialState.PAUSED
+    for s in trial_states:
+        if _DETACHED_RANK.get(s, 0) > _DETACHED_RANK[best]:
+            best = s
+    return ExperimentState(best.value)

@@ -431,7 +431,7 @@ async def test_only_jobs_started_by_backfilling_are_scheduled_backfilled(
     if preemption:  # the pass that asks `first` to make room has run
         from dettui.master.http import appkeys
 
-        hub = client.server.app[appkeys.CLUSTER].hub
+        hub = client.server.app[appkeys.CLUSTER].dispatcher
         for _ in range(100):
             if hub.preempting:
                 break

@@ -12,6 +12,7 @@ import pytest
 from dettui.master.app import create_app
 from dettui.master.http import appkeys
 from dettui.master.settings import MasterSettings
+from dettui.master.store import exits
 from tests.master.conftest import Api, agent_headers, allocate, store_text
 from tests.master.test_api import create
 
@@ -165,7 +166,8 @@ async def test_an_exited_allocations_token_and_a_stale_run_are_refused(api: Api)
     await create(api)
     old, old_token = await allocate(api, 1, "agent-x", [0])
     task = {"Grpc-Metadata-x-allocation-token": f"Bearer {old_token}"}
-    await api.client.server.app[appkeys.CLUSTER].allocations.finish(old.id, None, "lost", "lost")
+    cluster = api.client.server.app[appkeys.CLUSTER]
+    await cluster.dispatcher.run(exits.end, old.id, None, "lost", "lost")
     new, new_token = await allocate(api, 1, "agent-x", [0])
     metrics: dict[str, Any] = {"group": "training", "metrics": {
         "trialId": 1, "trialRunId": old.run_id, "stepsCompleted": 5,
@@ -198,7 +200,7 @@ async def test_a_trials_tokens_are_not_in_the_database_and_end_with_its_allocati
     dump = store_text(settings.db_target)
     assert token not in dump and user_token not in dump
     assert (state_dir / "secret.key").stat().st_mode & 0o077 == 0
-    await api.client.server.app[appkeys.CLUSTER].allocations.finish(alloc.id, 0, "", "")
+    await api.client.server.app[appkeys.CLUSTER].dispatcher.run(exits.end, alloc.id, 0, "", "")
     await api.call("GET", "/api/v1/me", headers=api.headers(user_token), status=401)
     task = {"Grpc-Metadata-x-allocation-token": f"Bearer {token}"}
     await api.call("GET", "/api/v1/trials/1", headers=task, status=401)

@@ -45,7 +45,7 @@ async def test_a_remembered_token_is_refused_as_soon_as_it_ends(api: Api) -> Non
     for _ in range(3):
         await api.call("GET", "/api/v1/trials/1", headers=task)
     assert calls.count("task") == 1
-    await app[appkeys.CLUSTER].allocations.finish(alloc.id, 0, "", "")
+    await app[appkeys.CLUSTER].dispatcher.run(exits.end, alloc.id, 0, "", "")
     await api.call("GET", "/api/v1/trials/1", headers=task, status=401)
     # an agent's credential, remembered, refused once revoked
     agent = await agent_headers(api)
@@ -70,8 +70,8 @@ def test_every_change_to_a_caller_forgets_it(store_target: Path | str) -> None:
     users.ensure_default_users(conn, "")
     owner = users.by_name(conn, "determined")
     assert owner is not None
-    session = users.new_session(conn, owner.id)
-    other = users.new_session(conn, owner.id)
+    session = users.new_session(conn, owner.id).value
+    other = users.new_session(conn, owner.id).value
     assert callers.user(conn, known, session) == owner == callers.user(conn, known, other)
     assert known.user(session) == owner and known.user("no such token") is None
     users.drop_session(conn, session)  # a logout: that session only
@@ -81,7 +81,7 @@ def test_every_change_to_a_caller_forgets_it(store_target: Path | str) -> None:
     assert known.user(other) is None
     assert callers.user(conn, known, other).display_name == "D"  # type: ignore[union-attr]
 
-    cred, secret = credentials.issue(conn, None, "sim")
+    cred, secret = credentials.issue(conn, None, "sim").value
     assert callers.agent(conn, known, secret) is not None and known.agent(secret) is not None
     credentials.bind(conn, cred.id, "a1")
     assert known.agent(secret) is None

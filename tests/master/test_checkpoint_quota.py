@@ -115,10 +115,12 @@ async def test_report_over_quota_is_refused_and_stops_the_experiment(api: Api) -
     pre = await the.alice.call("GET", f"/api/v1/allocations/{the.alloc.id}/signals/"
                                       "preemption?timeout_seconds=0", headers=the.task(the.token))
     assert pre == {"preempt": True}
-    db = api.client.server.app[appkeys.DB]
-    done = await db.run(exits.end, the.alloc.id, 1, "")  # the Core API raised: exit 1
-    assert done.trial is not None and done.trial.state.value == "STATE_ERROR"
-    assert done.ended is not None and done.ended.state.value == "STATE_ERROR"
+    cluster = api.client.server.app[appkeys.CLUSTER]
+    await cluster.dispatcher.run(exits.end, the.alloc.id, 1, "")  # the Core API raised: exit 1
+    trial = (await api.call("GET", f"/api/v1/trials/{the.trial}"))["trial"]
+    assert trial["state"] == "STATE_ERROR"
+    exp = (await api.call("GET", f"/api/v1/experiments/{the.trial}"))["experiment"]
+    assert exp["state"] == "STATE_ERROR"
     bob = (await api.call("GET", f"/api/v1/experiments/{the.bob_trial}"))["experiment"]
     assert bob["state"] == "STATE_ACTIVE"  # another experiment goes on
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import sqlite3
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -17,6 +18,14 @@ from tests.master.conftest import TEST_MINT, Api
 from tests.master.test_api import create
 from tests.master.test_auth import as_user
 from tests.master.test_store import _trial
+
+
+def _marked(conn: object, alloc_id: str, agent_id: str) -> SimpleNamespace | None:
+    """`exits.mark_daemon`'s answer: None when ignored, else the parts it ends."""
+    done = exits.mark_daemon(conn, alloc_id, agent_id)  # type: ignore[arg-type]
+    if not done.value:
+        return None
+    return SimpleNamespace(end_parts=tuple(e.agent_id for e in done.effects.end_parts))
 
 A, B = "agent-a", "agent-b"  # the chief's node and the other one
 BOTH = frozenset({A, B})
@@ -35,13 +44,13 @@ def _trial_state(conn: sqlite3.Connection) -> TrialState:
 def test_the_daemon_ends_when_the_worker_has_and_its_kill_does_not_count(
         store_target: Path | str) -> None:
     conn, alloc_id = _two_nodes(store_target)
-    marked = exits.mark_daemon(conn, alloc_id, B)
+    marked = _marked(conn, alloc_id, B)
     assert marked is not None and marked.end_parts == ()
     assert trials.allocation(conn, alloc_id).daemons == [B]
-    done = exits.part_exit(conn, alloc_id, A, 0, "", BOTH)
+    done = exits.part_exit_in(conn, alloc_id, A, 0, "", BOTH)
     assert done.end_parts == (B,) and done.daemons and not done.done
     assert done.alloc.state is AllocationState.TERMINATING
-    done = exits.part_exit(conn, alloc_id, B, 137, "killed", BOTH)
+    done = exits.part_exit_in(conn, alloc_id, B, 137, "killed", BOTH)
     assert done.done and _trial_state(conn) is TrialState.COMPLETED
     assert trials.get(conn, 1).restarts == 0
 
@@ -49,9 +58,9 @@ def test_the_daemon_ends_when_the_worker_has_and_its_kill_does_not_count(
 def test_without_the_mark_the_other_node_is_waited_for_and_its_kill_fails_the_trial(
         store_target: Path | str) -> None:
     conn, alloc_id = _two_nodes(store_target)
-    done = exits.part_exit(conn, alloc_id, A, 0, "", BOTH)
+    done = exits.part_exit_in(conn, alloc_id, A, 0, "", BOTH)
     assert done.end_parts == () and not done.done
-    done = exits.part_exit(conn, alloc_id, B, 137, "killed", BOTH)
+    done = exits.part_exit_in(conn, alloc_id, B, 137, "killed", BOTH)
     assert done.done and _trial_state(conn) is TrialState.QUEUED
     assert trials.get(conn, 1).restarts == 1
 
@@ -59,46 +68,46 @@ def test_without_the_mark_the_other_node_is_waited_for_and_its_kill_fails_the_tr
 def test_a_daemon_failing_while_the_worker_runs_fails_the_allocation(
         store_target: Path | str) -> None:
     conn, alloc_id = _two_nodes(store_target)
-    exits.mark_daemon(conn, alloc_id, B)
-    done = exits.part_exit(conn, alloc_id, B, 1, "", BOTH)
+    _marked(conn, alloc_id, B)
+    done = exits.part_exit_in(conn, alloc_id, B, 1, "", BOTH)
     assert done.end_parts == (A,) and not done.daemons
-    done = exits.part_exit(conn, alloc_id, A, None, "killed", BOTH)
+    done = exits.part_exit_in(conn, alloc_id, A, None, "killed", BOTH)
     assert done.done and (done.alloc.exit_code, done.alloc.exit_reason) == (1, "error")
     assert trials.get(conn, 1).restarts == 1
 
 
 def test_marked_after_the_worker_exited_it_ends_at_once(store_target: Path | str) -> None:
     conn, alloc_id = _two_nodes(store_target)
-    assert exits.part_exit(conn, alloc_id, A, 0, "", BOTH).end_parts == ()
-    marked = exits.mark_daemon(conn, alloc_id, B)
+    assert exits.part_exit_in(conn, alloc_id, A, 0, "", BOTH).end_parts == ()
+    marked = _marked(conn, alloc_id, B)
     assert marked is not None and marked.end_parts == (B,)
-    assert exits.mark_daemon(conn, alloc_id, B).end_parts == (), "told once"  # type: ignore
-    exits.part_exit(conn, alloc_id, B, -9, "killed", BOTH)
+    assert _marked(conn, alloc_id, B).end_parts == (), "told once"  # type: ignore
+    exits.part_exit_in(conn, alloc_id, B, -9, "killed", BOTH)
     assert _trial_state(conn) is TrialState.COMPLETED
 
 
 def test_a_daemon_whose_agent_is_gone_is_not_waited_for(store_target: Path | str) -> None:
     conn, alloc_id = _two_nodes(store_target)
-    exits.mark_daemon(conn, alloc_id, B)
-    done = exits.part_exit(conn, alloc_id, A, 0, "", frozenset({A}))
+    _marked(conn, alloc_id, B)
+    done = exits.part_exit_in(conn, alloc_id, A, 0, "", frozenset({A}))
     assert done.done and _trial_state(conn) is TrialState.COMPLETED
 
 
 def test_every_part_a_daemon_ends_the_allocation_and_a_single_part_is_ignored(
         store_target: Path | str) -> None:
     conn, alloc_id = _two_nodes(store_target)
-    exits.mark_daemon(conn, alloc_id, B)
-    marked = exits.mark_daemon(conn, alloc_id, A)
+    _marked(conn, alloc_id, B)
+    marked = _marked(conn, alloc_id, A)
     assert marked is not None and marked.end_parts == (A, B)
-    exits.part_exit(conn, alloc_id, A, None, "killed", BOTH)
-    exits.part_exit(conn, alloc_id, B, None, "killed", BOTH)
+    exits.part_exit_in(conn, alloc_id, A, None, "killed", BOTH)
+    exits.part_exit_in(conn, alloc_id, B, None, "killed", BOTH)
     assert trials.get(conn, 1).restarts == 1, "nothing did the work: a failure"
     one = trials.allocate(conn, 1, A, [0], mint=TEST_MINT)
-    assert exits.mark_daemon(conn, one.id, A) is None
+    assert _marked(conn, one.id, A) is None
     assert trials.allocation(conn, one.id).daemons == []
-    exits.part_exit(conn, one.id, A, 0, "", BOTH)
+    exits.part_exit_in(conn, one.id, A, 0, "", BOTH)
     with pytest.raises(Exception, match="has exited"):
-        exits.mark_daemon(conn, one.id, A)
+        _marked(conn, one.id, A)
 
 
 async def test_the_route_marks_the_part_its_resources_id_names(api: Api) -> None:
@@ -129,5 +138,5 @@ async def test_the_route_marks_the_part_its_resources_id_names(api: Api) -> None
     assert (await db.run(trials.allocation, one.id)).daemons == []
     logs = await api.call("GET", "/api/v1/trials/2/logs")
     assert logs["result"]["log"].startswith("Ignoring request to daemonize resources")
-    await app[appkeys.CLUSTER].allocations.part_exit(A, two.id, 0, "")  # B's agent is not here
+    await app[appkeys.CLUSTER].agents.part_exit(A, two.id, 0, "")  # B's agent is not here
     assert (await api.call("GET", "/api/v1/trials/1"))["trial"]["state"] == "STATE_COMPLETED"

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from dettui.master.cluster.waiting import Waiting
+from dettui.master.cluster.scheduling import KeptQueue as Waiting
 from dettui.master.http import appkeys
 from dettui.master.store import trials as trial_store
 from dettui.master.store import waiting as waiting_store

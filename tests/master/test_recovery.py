@@ -238,7 +238,7 @@ async def test_recovery(master_settings: MasterSettings, aiohttp_client: Any, ca
         "alloc_state": allocs[0].state.value if allocs else None,
         "exit_reason": allocs[0].exit_reason if allocs else None, "work": work,
         "preempt_requested": bool(allocs and allocs[0].preempt_requested),
-        "preempting": sorted(app[appkeys.CLUSTER].hub.preempting),
+        "preempting": sorted(app[appkeys.CLUSTER].dispatcher.preempting),
         "trial": trial.state.value, "restarts": trial.restarts,
         "experiment": exp["state"], "gc_pending": gc_pending, "checkpoints": checkpoints,
     }

@@ -15,8 +15,8 @@ import pytest
 
 from dettui.config import load_config
 from dettui.master import scheduler
-from dettui.master.cluster import waiting as waiting_cluster
-from dettui.master.cluster.waiting import Waiting
+from dettui.master.cluster import scheduling as waiting_cluster
+from dettui.master.cluster.scheduling import KeptQueue as Waiting
 from dettui.master.settings import MasterSettings
 from dettui.master.store import control, exits, experiments, trials, users, waiting
 from dettui.master.store import db as dbmod
@@ -45,7 +45,7 @@ def _trial(target: Path | str) -> tuple[sqlite3.Connection, int]:
         name="x", description=None, labels=[], owner_id=owner.id, config=config,
         original_config="name: x", searcher_type="single", resource_pool="default",
         priority=42, weight=1.0, max_slots=None, context=b"tgz")
-    _, made = experiments.create(conn, new, [({"lr": 0.1}, 7)])
+    _, made = experiments.create(conn, new, [({"lr": 0.1}, 7)]).value
     return conn, made[0]
 
 
@@ -235,7 +235,7 @@ def test_an_experiments_best_validation_is_kept_as_reports_arrive(
 
     conn, first = _trial(store_target)
     exp_id = trials.get(conn, first).experiment_id
-    second = experiments.add_trial(conn, exp_id, {"lr": 0.2}, 8).id
+    second = experiments.add_trial(conn, exp_id, {"lr": 0.2}, 8).value.id
 
     def validate(trial: int, run: int, steps: int, value: object) -> tuple[object, object]:
         metrics.report(conn, trial_id=trial, run_id=run, group="validation", steps=steps,
@@ -306,7 +306,7 @@ def test_a_stale_backfill_goes_in_chunks_that_resume_after_their_cursor(
         name="y", description=None, labels=[], owner_id=experiments.get(conn, 1).owner_id,
         config=config, original_config="name: y", searcher_type="single",
         resource_pool="default", priority=42, weight=1.0, max_slots=None, context=b"tgz")
-    _, ids = experiments.create(conn, new, [({"lr": 0.1}, i) for i in range(5)])
+    _, ids = experiments.create(conn, new, [({"lr": 0.1}, i) for i in range(5)]).value
     for i, trial_id in enumerate(ids):
         metrics.report(conn, trial_id=trial_id, run_id=1, group="training", steps=10,
                        report_time=0.0, metrics={"loss": float(i)}, batch_metrics=None)
@@ -345,7 +345,7 @@ def _experiments(conn: sqlite3.Connection, *sizes: int) -> list[tuple[int, list[
             config=load_config(SIMPLE_CONFIG).to_expconf(), original_config="name: x",
             searcher_type="single", resource_pool="default", priority=42, weight=1.0,
             max_slots=None, context=None)
-        exp, ts = experiments.create(conn, new, [({"lr": i}, i) for i in range(n)])
+        exp, ts = experiments.create(conn, new, [({"lr": i}, i) for i in range(n)]).value
         made.append((exp.id, ts))
     return made
 
@@ -503,18 +503,21 @@ def test_a_scheduling_pass_starts_its_trials_in_one_call(store_target: Path | st
         config=load_config(SIMPLE_CONFIG).to_expconf(), original_config="name: y",
         searcher_type="single", resource_pool="default", priority=42, weight=1.0,
         max_slots=None, context=b"tgz")
-    _, ids = experiments.create(conn, new, [({"lr": 0.1}, i) for i in range(3)])
+    _, ids = experiments.create(conn, new, [({"lr": 0.1}, i) for i in range(3)]).value
     conn.execute("UPDATE trials SET state=? WHERE id=?", (TrialState.CANCELED.value, ids[1]))
     conn.commit()
     plan = tx.CrashPlan(at=0, after=False)  # counts commits, never fires
     conn.crash_plan = plan  # type: ignore[attr-defined]
-    got = trials.allocate_many(conn, [
+    done = trials.allocate_many(conn, [
         trials.Placement(first, "agent-1", [0]), trials.Placement(ids[1], "agent-1", [1]),
         trials.Placement(ids[2], "agent-2", [0, 1], [("agent-2", [0, 1]), ("agent-3", [0])],
                          30004)], mint=TEST_MINT)
+    got = done.value
     assert plan.commits == 3  # one each, as three passes would have made
     assert [a is None for a in got] == [False, True, False]
     assert got[0] is not None and got[2] is not None
+    # The started ones' messages are sent; the skipped one has the queue planned again.
+    assert done.effects.starts == (got[0].id, got[2].id) and done.effects.kick
     assert (got[0].trial_id, got[0].agents, got[0].run_id) == (first, ["agent-1"], 1)
     assert (got[2].agents, got[2].port) == (["agent-2", "agent-3"], 30004)
     assert [trials.get(conn, t).state for t in (first, ids[1], ids[2])] == [
@@ -536,5 +539,5 @@ def test_a_large_context_is_stored_in_pieces_and_read_back_whole(store_target: P
             config=load_config(SIMPLE_CONFIG).to_expconf(), original_config="name: ctx",
             searcher_type="single", resource_pool="default", priority=42, weight=1.0,
             max_slots=None, context=data)
-        exp, _ = experiments.create(conn, new, [({"lr": 0.1}, 1)])
+        exp, _ = experiments.create(conn, new, [({"lr": 0.1}, 1)]).value
         assert experiments.context(conn, exp.id) == data

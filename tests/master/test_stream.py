@@ -14,6 +14,7 @@ from dettui import errors
 from dettui.client import Client
 from dettui.master.http import appkeys
 from dettui.master.routes import stream as stream_routes
+from dettui.master.store import exits
 from dettui.master.views import feeds
 from tests.master.conftest import Api, agent_headers, allocate
 from tests.master.test_api import create
@@ -162,7 +163,7 @@ async def test_the_trials_of_an_experiment(api: Api) -> None:
     diff = await inbox.next(topic)
     assert diff["upsert"][0]["latestTraining"]["totalBatches"] == 5
     cluster = api.client.server.app[appkeys.CLUSTER]
-    await cluster.allocations.finish(alloc.id, None, "lost", "lost")  # queued again
+    await cluster.dispatcher.run(exits.end, alloc.id, None, "lost", "lost")  # queued again
     await api.call("POST", f"/api/v1/experiments/{exp['id']}/pause")
     while (diff := await inbox.next(topic))["upsert"][0]["state"] != "STATE_PAUSED":
         pass

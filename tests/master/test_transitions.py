@@ -105,7 +105,8 @@ def _exited(conn: sqlite3.Connection, trial_id: int) -> str:
 
 
 COMMANDS = {  # each named command, and the allocation fields it sets when it changes one
-    "request_kill": (trial_store.request_kill, {"kill_requested": True,
+    "request_kill": (lambda c, a: trial_store.request_kill(c, a, "killed"),
+                     {"kill_requested": True,
                                                 "state": AllocationState.TERMINATING}),
     "request_preempt": (trial_store.request_preempt, {"preempt_requested": True}),
     "ack_preempt": (trial_store.ack_preempt, {"preempt_acked": True}),
@@ -122,7 +123,7 @@ def test_an_exited_allocation_stays_exited(store_target: Path | str, name: str) 
     assert not command(conn, alloc_id)
     assert trial_store.allocation(conn, alloc_id) == before
     assert trial_store.live_allocations(conn) == []
-    assert exits.end(conn, alloc_id, 1, "again").trial is None  # ended once, not twice
+    assert not exits.end(conn, alloc_id, 1, "again")  # ended once, not twice: no effects
 
 
 @pytest.mark.parametrize("name", COMMANDS)
@@ -131,7 +132,7 @@ def test_a_live_allocation_changes(store_target: Path | str, name: str) -> None:
     alloc = trial_store.allocate(conn, trial_id, "agent-1", [0], mint=TEST_MINT)
     assert alloc is not None
     command, sets = COMMANDS[name]
-    assert command(conn, alloc.id)
+    command(conn, alloc.id)
     after = trial_store.allocation(conn, alloc.id)
     assert {k: getattr(after, k) for k in sets} == sets
 
@@ -141,7 +142,7 @@ def test_a_killed_allocation_is_not_marked_running(store_target: Path | str) -> 
     stands."""
     conn, trial_id = _trial(store_target)
     alloc = trial_store.allocate(conn, trial_id, "agent-1", [0], mint=TEST_MINT)
-    assert alloc is not None and trial_store.request_kill(conn, alloc.id) is not None
+    assert alloc is not None and trial_store.request_kill(conn, alloc.id, "killed").kills
     assert not trial_store.mark_running(conn, alloc.id)
     assert trial_store.allocation(conn, alloc.id).state is AllocationState.TERMINATING
 
@@ -167,12 +168,12 @@ async def test_a_kill_or_preemption_of_an_exited_allocation_sends_nothing(api: A
             break
         await asyncio.sleep(0.02)
     assert got == ["start"]
-    await cluster.allocations.finish(live[0].id, 0, "")
+    await cluster.dispatcher.run(exits.end, live[0].id, 0, "")
     ended = await db.run(trial_store.get, 1)
     assert ended.state is TrialState.COMPLETED
-    await cluster.allocations.kill(live[0].id, "the master is stopping")
-    await cluster.allocations.preempt(live[0].id)
+    await cluster.dispatcher.run(trial_store.request_kill, live[0].id, "the master is stopping")
+    await cluster.dispatcher.run(trial_store.request_preempt, live[0].id)
     assert (await db.run(trial_store.allocation, live[0].id)).state is AllocationState.EXITED
     assert await db.run(trial_store.get, 1) == ended
-    assert cluster.hub.preempting == {}
+    assert cluster.dispatcher.preempting == {}
     assert await _work(api, agent) == []

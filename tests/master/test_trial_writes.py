@@ -18,6 +18,7 @@ import pytest
 
 from dettui.master.http import appkeys
 from dettui.master.routes import checkpoints as ckpt_routes
+from dettui.master.store import exits
 from dettui.master.store import trials as trial_store
 from dettui.master.store.records import Allocation
 from tests.master.conftest import SIMPLE_CONFIG, Api, allocate, ckpt_uuid
@@ -164,8 +165,8 @@ async def test_another_trials_allocation_token_cannot_write_to_a_trial(api: Api)
 
 async def test_a_finished_allocations_token_cannot_write(api: Api) -> None:
     lab_ = await lab(api)
-    await api.client.server.app[appkeys.CLUSTER].allocations.finish(lab_.alloc.id, None, "lost",
-                                                                 "lost")
+    await api.client.server.app[appkeys.CLUSTER].dispatcher.run(exits.end, lab_.alloc.id, None,
+                                                                "lost", "lost")
     answers = [await api.call("POST", path, body, headers=lab_.task(lab_.token), status=401)
                for path, body in writes(lab_)]
     assert answers and all("log in" in a["message"] or "credentials" in a["message"]

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from dettui.master.effects import Effects
 from dettui.master.http import appkeys
 from dettui.master.store import trials as trial_store
 from dettui.master.store import unmanaged as unmanaged_store
@@ -196,7 +197,7 @@ async def test_unmanaged_experiments_are_never_jobs_or_scheduled(
     await api.call("POST", f"/api/v1/trials/{tid}/start", {"trialId": tid, "resume": True})
     app = api.client.server.app
     assert await app[appkeys.DB].run(trial_store.pending) == []
-    await app[appkeys.CLUSTER].scheduling.once()
+    await app[appkeys.CLUSTER].scheduling.run_pass()
     assert await app[appkeys.DB].run(trial_store.live_allocations) == []
     jobs = await api.call("GET", "/api/v1/job-queues-v2?limit=100&offset=0")
     assert jobs["jobs"] == []
@@ -223,9 +224,11 @@ async def test_a_silent_trial_is_lost_and_ends_in_error(api: Api, tmp_path: Path
     tid = (await new_trial(api, exp_id))["id"]
     await api.call("POST", f"/api/v1/trials/{tid}/start", {"trialId": tid, "resume": True})
     db = api.client.server.app[appkeys.DB]
-    assert await db.run(unmanaged_store.mark_lost, time.time() - 300) == []
-    changed = await db.run(unmanaged_store.mark_lost, time.time() + 1)
-    assert [(e, s.value) for e, s in changed] == [(exp_id, "STATE_ERROR")]
+    assert (await db.command(unmanaged_store.mark_lost, time.time() - 300)) == Effects()
+    told = await db.command(unmanaged_store.mark_lost, time.time() + 1)
+    assert told.collect == (exp_id,)  # it ended: its checkpoints are collected
+    exp = (await api.call("GET", f"/api/v1/experiments/{exp_id}"))["experiment"]
+    assert exp["state"] == "STATE_ERROR"
     assert (await api.call("GET", f"/api/v1/trials/{tid}"))["trial"]["state"] == "STATE_ERROR"
 
 

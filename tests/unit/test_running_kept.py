@@ -4,7 +4,7 @@ what a fresh build gives."""
 
 from __future__ import annotations
 
-from dettui.master.cluster.scheduling import Made, _running
+from dettui.master.cluster.scheduling import Weighed, _running
 from dettui.master.store.records import Allocation, Job
 from dettui.models import AllocationState, ExperimentState
 
@@ -28,7 +28,7 @@ def test_a_running_allocation_is_weighed_again_only_when_something_of_it_changed
     live.append(_alloc(9, 109, [("a0", [5]), ("a1", [6])]))
     experiment_of = {100 + i: 1 + i % 2 for i in range(6)} | {109: 2}
     jobs = {1: _job(1), 2: _job(2)}
-    made: Made = {}
+    made: Weighed = {}
     first = _running(live, experiment_of, jobs, set(), made)
     assert first == _running(live, experiment_of, jobs, set())  # the same as made afresh
     assert first[-1].placement == (("a0", (5,)), ("a1", (6,)))

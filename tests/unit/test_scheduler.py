@@ -7,7 +7,8 @@ from collections.abc import Collection, Iterator
 
 import pytest
 
-from dettui.master.cluster.waiting import Kept, Waiting
+from dettui.master.cluster.scheduling import Kept
+from dettui.master.cluster.scheduling import KeptQueue as Waiting
 from dettui.master.scheduler import (
     FAIR_SHARE,
     AgentView,

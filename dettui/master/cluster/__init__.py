@@ -1,23 +1,23 @@
-"""The master's runtime, split by what each part does, all on the store and the shared `Hub`:
-`agents` (registration, heartbeats, work long-polls, liveness), `allocations` (exits, kills,
-preemption, searchers' reactions, start-up recovery), `experiments` (pause, cancel, kill,
-activate), `scheduling` (the loop that starts allocations) and `slurm` (pools whose allocations
-are Slurm jobs). State transitions are store
-commands; the parts perform what follows a commit."""
+"""The master's runtime, split by what each part does. Each part changes state by running a
+store command through the one `Dispatcher` (dispatcher.py), which performs what the commit
+leaves to do (messages to agents, notifications, kicks, checkpoint collection); no part calls
+another. `agents` (registration, heartbeats, work long-polls, parts' exits, liveness),
+`scheduling` (the loop that starts allocations), `preemption` (the trials' long-poll),
+`recovery` (what start-up re-derives) and `slurm` (pools whose allocations are Slurm jobs).
+This module composes them; time comes from the clock it is given."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
-import time
 
 from dettui.errors import NotFound
+from dettui.master.clock import SYSTEM, Clock
+from dettui.master.cluster import recovery
 from dettui.master.cluster.agents import Agents
-from dettui.master.cluster.allocations import Allocations
-from dettui.master.cluster.experiments import Experiments
-from dettui.master.cluster.hub import Hub
-from dettui.master.cluster.links import AgentLink
+from dettui.master.cluster.dispatcher import AgentLink, Dispatcher
+from dettui.master.cluster.preemption import Preemption
 from dettui.master.cluster.scheduling import Scheduling
 from dettui.master.cluster.slurm import SlurmProvider
 from dettui.master.events import Notifier
@@ -34,26 +34,32 @@ log = logging.getLogger("dettui.master.cluster")
 
 class Cluster:
     def __init__(self, db: Database, settings: MasterSettings, notifier: Notifier,
-                 cluster_id: str, mint: Mint) -> None:
-        self.hub = Hub(db, settings, notifier, cluster_id, mint)
-        self.allocations = Allocations(self.hub)
-        self.agents = Agents(self.hub, self.allocations)
-        self.experiments = Experiments(self.hub, self.allocations)
-        self.scheduling = Scheduling(self.hub, self.allocations)
-        self.slurm = {name: SlurmProvider(self.hub, self.allocations, self.agents, pool)
+                 cluster_id: str, mint: Mint, clock: Clock = SYSTEM) -> None:
+        self.dispatcher = Dispatcher(db, settings, notifier, cluster_id, mint, clock)
+        self.agents = Agents(self.dispatcher)
+        self.scheduling = Scheduling(self.dispatcher)
+        self.preemption = Preemption(self.dispatcher)
+        self.slurm = {name: SlurmProvider(self.dispatcher, pool, self.agents.register,
+                                          self.agents.heartbeat)
                       for name, pool in settings.slurm.items()}
+        for provider in self.slurm.values():
+            self.scheduling.holds.append(lambda p=provider: p.held)  # type: ignore[misc]
         self._tasks: list[asyncio.Task[None]] = []
 
+    @property
+    def clock(self) -> Clock:
+        return self.dispatcher.clock
+
     async def start(self) -> None:
-        await self.allocations.recover()
+        await recovery.recover(self.dispatcher)
         self._tasks = [
             asyncio.create_task(self.scheduling.loop(), name="dettui-scheduler"),
             asyncio.create_task(self.agents.liveness_loop(), name="dettui-liveness"),
-            asyncio.create_task(self.allocations.backfill(), name="dettui-backfill"),
+            asyncio.create_task(recovery.backfill(self.dispatcher), name="dettui-backfill"),
             *(asyncio.create_task(p.run(), name=f"dettui-slurm-{name}")
               for name, p in self.slurm.items()),
         ]
-        self.hub.kick()
+        self.dispatcher.kick()
 
     async def stop(self) -> None:
         for task in self._tasks:
@@ -61,14 +67,14 @@ class Cluster:
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        self.hub.links.wake_all()
+        self.dispatcher.agents.wake_all()
 
     def kick(self) -> None:
-        self.hub.kick()
+        self.dispatcher.kick()
 
     def advertise(self, url: str) -> None:
         """Where the master listens: Slurm jobs' nodes call it back there."""
-        self.hub.url = url
+        self.dispatcher.url = url
 
     async def slurm_start(self, alloc: Allocation) -> StartWork:
         """The start message of a Slurm allocation, for the node parts of its job."""
@@ -82,26 +88,29 @@ class Cluster:
         is asked to checkpoint and stop (preemption, on every agent), and what is still running
         after `timeout` seconds is killed. The trials go back to the queue and resume from
         their checkpoints when a master runs again. Returns how many were running."""
-        self.hub.draining = True
-        live = await self.hub.db.run(trial_store.live_allocations)
+        self.scheduling.stopped = True
+        db, run = self.dispatcher.db, self.dispatcher.run
+        live = await db.run(trial_store.live_allocations)
         for alloc in live:
             if not alloc.preempt_requested:
-                await self.allocations.preempt(alloc.id)
+                await run(trial_store.request_preempt, alloc.id)
         if live:
             log.info("stopping: %d allocation(s) asked to checkpoint and stop", len(live))
         if not await self._until_idle(timeout):
-            for alloc in await self.hub.db.run(trial_store.live_allocations):
+            for alloc in await db.run(trial_store.live_allocations):
                 log.warning("stopping: allocation %s did not stop in %.0f s; killing it",
                             alloc.id, timeout)
                 if not alloc.kill_requested:
-                    await self.allocations.kill(alloc.id, "the master is stopping")
+                    await run(trial_store.request_kill, alloc.id, "the master is stopping")
             await self._until_idle(15.0)
         return len(live)
 
     async def _until_idle(self, timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
-        while await self.hub.db.run(trial_store.live_allocations):
-            if time.monotonic() > deadline:
+        deadline = self.clock.monotonic() + timeout
+        while await self.dispatcher.db.run(trial_store.live_allocations):
+            if self.clock.monotonic() > deadline:
                 return False
             await asyncio.sleep(0.2)
         return True
+
+

@@ -1,22 +1,30 @@
 """The scheduling loop: on every kick, one pass of the pure scheduler over the queue and the
-agents, then the allocations it starts (one commit each, start messages after) and the
-preemptions it asks for."""
+agents, then the allocations it starts (one commit each, start messages after, by the
+dispatcher) and the preemptions it asks for.
+
+The queue as the scheduler sees it is kept between passes (`KeptQueue`): the live jobs and, for
+each active one, its first queued trials as requests. A pass reads again only the experiments
+the store marked as changed since the last pass (store/waiting.py), so its cost follows what
+changed, not the size of the queue; a whole read happens at the first pass, after a failed one,
+when many changed at once, and every RESYNC seconds all the same. It is touched by one pass at
+a time (on the CPU pool's thread), never concurrently."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import operator
 import secrets
-import time
-from collections.abc import Mapping
+from bisect import bisect_left, insort
+from collections import Counter
+from collections.abc import Callable, Collection, Iterator, Mapping
 
 from dettui.master import offload, scheduler
-from dettui.master.cluster.allocations import Allocations
-from dettui.master.cluster.hub import Hub
-from dettui.master.cluster.waiting import Waiting
+from dettui.master.cluster.dispatcher import Dispatcher
 from dettui.master.store import trials as trial_store
 from dettui.master.store import waiting as waiting_store
 from dettui.master.store.records import Allocation, Job
+from dettui.master.store.waiting import Read
 from dettui.models import ExperimentState
 
 log = logging.getLogger("dettui.master.cluster")
@@ -42,19 +50,19 @@ def next_port(last: int) -> int:
     return PORTS.start + (last - PORTS.start + PORTS_PER_ALLOCATION) % len(PORTS)
 
 
-# What `_running` made of each live allocation at the last pass, with what it was made from.
-Made = dict[str, tuple[Allocation, Job, bool, scheduler.Running]]
+# How `_running` weighed each live allocation at the last pass, with what it was made from.
+Weighed = dict[str, tuple[Allocation, Job, bool, scheduler.Running]]
 
 
 def _running(live: list[Allocation], experiment_of: dict[int, int], jobs: dict[int, Job],
-             preempting: set[str], made: Made | None = None) -> list[scheduler.Running]:
+             preempting: set[str], made: Weighed | None = None) -> list[scheduler.Running]:
     """The live allocations of active jobs, as the scheduler weighs them. With `made` (kept
     from the last pass, brought up to date here), an allocation whose record, job and
     preemption are the very ones of the last pass (both records are immutable and replaced
     when they change) gives the same `Running` again: 800 of them were built afresh every
     pass, 8 % of the master's GIL time while experiments were created at lab scale."""
     out = []
-    kept: Made = {}
+    kept: Weighed = {}
     for alloc in live:
         if alloc.kill_requested:
             continue
@@ -82,45 +90,50 @@ def _running(live: list[Allocation], experiment_of: dict[int, int], jobs: dict[i
 
 
 class Scheduling:
-    def __init__(self, hub: Hub, allocations: Allocations) -> None:
-        self.hub = hub
-        self.db = hub.db
-        self.allocations = allocations
+    def __init__(self, dispatcher: Dispatcher) -> None:
+        self.dispatcher = dispatcher
+        self.db = dispatcher.db
+        self.clock = dispatcher.clock
         self._next_port = first_port()
-        self.waiting = Waiting()
-        self.made: Made = {}  # the running allocations as the last pass weighed them
+        self.waiting = KeptQueue()
+        self.made: Weighed = {}  # the running allocations as the last pass weighed them
         self.watch: waiting_store.Watch | None = None  # set up by the first pass
         self.watching = False
         self.passing = asyncio.Lock()  # held by a pass (a test holds it to see the kept queue)
+        self.unschedulable: dict[int, str] = {}  # trial -> why it waits (the last pass's)
+        # Where else trials wait, and why (the Slurm pools' pending jobs): trial -> reason.
+        self.holds: list[Callable[[], Mapping[int, str]]] = []
+        self.stopped = False  # the master is stopping: no allocation starts any more
 
     async def loop(self) -> None:
-        loop = asyncio.get_running_loop()
+        clock, kicked = self.clock, self.dispatcher.kicked
         while True:
-            await self.hub.kicked.wait()
-            self.hub.kicked.clear()
-            started = loop.time()
+            await kicked.wait()
+            kicked.clear()
+            started = clock.monotonic()
             try:
                 async with self.passing:
-                    await self.once()
+                    await self.run_pass()
             except Exception:  # noqa: BLE001
                 log.exception("scheduling pass failed")
             # A pass plans over the whole queue (it reads only what changed, but the plan sees
             # every request): kicks that come faster than passes take (a burst of creations at
             # 10,000 queued) share one, so passes use at most half the time.
-            await asyncio.sleep(max(MIN_GAP, loop.time() - started))
+            await clock.sleep(max(MIN_GAP, clock.monotonic() - started))
 
-    async def once(self) -> None:
-        if self.hub.draining:
+    async def run_pass(self) -> None:
+        """One scheduling pass: read what changed, plan, start and preempt."""
+        if self.stopped:
             return
         if not self.watching:
             self.watch = await self.db.run(waiting_store.watch)
             self.watching = True
         live, experiment_of = await self.db.run(waiting_store.running, self.watch)
-        agents = self.hub.links.views(live)
+        agents = self.dispatcher.agents.views(live)
         # No pass starts more trials of a job than there are free slots (plus one, to learn
         # whether the rest fit): the others are counted, not read.
         per_job = sum(len(a.free) for a in agents if a.enabled) + 1
-        now = time.monotonic()
+        now = self.clock.monotonic()
         also, limit, whole = self.waiting.wants(per_job, now)
         if self.watch is None:  # nothing marks changes (PostgreSQL): read it all, no more
             limit = per_job
@@ -130,25 +143,25 @@ class Scheduling:
             # the requests (10,000 jobs: 0.4 s): on the CPU pool, so the loop keeps answering
             # requests and heartbeats meanwhile.
             planned = await offload.cpu(self._plan, read, now, per_job, live, experiment_of,
-                                        agents, set(self.hub.preempting))
+                                        agents, set(self.dispatcher.preempting))
         except BaseException:
             self.waiting.reset()  # the changes it took are not in the queue it keeps
             raise
         if planned is None:
-            if self.hub.unschedulable:
-                self.hub.notify("jobs")
-            self.hub.unschedulable = {}
+            if self.unschedulable:
+                self.dispatcher.notify("jobs")
+            self.unschedulable = {}
             return
         decision, more = planned
         if more:
-            self.hub.kick()  # trials not read this pass (zero-slot ones) may start next
-        if dict(decision.unschedulable) != self.hub.unschedulable:
-            self.hub.notify("jobs")  # the queue shows why jobs wait
-        self.hub.unschedulable = dict(decision.unschedulable)
+            self.dispatcher.kick()  # trials not read this pass (zero-slot ones) may start next
+        if dict(decision.unschedulable) != self.unschedulable:
+            self.dispatcher.notify("jobs")  # the queue shows why jobs wait
+        self.unschedulable = dict(decision.unschedulable)
         for alloc_id in decision.preempt:
-            if alloc_id not in self.hub.preempting:
+            if alloc_id not in self.dispatcher.preempting:
                 log.info("preempting allocation %s for a more urgent job", alloc_id)
-                await self.allocations.preempt(alloc_id)
+                await self.dispatcher.run(trial_store.request_preempt, alloc_id)
         if decision.start:
             await self._start(list(decision.start),
                               {a.key: self.waiting.experiment_of[a.key] for a in decision.start})
@@ -163,7 +176,7 @@ class Scheduling:
         if not self.waiting.heads and not live:
             return None
         running = _running(live, experiment_of, self.waiting.jobs, preempting, self.made)
-        policies = self.hub.settings.policies
+        policies = self.dispatcher.settings.policies
         fair = any(p.scheduler == scheduler.FAIR_SHARE for p in policies.values())
         unread = self.waiting.unread(per_job) if fair else {}
         decision = scheduler.schedule(self.waiting.queue(per_job), agents, running, policies,
@@ -172,34 +185,31 @@ class Scheduling:
 
     async def _start(self, assignments: list[scheduler.Assignment],
                      experiment_of: dict[int, int]) -> int:
-        """Allocate the pass's trials (one commit), then send the start messages; how many
-        started. A trial that stopped waiting since this pass read the queue (paused,
-        canceled, killed) is skipped, with nothing sent, and the queue planned again."""
+        """Allocate the pass's trials (a commit each, in one store call); the dispatcher sends
+        the start messages. How many started. A trial that stopped waiting since this pass
+        read the queue (paused, canceled, killed) is skipped, with nothing sent, and the queue
+        planned again."""
         placements = []
         for a in assignments:
             parts = [(agent, list(sl)) for agent, sl in a.parts] or None
             placements.append(trial_store.Placement(
-                a.key, a.agent_id, list(a.slots), parts, self._port() if parts else None))
-        allocs = await self.db.run(trial_store.allocate_many, placements, mint=self.hub.mint)
-        starts = []
+                a.key, a.agent_id, list(a.slots), parts, self._port() if parts else None,
+                experiment_of[a.key]))
+        allocs = await self.dispatcher.run(trial_store.allocate_many, placements,
+                                           mint=self.dispatcher.mint)
+        assert allocs is not None
         for assignment, alloc in zip(assignments, allocs, strict=True):
-            if alloc is None:
-                log.info("trial %s stopped waiting before it could start", assignment.key)
-                self.hub.kick()  # the queue changed under this pass: plan again
-                continue
-            if assignment.backfilled:
-                self.hub.backfilled[alloc.id] = alloc.trial_id
-            self.hub.experiment_changed(experiment_of[alloc.trial_id], alloc.trial_id,
-                                        jobs=True)
-            starts += [(link, alloc) for agent_id in alloc.agents
-                       if (link := self.hub.links.get(agent_id)) is not None]
-        await self.hub.send_starts(starts)
+            if alloc is not None and assignment.backfilled:
+                self.dispatcher.backfilled[alloc.id] = alloc.trial_id
         return sum(a is not None for a in allocs)
 
     def waiting_reasons(self) -> dict[int, str]:
         """Why each waiting trial could not start at the last pass, or why the Slurm job of
         its allocation is pending (trial id -> reason)."""
-        return {**self.hub.unschedulable, **self.hub.held}
+        out = dict(self.unschedulable)
+        for held in self.holds:
+            out.update(held())
+        return out
 
     def trial_experiments(self) -> Mapping[int, int]:
         """Each queued trial the scheduler has read -> its experiment (for reads only: a
@@ -209,10 +219,149 @@ class Scheduling:
     def backfilled_trials(self) -> set[int]:
         """Trials running in allocations the scheduler started by backfilling: around a job
         ahead of them in the queue that could not start (Determined's SCHEDULED_BACKFILLED)."""
-        return set(self.hub.backfilled.values())
+        return set(self.dispatcher.backfilled.values())
 
     def _port(self) -> int:
         """A rendezvous port for a trial spanning agents (torchrun's master port on the chief);
         the three after it are the allocation's too (Determined's ZMQ and SSH ports)."""
         self._next_port = next_port(self._next_port)
         return self._next_port
+
+
+# --- the queue kept between passes ----------------------------------------------------
+
+HEADS = 64  # queued trials read of a job at least, so that free slots come and go unread
+RESYNC = 300.0  # seconds between whole reads (a safety net: the store marks every change)
+
+
+_KEY = operator.attrgetter("key")
+
+
+def request(trial_id: int, job: Job) -> scheduler.Request:
+    return scheduler.Request(
+        key=trial_id, job_id=job.job_id, slots=job.slots_per_trial, priority=job.priority,
+        queue_position=job.queue_position, pool=job.resource_pool, weight=job.weight,
+        max_slots=job.max_slots)
+
+
+class KeptQueue:
+    def __init__(self) -> None:
+        self.jobs: dict[int, Job] = {}  # live experiments (active, paused, stopping) by id
+        self.heads: dict[int, tuple[scheduler.Request, ...]] = {}  # active, with queued trials
+        self.counts: dict[int, int] = {}  # how many each of those has queued in all
+        self.short: dict[int, int] = {}  # jobs with more queued than read -> how many read
+        self.experiment_of: dict[int, int] = {}  # queued trial read -> its experiment
+        self.whole_at: float | None = None  # when the last whole read was (monotonic)
+        # The jobs of `heads` in the scheduler's order, (priority, queue position, id), sorted:
+        # kept as jobs change, so a pass hands its requests over in order, unsorted.
+        self.order: list[tuple[int, float, int]] = []
+        self.place: dict[int, tuple[int, float, int]] = {}  # job -> its entry in `order`
+        # How many jobs of `heads` ask for each (pool, slots per trial): a pass learns the
+        # pools and whether any request could never fit without going through the requests.
+        self.shapes: Counter[tuple[str, int]] = Counter()
+
+    def reset(self) -> None:
+        """Read the whole queue at the next pass (a pass failed after taking the changes)."""
+        self.whole_at = None
+
+    def wants(self, per_job: int, now: float) -> tuple[list[int], int, bool]:
+        """What the next read must cover for a pass that may start `per_job` trials of a job:
+        the jobs read short of that, how many trials to read of each, whether to read all."""
+        also = [e for e, n in self.short.items() if n < per_job]
+        whole = self.whole_at is None or now - self.whole_at >= RESYNC
+        return also, max(per_job, HEADS), whole
+
+    def apply(self, read: Read, now: float) -> None:
+        if read.whole:
+            self.jobs, self.heads, self.counts, self.short = {}, {}, {}, {}
+            self.experiment_of, self.order, self.place = {}, [], {}
+            self.shapes = Counter()
+            self.whole_at = now
+        else:
+            for exp_id in read.ids:
+                old = self.jobs.pop(exp_id, None)
+                self.counts.pop(exp_id, None)
+                self.short.pop(exp_id, None)
+                reqs = self.heads.pop(exp_id, ())
+                for req in reqs:
+                    self.experiment_of.pop(req.key, None)
+                if reqs and old is not None:
+                    self._count(old, -1)
+                if (place := self.place.pop(exp_id, None)) is not None:
+                    del self.order[bisect_left(self.order, place)]
+        self.jobs.update(read.jobs)
+        for exp_id, first in read.heads.items():
+            job = read.jobs[exp_id]
+            self.heads[exp_id] = tuple(request(t, job) for t in first)
+            self._count(job, 1)
+            self.counts[exp_id] = n = read.counts[exp_id]
+            if n > len(first):
+                self.short[exp_id] = len(first)
+            for t in first:
+                self.experiment_of[t] = exp_id
+            self.place[exp_id] = place = (job.priority, job.queue_position, exp_id)
+            if not read.whole:
+                insort(self.order, place)
+        if read.whole:
+            self.order = sorted(self.place.values())
+
+    def _count(self, job: Job, n: int) -> None:
+        key = (job.resource_pool, job.slots_per_trial)
+        self.shapes[key] += n
+        if not self.shapes[key]:
+            del self.shapes[key]
+
+    def queue(self, per_job: int) -> Kept:
+        """The first `per_job` queued trials of each active job, as a pass takes them
+        (`scheduler.Queue`): one at a time, in the scheduler's order."""
+        return Kept(self, per_job)
+
+    def requests(self, per_job: int) -> list[scheduler.Request]:
+        """All of `queue`'s requests, in order (every pool's)."""
+        kept = self.queue(per_job)
+        return scheduler.order(r for pool in kept.pools() for r in kept.in_order(pool))
+
+    def unread(self, per_job: int) -> dict[str, int]:
+        """The slots of each job's queued trials left out of `queue` (fair share counts them
+        as demand)."""
+        jobs = self.jobs
+        return {jobs[e].job_id: jobs[e].slots_per_trial * (n - per_job)
+                for e, n in self.counts.items() if n > per_job}
+
+    def any_unread(self, per_job: int) -> bool:
+        """Whether some job has more queued trials than `queue` hands over."""
+        return any(n > per_job for n in self.counts.values())
+
+
+class Kept:
+    """A pass's view of the kept queue (`scheduler.Queue`)."""
+
+    def __init__(self, waiting: KeptQueue, per_job: int) -> None:
+        self.waiting = waiting
+        self.per_job = per_job
+        self._pools = {pool for pool, _ in waiting.shapes}
+
+    def pools(self) -> Collection[str]:
+        return self._pools
+
+    def sizes(self, pool: str) -> Collection[int]:
+        return {slots for p, slots in self.waiting.shapes if p == pool}
+
+    def in_order(self, pool: str) -> Iterator[scheduler.Request]:
+        w, per_job = self.waiting, self.per_job
+        order, heads, jobs = w.order, w.heads, w.jobs
+        mixed = len(self._pools) > 1
+        i, end = 0, len(order)
+        while i < end:
+            priority, position, exp_id = order[i]
+            j = i + 1
+            while j < end and order[j][1] == position and order[j][0] == priority:
+                j += 1
+            if j == i + 1:  # a job's requests are in trial id order already
+                if not mixed or jobs[exp_id].resource_pool == pool:
+                    yield from heads[exp_id][:per_job]
+            else:  # jobs queued at the same place: their trials by id, as `order` sorts them
+                yield from sorted((r for _, _, e in order[i:j]
+                                   if not mixed or jobs[e].resource_pool == pool
+                                   for r in heads[e][:per_job]), key=_KEY)
+            i = j

@@ -18,14 +18,13 @@ import contextlib
 import logging
 import os
 import sys
-import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 from dettui.errors import DettuiError, Unavailable
 from dettui.master import lifecycle, slurmctl
-from dettui.master.cluster.agents import Agents
-from dettui.master.cluster.allocations import Allocations
-from dettui.master.cluster.hub import Hub
+from dettui.master.cluster.dispatcher import Dispatcher
 from dettui.master.launch_spec import build_start
 from dettui.master.settings import SlurmPool
 from dettui.master.store import logs as log_store
@@ -75,33 +74,37 @@ async def command(argv: list[str], stdin: str | None = None,
 class SlurmProvider:
     """One Slurm-backed pool."""
 
-    def __init__(self, hub: Hub, allocations: Allocations, agents: Agents,
-                 pool: SlurmPool) -> None:
-        self.hub = hub
-        self.db = hub.db
-        self.allocations = allocations
-        self.agents = agents
+    def __init__(self, dispatcher: Dispatcher, pool: SlurmPool,
+                 register: Callable[..., Awaitable[Any]],
+                 heartbeat: Callable[..., Awaitable[None]]) -> None:
+        """`register` and `heartbeat` are the agents' (`Agents.register`, `.heartbeat`): the
+        pool takes part as an agent that lives in the master."""
+        self.dispatcher = dispatcher
+        self.db = dispatcher.db
+        self.clock = dispatcher.clock
+        self.register = register
+        self.heartbeat = heartbeat
         self.pool = pool
+        self.held: dict[int, str] = {}  # trial -> why its Slurm job pends
         self.agent_id = f"slurm-{pool.pool}"
         self.jobs: dict[str, str] = {}  # allocation -> Slurm job id (submitted or seen)
         self._since: dict[str, float] = {}  # allocation -> when its job was first known
         self.registered = False
         self._inbox: asyncio.Queue[StartWork | KillWork] = asyncio.Queue()
         self._complained = ""
-        self._mine: set[int] = set()  # trials of this pool in `hub.held`
 
     @property
     def work_dir(self) -> Path:
-        return self.pool.work_dir or self.hub.settings.state_dir / "slurm"
+        return self.pool.work_dir or self.dispatcher.settings.state_dir / "slurm"
 
     async def run(self) -> None:
         """Poll the jobs (and register the pool once Slurm answers); perform the messages."""
         worker = asyncio.create_task(self._perform_loop())
         try:
             while True:
-                link = self.hub.links.get(self.agent_id)
+                link = self.dispatcher.agents.get(self.agent_id)
                 if link is not None:
-                    link.last_seen = time.monotonic()  # this "agent" lives in the master
+                    link.last_seen = self.clock.monotonic()  # this "agent" lives in the master
                 try:
                     await self.poll()
                     self._complained = ""
@@ -116,9 +119,9 @@ class SlurmProvider:
                 await worker
 
     async def poll(self) -> None:
-        taken = time.monotonic()  # a job submitted after this may be missing from the answer
+        taken = self.clock.monotonic()  # a job submitted after this may be missing from the answer
         jobs = {j.allocation_id: j for j in slurmctl.parse_jobs(
-            await command(["scontrol", "show", "job", "-o"]), self.hub.cluster_id)}
+            await command(["scontrol", "show", "job", "-o"]), self.dispatcher.cluster_id)}
         for alloc_id, job in jobs.items():
             if not job.state.is_terminal() and alloc_id not in self.jobs:
                 self._know(alloc_id, job.job_id)
@@ -130,7 +133,7 @@ class SlurmProvider:
         if not self.registered:
             await self._register(running)
         else:
-            await self.agents.heartbeat(self.agent_id, running, None)
+            await self.heartbeat(self.agent_id, running, None)
         self._hold(mine, jobs)
 
     async def _register(self, running: list[str]) -> None:
@@ -140,9 +143,9 @@ class SlurmProvider:
             raise SlurmError(f"partition {self.pool.partition} has no nodes")
         slots = [{"id": i, "type": "cpu", "uuid": None, "brand": "slurm"}
                  for i in range(nodes * self.pool.slots_per_node)]
-        await self.agents.register(self.agent_id, self.pool.pool, slots,
+        await self.register(self.agent_id, self.pool.pool, slots,
                                    f"slurm:{self.pool.partition}", [], running)
-        link = self.hub.links.get(self.agent_id)
+        link = self.dispatcher.agents.get(self.agent_id)
         assert link is not None
         link.sink = self._inbox.put_nowait
         for message in link.outbox:  # what registering sent before the sink was set
@@ -174,7 +177,7 @@ class SlurmProvider:
     async def _exit(self, alloc: Allocation, code: int | None, reason: str, what: str) -> None:
         log.info("allocation %s: %s", alloc.id, what)
         trial = await self.db.run(trial_store.get, alloc.trial_id)
-        await self.allocations.part_exit(self.agent_id, alloc.id, code, reason)
+        await self._part_exit(alloc.id, code, reason)
         self.jobs.pop(alloc.id, None)
         self._since.pop(alloc.id, None)
         # The trial's log says why it ended (after the commit of the exit; seq makes it once).
@@ -182,8 +185,8 @@ class SlurmProvider:
             "trial_id": trial.id, "task_id": trial.task_id, "allocation_id": alloc.id,
             "agent_id": self.agent_id, "container_id": alloc.container_id(self.agent_id),
             "rank_id": None, "stdtype": "stderr", "source": "master", "level": "INFO",
-            "timestamp": time.time(), "log": f"{what}\n", "seq": -1}])
-        self.hub.notify(f"logs:{trial.id}")
+            "timestamp": self.clock.wall(), "log": f"{what}\n", "seq": -1}])
+        self.dispatcher.notify(f"logs:{trial.id}")
 
     def _hold(self, mine: list[Allocation], jobs: dict[str, slurmctl.Job]) -> None:
         """The job queue shows why pending Slurm jobs wait."""
@@ -193,11 +196,9 @@ class SlurmProvider:
             why = job.pending_reason() if job is not None else None
             if why is not None:
                 held[alloc.trial_id] = why
-        others = {t: r for t, r in self.hub.held.items() if t not in self._mine}
-        self._mine = set(held)
-        if {**others, **held} != self.hub.held:
-            self.hub.held = {**others, **held}
-            self.hub.notify("jobs")
+        if held != self.held:
+            self.held = held
+            self.dispatcher.notify("jobs")
 
     # --- messages -------------------------------------------------------------------------
 
@@ -216,12 +217,12 @@ class SlurmProvider:
     async def _submit(self, start: StartWork) -> None:
         if start.allocation_id in self.jobs:
             return  # submitted already (a start sent again), or adopted after a restart
-        url = self.pool.master_url or self.hub.url
+        url = self.pool.master_url or self.dispatcher.url
         if url is None:
             raise Unavailable("the master's URL is not known yet")
         self.work_dir.mkdir(parents=True, exist_ok=True)
         sub = slurmctl.Submission(
-            self.pool.partition, start.allocation_id, self.hub.cluster_id, len(start.slots),
+            self.pool.partition, start.allocation_id, self.dispatcher.cluster_id, len(start.slots),
             self.pool.slots_per_node, self.pool.python or sys.executable,
             str(self.work_dir / "slurm-%j.out"), self.pool.sbatch_args)
         env = {"DETTUI_SLURM_MASTER": url, "DETTUI_SLURM_ALLOCATION": start.allocation_id,
@@ -231,7 +232,7 @@ class SlurmProvider:
         try:
             out = await command(sub.argv(), sub.script(), env)
         except SlurmError as exc:
-            await self.allocations.part_exit(self.agent_id, start.allocation_id, None,
+            await self._part_exit(start.allocation_id, None,
                                              f"slurm: sbatch failed: {exc}")
             return
         self._know(start.allocation_id, slurmctl.parse_submitted(out))
@@ -240,7 +241,7 @@ class SlurmProvider:
 
     def _know(self, alloc_id: str, job_id: str) -> None:
         self.jobs[alloc_id] = job_id
-        self._since[alloc_id] = time.monotonic()
+        self._since[alloc_id] = self.clock.monotonic()
 
     async def _cancel(self, kill: KillWork) -> None:
         job = self.jobs.get(kill.allocation_id)
@@ -254,8 +255,9 @@ class SlurmProvider:
 
     async def start_message(self, alloc: Allocation) -> StartWork:
         """The start message of an allocation of this pool, for its nodes' parts."""
-        link = self.hub.links.get(self.agent_id)
+        link = self.dispatcher.agents.get(self.agent_id)
         if link is None:
             raise Unavailable(f"pool {self.pool.pool} is not connected to Slurm yet")
+        d = self.dispatcher
         return await self.db.call(build_start, self.db.conn, alloc, link.agent, {},
-                                  self.hub.cluster_id, self.hub.settings, self.hub.mint)
+                                  d.cluster_id, d.settings, d.mint)

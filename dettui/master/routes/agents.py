@@ -32,7 +32,7 @@ from dettui.master.http.requests import (
     parse_obj,
 )
 from dettui.master.http.wire import big_json_response, json_response, path_int, query_float, ts
-from dettui.master.store import credentials
+from dettui.master.store import credentials, exits
 from dettui.master.store import experiments as exp_store
 from dettui.master.store import logs as log_store
 from dettui.master.store import trials as trial_store
@@ -238,8 +238,8 @@ async def allocation_exit(request: web.Request) -> web.Response:
     alloc = await request.app[appkeys.DB].read(trial_store.allocation, alloc_id)
     if agent_id not in alloc.agents:
         raise PermissionDenied(f"allocation {alloc_id} has no part on agent {agent_id}")
-    await request.app[appkeys.CLUSTER].allocations.part_exit(agent_id, alloc_id, body.exit_code,
-                                                          body.reason)
+    await request.app[appkeys.CLUSTER].agents.part_exit(agent_id, alloc_id, body.exit_code,
+                                                         body.reason)
     return json_response({})
 
 
@@ -278,8 +278,7 @@ async def agent_logs(request: web.Request) -> web.Response:
                      "rank_id": line.rank_id, "stdtype": line.stdtype, "source": "task",
                      "level": level if level in LEVELS else None, "timestamp": line.timestamp,
                      "log": line.log, "seq": line.seq})
-    await db.run(log_store.insert, rows)
-    request.app[appkeys.NOTIFIER].notify(*{f"logs:{t}" for t, _ in trial_of.values()})
+    await request.app[appkeys.CLUSTER].dispatcher.run(log_store.insert, rows)
     return json_response({})
 
 
@@ -298,7 +297,10 @@ async def issue_credential(request: web.Request) -> web.Response:
     """Issue a credential an agent joins the cluster with; its secret is shown only now."""
     admin = require_admin(request)
     body = await parse(request, AgentCredentialBody)
-    cred, secret = await request.app[appkeys.DB].run(credentials.issue, admin.id, body.description)
+    issued = await request.app[appkeys.CLUSTER].dispatcher.run(credentials.issue, admin.id,
+                                                                body.description)
+    assert issued is not None
+    cred, secret = issued
     return json_response({"credential": credential_json(cred), "token": secret})
 
 
@@ -314,7 +316,9 @@ async def list_credentials(request: web.Request) -> web.Response:
 async def revoke_credential(request: web.Request) -> web.Response:
     """Revoke a credential: the agent using it is refused from its next request on."""
     require_admin(request)
-    cred = await request.app[appkeys.DB].run(credentials.revoke, path_int(request, "id"))
+    cred = await request.app[appkeys.CLUSTER].dispatcher.run(credentials.revoke,
+                                                              path_int(request, "id"))
+    assert cred is not None
     return json_response({"credential": credential_json(cred)})
 
 
@@ -327,7 +331,7 @@ async def preemption(request: web.Request) -> web.Response:
     alloc_id = request.match_info["allocationId"]
     check_allocation(request, alloc_id)
     timeout = min(max(query_float(request, "timeout_seconds", 60.0), 0.0), 3600.0)
-    flag = await request.app[appkeys.CLUSTER].allocations.wait_preemption(alloc_id, timeout)
+    flag = await request.app[appkeys.CLUSTER].preemption.wait(alloc_id, timeout)
     return json_response({"preempt": flag})
 
 
@@ -338,7 +342,7 @@ routes.get("/api/v1/allocations/{allocationId}/signals/preemption")(preemption)
 async def ack_preemption(request: web.Request) -> web.Response:
     alloc_id = request.match_info["allocationId"]
     await require_trial_writer(request, None, alloc_id)
-    await request.app[appkeys.CLUSTER].allocations.ack_preemption(alloc_id)
+    await request.app[appkeys.CLUSTER].dispatcher.run(trial_store.ack_preempt, alloc_id)
     return json_response({})
 
 
@@ -351,7 +355,7 @@ async def pending_preemption(request: web.Request) -> web.Response:
     SIGTERM: only the allocation's own token."""
     alloc_id = request.match_info["allocationId"]
     await require_trial_writer(request, None, alloc_id)
-    await request.app[appkeys.CLUSTER].allocations.preempt(alloc_id)
+    await request.app[appkeys.CLUSTER].dispatcher.run(trial_store.request_preempt, alloc_id)
     return json_response({})
 
 
@@ -377,12 +381,12 @@ async def mark_daemon(request: web.Request) -> web.Response:
     agent_id = alloc.agent_of(resources_id)
     if agent_id is None:
         raise NotFound(f"resources {resources_id} not found in allocation {alloc_id}")
-    if not await request.app[appkeys.CLUSTER].allocations.mark_daemon(alloc_id, agent_id):
-        await db.run(log_store.insert, [{
+    if not await request.app[appkeys.CLUSTER].dispatcher.run(exits.mark_daemon, alloc_id,
+                                                             agent_id):
+        await request.app[appkeys.CLUSTER].dispatcher.run(log_store.insert, [{
             "trial_id": trial.id, "task_id": trial.task_id, "allocation_id": alloc_id,
             "agent_id": agent_id, "container_id": resources_id, "source": "master",
             "level": "INFO", "timestamp": time.time(), "log": IGNORED_DAEMON}])
-        request.app[appkeys.NOTIFIER].notify(f"logs:{trial.id}")
     return json_response({})
 
 

@@ -14,7 +14,7 @@ import asyncio
 import os
 import stat
 import time
-from typing import Any, NoReturn
+from typing import Any
 
 from aiohttp import web
 
@@ -51,7 +51,7 @@ from dettui.master.store import checkpoints as ckpt_store
 from dettui.master.store import experiments as exp_store
 from dettui.master.store import metrics as metric_store
 from dettui.master.store import trials as trial_store
-from dettui.master.store.checkpoint_quota import Quota, Reported
+from dettui.master.store.checkpoint_quota import Quota
 from dettui.master.store.records import Allocation, Checkpoint, Experiment, Trial
 from dettui.master.views import checkpoints
 from dettui.models import CheckpointState
@@ -79,31 +79,21 @@ async def report(request: web.Request) -> web.Response:
         await _written_by(request, alloc, trial, body.uuid)
     settings = request.app[appkeys.SETTINGS]
     quota = Quota(settings.checkpoint_quota, settings.checkpoint_quota_per_user)
-    done = await db.run(
+    done = await request.app[appkeys.CLUSTER].dispatcher.run(
         quota_store.report, quota, uuid=body.uuid, trial_id=trial.id,
         experiment_id=trial.experiment_id, task_id=body.task_id,
         allocation_id=alloc.id if alloc else body.allocation_id,
         report_time=parse_ts(body.report_time) or time.time(), resources=body.resources,
         metadata=body.metadata, storage_id=body.storage_id,
     )
-    request.app[appkeys.NOTIFIER].experiment_changed(trial.experiment_id, trial.id)
+    assert done is not None
     if done.checkpoint is None:
-        await _refused(request, done, trial)
-    assert done.checkpoint is not None
+        raise QuotaExceeded(done.refusal or "checkpoint storage quota exceeded")
     return json_response({"checkpoint": shapes.checkpoint(done.checkpoint,
-                                                          hparams=trial.hparams)})
+                                                             hparams=trial.hparams)})
 
 
 routes.post("/api/v1/checkpoints")(report)
-
-
-async def _refused(request: web.Request, done: Reported, trial: Trial) -> NoReturn:
-    """After a refusal over the quota is committed: stop the experiment's trials, and answer
-    with it."""
-    request.app[appkeys.NOTIFIER].notify(f"logs:{trial.id}")
-    if done.stopped is not None:
-        await request.app[appkeys.CLUSTER].experiments.stopped(trial.experiment_id, done.stopped)
-    raise QuotaExceeded(done.refusal or "checkpoint storage quota exceeded")
 
 
 async def _written_by(request: web.Request, alloc: Allocation, trial: Trial, uuid: str) -> None:
@@ -197,7 +187,7 @@ async def patch(request: web.Request) -> web.Response:
         if p.allocation is None and ckpt.experiment_id is not None:
             exp = await db.read(exp_store.get, ckpt.experiment_id)
             require_owner(request, exp.owner_id, f"checkpoint {uuid}")
-    await db.run(ckpt_store.set_resources_many, left)
+    await request.app[appkeys.CLUSTER].dispatcher.run(ckpt_store.set_resources_many, left)
     return json_response({})
 
 
@@ -232,9 +222,10 @@ async def delete(request: web.Request) -> web.Response:
     exps = {eid: await db.read(exp_store.get, eid) for eid in by_exp}
     for eid, ckpts in by_exp.items():
         require_owner(request, exps[eid].owner_id, f"checkpoint {ckpts[0].uuid}")
+    dispatcher = request.app[appkeys.CLUSTER].dispatcher
     for eid, ckpts in by_exp.items():
-        await checkpoint_gc.delete(db, exps[eid], ckpts)
-        request.app[appkeys.NOTIFIER].notify(f"experiment:{eid}")
+        await dispatcher.run(ckpt_store.set_resources_many,
+                             await checkpoint_gc.delete(exps[eid], ckpts))
     return json_response({})
 
 
@@ -264,9 +255,10 @@ async def remove_files(request: web.Request) -> web.Response:
     if missing:
         raise NotFound(f"checkpoints not found: {', '.join(missing)}")
     by_exp = await _owned_by_experiment(request, found)
+    dispatcher = request.app[appkeys.CLUSTER].dispatcher
     for exp, ckpts in by_exp:
-        await checkpoint_gc.remove_files(db, exp, ckpts, globs)
-        request.app[appkeys.NOTIFIER].notify(f"experiment:{exp.id}")
+        await dispatcher.run(ckpt_store.set_resources_many,
+                             await checkpoint_gc.remove_files(exp, ckpts, globs))
     return json_response({})
 
 
@@ -309,9 +301,9 @@ async def post_metadata(request: web.Request) -> web.Response:
     else:
         exp = await db.read(exp_store.get, ckpt.experiment_id)
         require_owner(request, exp.owner_id, f"checkpoint {uuid}")
-    ckpt = await db.run(ckpt_store.set_metadata, uuid, body.checkpoint.metadata)
-    if ckpt.experiment_id is not None:
-        request.app[appkeys.NOTIFIER].notify(f"experiment:{ckpt.experiment_id}")
+    ckpt = await request.app[appkeys.CLUSTER].dispatcher.run(
+        ckpt_store.set_metadata, uuid, body.checkpoint.metadata)
+    assert ckpt is not None
     return json_response({"checkpoint": await db.read(checkpoints.view, ckpt)})
 
 
@@ -364,8 +356,9 @@ async def report_source(request: web.Request) -> web.Response:
     await require_trial_writer(request, info.trial_id)
     db = request.app[appkeys.DB]
     trial = await db.read(trial_store.get, info.trial_id)
-    await db.run(ckpt_store.link_trial, trial.id, uuid, info.trial_source_info_type,
-                 info.model_id, info.model_version)
+    await request.app[appkeys.CLUSTER].dispatcher.run(
+        ckpt_store.link_trial, trial.id, uuid, info.trial_source_info_type, info.model_id,
+        info.model_version)
     return json_response({"trialId": trial.id, "checkpointUuid": uuid})
 
 

@@ -40,7 +40,8 @@ async def post_metadata(request: web.Request) -> web.Response:
     run_metadata.check(body.metadata)
     db = request.app[appkeys.DB]
     await db.read(trial_store.get, run_id)
-    stored = await db.run(trial_store.set_run_metadata, run_id, body.metadata)
+    stored = await request.app[appkeys.CLUSTER].dispatcher.run(trial_store.set_run_metadata,
+                                                               run_id, body.metadata)
     return json_response({"metadata": stored})
 
 

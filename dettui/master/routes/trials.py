@@ -57,10 +57,10 @@ from dettui.master.http.wire import (
     ts,
 )
 from dettui.master.store import checkpoints as ckpt_store
+from dettui.master.store import control, reports
 from dettui.master.store import experiments as exp_store
 from dettui.master.store import logs as log_store
 from dettui.master.store import metrics as metric_store
-from dettui.master.store import search as search_store
 from dettui.master.store import trials as trial_store
 from dettui.master.store import unmanaged as unmanaged_store
 from dettui.master.store.metrics import MetricReport
@@ -125,8 +125,8 @@ async def report_metrics_batch(request: web.Request) -> web.Response:
 
 async def _ingest(request: web.Request, trial_id: int,
                   bodies: list[ReportMetricsBody]) -> list[DettuiError | None]:
-    """Check and commit reports (a group commit with other trials'), then tell followers and
-    feed the validations to the searcher, in order."""
+    """Check and commit reports (a group commit with other trials'; validations reach the
+    searcher in the same commit, `metric_store.report_many`)."""
     reports: list[MetricReport | DettuiError] = []
     for body in bodies:
         try:
@@ -135,19 +135,7 @@ async def _ingest(request: web.Request, trial_id: int,
             reports.append(exc)
     valid = [r for r in reports if isinstance(r, MetricReport)]
     done = iter(await request.app[appkeys.INGEST].submit(*valid))
-    errors = [r if isinstance(r, DettuiError) else next(done) for r in reports]
-    ok = [r for r, e in zip(reports, errors, strict=True) if e is None]
-    if ok:
-        exp_id = (await request.app[appkeys.DB].read(trial_store.get, trial_id)).experiment_id
-        request.app[appkeys.NOTIFIER].notify(f"metrics:{trial_id}")
-        request.app[appkeys.NOTIFIER].experiment_changed(exp_id, trial_id)
-    for r in ok:
-        if isinstance(r, MetricReport) and r.group == "validation":
-            problem = await request.app[appkeys.CLUSTER].allocations.validation_reported(
-                trial_id, r.steps, r.metrics)
-            if problem:
-                log.warning("trial %d: %s", trial_id, problem)
-    return errors
+    return [r if isinstance(r, DettuiError) else next(done) for r in reports]
 
 
 def _metric_report(trial_id: int, body: ReportMetricsBody) -> MetricReport:
@@ -338,11 +326,7 @@ async def progress(request: web.Request) -> web.Response:
     body = await parse(request, ProgressBody)
     if not 0 <= body.progress <= 1:
         raise InvalidArgument("progress: must be between 0 and 1")
-    db = request.app[appkeys.DB]
-    await db.run(trial_store.set_fields, trial_id, progress=body.progress)
-    trial = await db.read(trial_store.get, trial_id)
-    await db.run(search_store.refresh_progress, await db.read(exp_store.get, trial.experiment_id))
-    request.app[appkeys.NOTIFIER].experiment_changed(trial.experiment_id, trial_id, jobs=True)
+    await request.app[appkeys.CLUSTER].dispatcher.run(reports.progress, trial_id, body.progress)
     return json_response({})
 
 
@@ -359,8 +343,7 @@ async def early_exit(request: web.Request) -> web.Response:
                "EXITED_REASON_UNSPECIFIED"}
     if body.reason not in allowed:
         raise InvalidArgument("should not report special exit reason")
-    await request.app[appkeys.DB].run(trial_store.set_fields, trial_id, searcher_stopped=1,
-                                   early_exit=body.reason)
+    await request.app[appkeys.CLUSTER].dispatcher.run(reports.early_exit, trial_id, body.reason)
     return json_response({})
 
 
@@ -373,10 +356,7 @@ async def runner_metadata(request: web.Request) -> web.Response:
     trial_id = path_int(request, "id")
     await require_trial_writer(request, trial_id)
     body = await parse(request, RunnerMetadataBody)
-    db = request.app[appkeys.DB]
-    await db.run(trial_store.set_fields, trial_id, runner_state=body.state)
-    trial = await db.read(trial_store.get, trial_id)
-    request.app[appkeys.NOTIFIER].experiment_changed(trial.experiment_id, trial_id)
+    await request.app[appkeys.CLUSTER].dispatcher.run(reports.runner_state, trial_id, body.state)
     return json_response({})
 
 
@@ -393,7 +373,7 @@ async def kill_trial(request: web.Request) -> web.Response:
     require_owner(request, exp.owner_id, f"trial {trial_id}")
     if exp.unmanaged:
         raise FailedPrecondition(f"trial {trial_id} is detached: end it from its script")
-    await request.app[appkeys.CLUSTER].experiments.kill_trial(trial_id, exp.id)
+    await request.app[appkeys.CLUSTER].dispatcher.run(control.kill_trial, trial_id)
     return json_response({})
 
 
@@ -415,8 +395,7 @@ async def post_task_logs(request: web.Request) -> web.Response:
                      "stdtype": line.stdtype, "source": line.source or "task",
                      "level": (line.level or "").removeprefix("LOG_LEVEL_") or None,
                      "timestamp": parse_ts(line.timestamp) or time.time(), "log": line.log})
-    await db.run(log_store.insert, rows)
-    request.app[appkeys.NOTIFIER].notify(*(f"logs:{t}" for t in trial_ids))
+    await request.app[appkeys.CLUSTER].dispatcher.run(log_store.insert, rows)
     return json_response({})
 
 
@@ -476,8 +455,9 @@ async def _new_trial(request: web.Request, body: CreateTrialBody,
     if not exp.unmanaged:
         raise InvalidArgument(f"only unmanaged trials are supported: experiment {exp.id} is "
                               "managed, its searcher creates its trials")
-    trial = await db.run(unmanaged_store.create_trial, exp.id, body.hparams or {}, external_id)
-    request.app[appkeys.NOTIFIER].experiment_changed(exp.id, trial.id)
+    trial = await request.app[appkeys.CLUSTER].dispatcher.run(
+        unmanaged_store.create_trial, exp.id, body.hparams or {}, external_id)
+    assert trial is not None
     exp = await db.read(exp_store.get, exp.id)
     return dict((await db.read(trial_views, exp, [trial]))[0])
 
@@ -503,9 +483,10 @@ async def start_trial(request: web.Request) -> web.Response:
     checkpoint to resume from."""
     body = await parse(request, StartTrialBody)
     trial_id = await _unmanaged_trial(request, body.trial_id)
-    db = request.app[appkeys.DB]
-    trial, latest = await db.run(unmanaged_store.start_trial, trial_id, bool(body.resume))
-    request.app[appkeys.NOTIFIER].experiment_changed(trial.experiment_id, trial_id)
+    started = await request.app[appkeys.CLUSTER].dispatcher.run(unmanaged_store.start_trial,
+                                                                trial_id, bool(body.resume))
+    assert started is not None
+    trial, latest = started
     return json_response({
         "trialRunId": trial.run_id,
         "stepsCompleted": (latest.steps_completed or 0) if latest else 0,
@@ -537,13 +518,9 @@ async def patch_trial(request: web.Request) -> web.Response:
     state = _settable_state(body.state)
     trial_id = await _unmanaged_trial(request, body.trial_id)
     db = request.app[appkeys.DB]
-    trial, changed = await db.run(unmanaged_store.patch_trial, trial_id, state)
-    if state is not None:
-        request.app[appkeys.NOTIFIER].notify(f"logs:{trial_id}")
-        request.app[appkeys.NOTIFIER].experiment_changed(trial.experiment_id, trial_id)
-    if changed is not None:
-        await request.app[appkeys.CLUSTER].allocations.settle_unmanaged(
-            [(trial.experiment_id, changed)])
+    trial = await request.app[appkeys.CLUSTER].dispatcher.run(unmanaged_store.patch_trial,
+                                                              trial_id, state)
+    assert trial is not None
     exp = await db.read(exp_store.get, trial.experiment_id)
     views = await db.read(trial_views, exp, [trial])
     return json_response({"trial": views[0]})
@@ -585,6 +562,5 @@ async def post_core_v2_logs(request: web.Request) -> web.Response:
                      "stdtype": None, "source": "task", "level": None,
                      "timestamp": parse_ts(item.get("timestamp")) or time.time(),
                      "log": item["log"]})
-    await db.run(log_store.insert, rows)
-    request.app[appkeys.NOTIFIER].notify(*(f"logs:{t}" for t in trial_ids))
+    await request.app[appkeys.CLUSTER].dispatcher.run(log_store.insert, rows)
     return json_response({})

@@ -10,17 +10,20 @@ import time
 from typing import Any
 
 from dettui.errors import NotFound
-from dettui.master.store import credentials
+from dettui.master.effects import Done, Effects, notify
+from dettui.master.store import credentials, exits
 from dettui.master.store.records import Agent, columns
-from dettui.master.store.tx import transaction
+from dettui.master.store.trials import live_allocations_of
+from dettui.master.store.tx import command, transaction
 
 FROM_AGENTS = f"SELECT {columns(Agent.COLUMNS)} FROM agents"
 
 
+@command
 def register(
     conn: sqlite3.Connection, cred_id: int | None, agent_id: str, pool: str,
     slots: list[dict[str, Any]], hostname: str, addresses: list[str],
-) -> Agent:
+) -> Done[Agent]:
     """Record an agent's registration: with `cred_id`, the credential it registers with is
     bound to `agent_id` (or refused) in the same transaction; None for the master's own pools
     (Slurm), which no credential speaks for."""
@@ -34,7 +37,7 @@ def register(
             "registered_time=excluded.registered_time",
             (agent_id, pool, json.dumps(slots), hostname, json.dumps(addresses), time.time()),
         )
-    return get(conn, agent_id)
+    return Done(get(conn, agent_id))
 
 
 def get(conn: sqlite3.Connection, agent_id: str) -> Agent:
@@ -46,25 +49,36 @@ def list_(conn: sqlite3.Connection) -> list[Agent]:
     return [Agent.from_row(r) for r in conn.execute(f"{FROM_AGENTS} ORDER BY id")]
 
 
-def cluster_value(conn: sqlite3.Connection, key: str, default: str) -> str:
+@command
+def cluster_value(conn: sqlite3.Connection, key: str, default: str) -> Done[str]:
     """A persistent cluster-wide value (cluster id), created with `default` the first time."""
     with transaction(conn):
         conn.execute("INSERT INTO cluster (key, value) VALUES (?, ?) ON CONFLICT DO NOTHING",
                      (key, default))
-    return str(conn.execute("SELECT value FROM cluster WHERE key=?", (key,)).fetchone()[0])
+    return Done(str(conn.execute("SELECT value FROM cluster WHERE key=?",
+                                 (key,)).fetchone()[0]))
 
 
+@command
 def set_enabled(conn: sqlite3.Connection, agent_id: str, enabled: bool,
-                drain: bool = False) -> Agent:
-    """Enable (and stop draining), or disable, draining or not."""
+                drain: bool = False) -> Done[Agent]:
+    """Enable (and stop draining), or disable, draining or not. As in Determined, disabling
+    without draining ends the agent's running trials (they go back to the queue), in the same
+    commit."""
+    lost = Effects()
     with transaction(conn):
         conn.execute("UPDATE agents SET enabled=?, draining=? WHERE id=?",
                      (int(enabled), int(drain and not enabled), agent_id))
-    return get(conn, agent_id)
+        if not enabled and not drain:
+            for alloc in live_allocations_of(conn, agent_id):
+                if agent_id not in alloc.part_exits:
+                    lost |= exits.lose_in(conn, alloc.id, f"agent {agent_id} disabled")
+    return Done(get(conn, agent_id), lost | notify("agents") | Effects(kick=True))
 
 
+@command
 def set_slot_enabled(conn: sqlite3.Connection, agent_id: str, slot_id: int,
-                     enabled: bool) -> Agent:
+                     enabled: bool) -> Done[Agent]:
     """`det slot enable|disable`: no new work on a disabled slot."""
     with transaction(conn):
         agent = get(conn, agent_id)
@@ -73,4 +87,4 @@ def set_slot_enabled(conn: sqlite3.Connection, agent_id: str, slot_id: int,
         off = set(agent.disabled_slots) - {slot_id} | (set() if enabled else {slot_id})
         conn.execute("UPDATE agents SET disabled_slots=? WHERE id=?",
                      (json.dumps(sorted(off)), agent_id))
-    return get(conn, agent_id)
+    return Done(get(conn, agent_id), notify("agents") | Effects(kick=True))

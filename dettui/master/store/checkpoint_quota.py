@@ -19,11 +19,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from dettui import byte_size
+from dettui.master.effects import Done, Effects, experiment_changed, notify
 from dettui.master.store import checkpoints as ckpt_store
 from dettui.master.store import control
 from dettui.master.store import logs as log_store
 from dettui.master.store.records import Checkpoint
-from dettui.master.store.tx import transaction
+from dettui.master.store.tx import command, transaction
 from dettui.models import ExperimentState
 
 HOW_TO_FREE = (
@@ -43,16 +44,17 @@ class Quota:
 
 @dataclass(frozen=True)
 class Reported:
-    """A report's outcome: the stored checkpoint, or why it was refused and what the stop of
-    its experiment leaves to do (kills, preemptions, an ended experiment)."""
+    """A report's outcome: the stored checkpoint, or why it was refused."""
 
     checkpoint: Checkpoint | None
     refusal: str | None = None
-    stopped: control.Stopped | None = None
 
 
-def report(conn: sqlite3.Connection, quota: Quota, **fields: Any) -> Reported:
-    """`checkpoints.report` within the quota (`fields` are its keyword arguments)."""
+@command
+def report(conn: sqlite3.Connection, quota: Quota, **fields: Any) -> Done[Reported]:
+    """A completed checkpoint stored (`checkpoints.record`; a re-report by the same trial is
+    accepted, a uuid another trial's checkpoint has is refused), within the quota (`fields`
+    are `record`'s keyword arguments)."""
     with transaction(conn):
         grows = ckpt_store.growth(conn, fields["uuid"], fields["trial_id"], fields["task_id"],
                                   fields["resources"])
@@ -60,10 +62,11 @@ def report(conn: sqlite3.Connection, quota: Quota, **fields: Any) -> Reported:
         refusal = _refusal(conn, quota, exp_id, grows, fields) if grows > 0 else None
         if refusal is None:
             ckpt_store.record(conn, **fields)
-            return Reported(ckpt_store.get(conn, fields["uuid"]))
+            return Done(Reported(ckpt_store.get(conn, fields["uuid"])),
+                        experiment_changed(exp_id, fields["trial_id"]))
         row = conn.execute("SELECT state, unmanaged FROM experiments WHERE id=?",
                            (exp_id,)).fetchone()
-        stopped = control.Stopped()
+        stopped = Effects()
         if row["state"] in STOPPABLE and not row["unmanaged"]:
             stopped = control.stop_in(conn, exp_id, ExperimentState.STOPPING_ERROR)
             refusal += f" Experiment {exp_id} stops in ERROR."
@@ -72,7 +75,10 @@ def report(conn: sqlite3.Connection, quota: Quota, **fields: Any) -> Reported:
             "allocation_id": fields["allocation_id"], "stdtype": "stderr",
             "source": "master", "level": "ERROR", "timestamp": time.time(),
             "log": f"{refusal}\n"}])
-        return Reported(None, refusal, stopped)
+        # The refusal is in the trial's log: its followers read it (the stop's effects follow).
+        return Done(Reported(None, refusal),
+                    experiment_changed(exp_id, fields["trial_id"])
+                    | notify(f"logs:{fields['trial_id']}") | stopped)
 
 
 STOPPABLE = (ExperimentState.ACTIVE.value, ExperimentState.PAUSED.value,

@@ -1,8 +1,8 @@
 """Experiment control as store commands: each transition is one transaction that returns what
-is left to do outside the store (messages to agents), so no crash can leave an experiment in one
-state and its trials in another. What a crash loses of the messages is re-derived from the
-committed state: kills are resent when agents register (`kill_requested`), preemptions are read
-from the store by the long-poll (`preempt_requested`).
+is left to do outside the store (`Effects`: kills, preemptions), so no crash can leave an
+experiment in one state and its trials in another. What a crash loses of the messages is
+re-derived from the committed state: kills are resent when agents register (`kill_requested`),
+preemptions are read from the store by the long-poll (`preempt_requested`).
 """
 
 from __future__ import annotations
@@ -10,41 +10,41 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from dataclasses import dataclass
 from typing import Any
 
 from dettui.errors import FailedPrecondition
+from dettui.master import transitions
+from dettui.master.effects import Effects, Kill, experiment_changed, notify
 from dettui.master.store import exits
 from dettui.master.store import experiments as exp_store
-from dettui.master.store.records import Allocation, Experiment
+from dettui.master.store.records import Allocation
 from dettui.master.store.trials import allocation
-from dettui.master.store.tx import transaction
+from dettui.master.store.tx import command, step, transaction
 from dettui.models import AllocationState, ExperimentState, TrialState
 
 
-@dataclass(frozen=True)
-class Stopped:
-    """What `stop` leaves to do: kill these allocations' processes, or tell these to
-    checkpoint and exit (the preemption signal)."""
-
-    kill: tuple[Allocation, ...] = ()
-    preempt: tuple[str, ...] = ()
-    ended: Experiment | None = None  # nothing was running: the experiment ended at once
+def kills(allocs: list[Allocation], reason: str) -> tuple[Kill, ...]:
+    """Kill orders for these allocations' parts still running."""
+    return tuple(Kill(a.id, tuple(x for x in a.agents if x not in a.part_exits), reason)
+                 for a in allocs)
 
 
-def stop(conn: sqlite3.Connection, exp_id: int, how: ExperimentState) -> Stopped:
+@command
+def stop(conn: sqlite3.Connection, exp_id: int, how: ExperimentState) -> Effects:
     """Pause (PAUSED), cancel (STOPPING_CANCELED) or kill (STOPPING_KILLED) an experiment: its
     state, its idle trials and its running allocations' flags, in one commit."""
     with transaction(conn):
         return stop_in(conn, exp_id, how)
 
 
-def stop_in(conn: sqlite3.Connection, exp_id: int, how: ExperimentState) -> Stopped:
+@step
+def stop_in(conn: sqlite3.Connection, exp_id: int, how: ExperimentState) -> Effects:
     """`stop` inside a transaction the caller holds (STOPPING_ERROR too: a checkpoint over
     its quota, `checkpoint_quota`, asks the trials to stop as a cancel does)."""
     exp = exp_store.get(conn, exp_id)
     if exp.state.is_terminal():
-        return Stopped()
+        return Effects()
+    transitions.require(exp.state, how)
     conn.execute("UPDATE experiments SET state=? WHERE id=?", (how.value, exp_id))
     idle = TrialState.PAUSED if how is ExperimentState.PAUSED else TrialState.CANCELED
     now = time.time() if idle.is_terminal() else None
@@ -60,30 +60,39 @@ def stop_in(conn: sqlite3.Connection, exp_id: int, how: ExperimentState) -> Stop
         conn.executemany(
             "UPDATE allocations SET kill_requested=1, state=? WHERE id=?",
             [(AllocationState.TERMINATING.value, a.id) for a in live])
-        return Stopped(kill=tuple(allocation(conn, a.id) for a in live),
-                       ended=exits.settle(conn, exp_id))
+        return (Effects(kills=kills([allocation(conn, a.id) for a in live],
+                                    "experiment killed"))
+                | _changed(exp_id) | exits.ended_effects(exits.settle(conn, exp_id)))
     conn.executemany("UPDATE allocations SET preempt_requested=1 WHERE id=?",
                      [(a.id,) for a in live])
-    return Stopped(preempt=tuple(a.id for a in live), ended=exits.settle(conn, exp_id))
+    return (Effects(preempted=tuple(a.id for a in live)) | _changed(exp_id)
+            | exits.ended_effects(exits.settle(conn, exp_id)))
 
 
-def activate(conn: sqlite3.Connection, exp_id: int) -> bool:
-    """A PAUSED experiment and its PAUSED trials become ACTIVE and QUEUED in one commit; False
-    if it was not paused (nothing to do)."""
+def _changed(exp_id: int) -> Effects:
+    return experiment_changed(exp_id, jobs=True) | Effects(kick=True)
+
+
+@command
+def activate(conn: sqlite3.Connection, exp_id: int) -> Effects:
+    """A PAUSED experiment and its PAUSED trials become ACTIVE and QUEUED in one commit;
+    nothing if it was not paused."""
     with transaction(conn):
         exp = exp_store.get(conn, exp_id)
         if exp.state.is_terminal():
             raise FailedPrecondition("experiment in terminal state")
         if exp.state is not ExperimentState.PAUSED:
-            return False
+            return Effects()
+        transitions.require(exp.state, ExperimentState.ACTIVE)
         conn.execute("UPDATE experiments SET state=? WHERE id=?",
                      (ExperimentState.ACTIVE.value, exp_id))
         conn.execute("UPDATE trials SET state=? WHERE experiment_id=? AND state=?",
                      (TrialState.QUEUED.value, exp_id, TrialState.PAUSED.value))
-    return True
+    return _changed(exp_id)
 
 
-def kill_trial(conn: sqlite3.Connection, trial_id: int) -> Stopped:
+@command
+def kill_trial(conn: sqlite3.Connection, trial_id: int) -> Effects:
     """`det trial kill`: the trial becomes STOPPING_KILLED and its running allocation is
     killed (CANCELED when it exits); a trial with nothing running is CANCELED at once, and the
     searcher hears of it. The rest of the experiment goes on."""
@@ -93,24 +102,31 @@ def kill_trial(conn: sqlite3.Connection, trial_id: int) -> Stopped:
     with transaction(conn):
         trial = trial_store.get(conn, trial_id)
         if trial.state.is_terminal() or trial.state is TrialState.STOPPING_KILLED:
-            return Stopped()
+            return Effects()
         live = [allocation(conn, r["id"]) for r in conn.execute(
             "SELECT id FROM allocations WHERE trial_id=? AND state != ?",
             (trial_id, AllocationState.EXITED.value))]
         exp = exp_store.get(conn, trial.experiment_id)
+        told = notify(f"trial:{trial_id}", f"experiment:{exp.id}", "jobs", "experiments") | \
+            Effects(kick=True)
         if not live:
+            transitions.require(trial.state, TrialState.CANCELED)
             conn.execute("UPDATE trials SET state=?, end_time=? WHERE id=?",
                          (TrialState.CANCELED.value, time.time(), trial_id))
             search_store.apply_end(conn, exp, trial_store.get(conn, trial_id))
-            return Stopped(ended=exits.settle(conn, exp.id))
+            return told | exits.ended_effects(exits.settle(conn, exp.id))
+        transitions.require(trial.state, TrialState.STOPPING_KILLED)
         conn.execute("UPDATE trials SET state=? WHERE id=?",
                      (TrialState.STOPPING_KILLED.value, trial_id))
         conn.executemany("UPDATE allocations SET kill_requested=1, state=? WHERE id=?",
                          [(AllocationState.TERMINATING.value, a.id) for a in live])
-        return Stopped(kill=tuple(allocation(conn, a.id) for a in live))
+        return Effects(kills=kills([allocation(conn, a.id) for a in live], "trial killed")) \
+            | told
 
 
-def continue_experiment(conn: sqlite3.Connection, exp_id: int, config: dict[str, Any]) -> None:
+@command
+def continue_experiment(conn: sqlite3.Connection, exp_id: int,
+                        config: dict[str, Any]) -> Effects:
     """`det e continue` (ContinueExperiment): an ended experiment runs again with `config`; a
     single-searcher trial (or, for grid and random, each trial that did not complete) is
     queued again with its restarts zeroed, to resume from its latest checkpoint."""
@@ -134,3 +150,4 @@ def continue_experiment(conn: sqlite3.Connection, exp_id: int, config: dict[str,
                      "slots_per_trial=?, gc_pending=0 WHERE id=?",
                      (ExperimentState.ACTIVE.value, json.dumps(config),
                       exp_store.slots_of(config), exp_id))
+    return notify(f"experiment:{exp_id}", "experiments", "jobs") | Effects(kick=True)

@@ -262,7 +262,15 @@ class Database:
             raise full from exc
 
     async def run(self, fn: Callable[..., T], *args: object, **kwargs: object) -> T:
-        """Run a store function `fn(conn, *args, **kwargs)` on the store thread."""
+        """Run a store function `fn(conn, *args, **kwargs)` on the store thread. Not a store
+        command (`tx.command`): its effects would be dropped; the dispatcher runs those."""
+        if getattr(fn, "store_command", False):
+            raise TypeError(f"{fn.__qualname__} is a store command: run it with the "
+                            "dispatcher (Dispatcher.run), which performs its effects")
+        return await self.call(fn, self.conn, *args, **kwargs)
+
+    async def command(self, fn: Callable[..., T], *args: object, **kwargs: object) -> T:
+        """Run a store command on the store thread (for the dispatcher: `Dispatcher.run`)."""
         return await self.call(fn, self.conn, *args, **kwargs)
 
     async def read(self, fn: Callable[..., T], *args: object, **kwargs: object) -> T:

@@ -1,7 +1,9 @@
 """Allocation exits as store commands: a part's exit, the allocation's end, the trial's next
 state, the searcher's event and the experiment's outcome are one transaction, which returns what
-is left to do outside the store (ending other nodes' parts, waking preemption long-polls,
-collecting checkpoints). Nothing a crash can interrupt is left half applied.
+is left to do outside the store as `Effects` (ending other nodes' parts, waking preemption
+long-polls, collecting checkpoints). Nothing a crash can interrupt is left half applied.
+
+`Exit` is what an exit did, as a value: `exit_effects` turns it into the effects.
 """
 
 from __future__ import annotations
@@ -13,13 +15,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dettui.errors import FailedPrecondition
-from dettui.master import lifecycle
+from dettui.master import lifecycle, transitions
+from dettui.master.effects import Done, Effects, EndPart, experiment_changed, notify
 from dettui.master.store import experiments as exp_store
 from dettui.master.store import search as search_store
 from dettui.master.store import trials as trial_store
 from dettui.master.store import users as user_store
 from dettui.master.store.records import Allocation, Experiment, Trial
-from dettui.master.store.tx import transaction
+from dettui.master.store.tx import command, step, transaction
 from dettui.models import AllocationState, ExperimentState
 
 
@@ -76,7 +79,8 @@ def _daemons_to_end(conn: sqlite3.Connection, alloc: Allocation) -> tuple[str, .
     return tuple(pending)
 
 
-def mark_daemon(conn: sqlite3.Connection, alloc_id: str, agent_id: str) -> Exit | None:
+@command
+def mark_daemon(conn: sqlite3.Connection, alloc_id: str, agent_id: str) -> Done[bool]:
     """Determined's MarkAllocationResourcesDaemon: `agent_id`'s part is a daemon (the sshd of a
     non-chief DeepSpeed or Horovod node). None for an allocation of one part (Determined
     ignores the request: it would end it). If the workers have all exited already (or every
@@ -86,55 +90,142 @@ def mark_daemon(conn: sqlite3.Connection, alloc_id: str, agent_id: str) -> Exit 
         if alloc.state is AllocationState.EXITED:
             raise FailedPrecondition(f"allocation {alloc_id} has exited")
         if len(alloc.agents) <= 1:
-            return None
+            return Done(False)
         daemons = [a for a in alloc.agents if a in alloc.daemons or a == agent_id]
         conn.execute("UPDATE allocations SET daemons=? WHERE id=?",
                      (json.dumps(daemons), alloc_id))
         alloc = trial_store.allocation(conn, alloc_id)
         end_parts = _daemons_to_end(conn, alloc)
-        return Exit(trial_store.allocation(conn, alloc_id), end_parts, daemons=True)
+        done = Exit(trial_store.allocation(conn, alloc_id), end_parts, daemons=True)
+        return Done(True, exit_effects(done, ""))
 
 
+@command
 def part_exit(conn: sqlite3.Connection, alloc_id: str, agent_id: str, exit_code: int | None,
-              reason: str, connected: frozenset[str]) -> Exit:
+              reason: str, connected: frozenset[str]) -> Effects:
+    """`part_exit_in` in a transaction of its own, with its effects."""
+    with transaction(conn):
+        return exit_effects(part_exit_in(conn, alloc_id, agent_id, exit_code, reason,
+                                         connected), f"node {agent_id} failed")
+
+
+@step
+def part_exit_in(conn: sqlite3.Connection, alloc_id: str, agent_id: str,
+                 exit_code: int | None, reason: str, connected: frozenset[str]) -> Exit:
     """One agent's part of an allocation ended (the first report per agent counts). A failure
     ends the parts on the other agents, and so does the exit of the last worker part when
     the others are daemons; the allocation ends when every part has, or when the agents of
     the parts left are no longer `connected`."""
+    alloc = trial_store.allocation(conn, alloc_id)
+    if alloc.state is AllocationState.EXITED:
+        return Exit(alloc)
+    exits = dict(alloc.part_exits)
+    exits.setdefault(agent_id, [exit_code, reason])
+    conn.execute("UPDATE allocations SET part_exits=? WHERE id=?",
+                 (json.dumps(exits), alloc_id))
+    alloc = trial_store.allocation(conn, alloc_id)
+    pending = [a for a in alloc.agents if a not in alloc.part_exits]
+    failed = (exit_code != 0 or reason not in ("", None)) and \
+        not _daemon_ended(alloc, agent_id)
+    end_parts: tuple[str, ...] = ()
+    daemons = False
+    if failed and pending and not alloc.kill_requested:
+        conn.execute("UPDATE allocations SET state=? WHERE id=?",
+                     (AllocationState.TERMINATING.value, alloc_id))
+        end_parts = tuple(pending)
+    elif alloc.daemons:
+        end_parts = _daemons_to_end(conn, alloc)
+        daemons = bool(end_parts)
+    if any(a in connected for a in pending):
+        return Exit(trial_store.allocation(conn, alloc_id), end_parts, daemons=daemons)
+    return _end(conn, alloc, *first_failure(alloc))
+
+
+@command
+def end(conn: sqlite3.Connection, alloc_id: str, exit_code: int | None, reason: str,
+        message: str = "") -> Effects:
+    """The whole allocation ends now: killed with no agent left to tell, or every part had
+    exited. Idempotent: an allocation that has exited stays as it was."""
     with transaction(conn):
         alloc = trial_store.allocation(conn, alloc_id)
         if alloc.state is AllocationState.EXITED:
-            return Exit(alloc)
-        exits = dict(alloc.part_exits)
-        exits.setdefault(agent_id, [exit_code, reason])
-        conn.execute("UPDATE allocations SET part_exits=? WHERE id=?",
-                     (json.dumps(exits), alloc_id))
-        alloc = trial_store.allocation(conn, alloc_id)
-        pending = [a for a in alloc.agents if a not in alloc.part_exits]
-        failed = (exit_code != 0 or reason not in ("", None)) and \
-            not _daemon_ended(alloc, agent_id)
-        end_parts: tuple[str, ...] = ()
-        daemons = False
-        if failed and pending and not alloc.kill_requested:
-            conn.execute("UPDATE allocations SET state=? WHERE id=?",
-                         (AllocationState.TERMINATING.value, alloc_id))
-            end_parts = tuple(pending)
-        elif alloc.daemons:
-            end_parts = _daemons_to_end(conn, alloc)
-            daemons = bool(end_parts)
-        if any(a in connected for a in pending):
-            return Exit(trial_store.allocation(conn, alloc_id), end_parts, daemons=daemons)
-        return _end(conn, alloc, *first_failure(alloc))
+            return Effects()
+        return exit_effects(_end(conn, alloc, exit_code, reason), "", message)
 
 
-def end(conn: sqlite3.Connection, alloc_id: str, exit_code: int | None, reason: str) -> Exit:
-    """The whole allocation ends now: lost with its agent, or killed with no agent left to
-    tell. Idempotent: an allocation that has exited stays as it was."""
+@command
+def lose(conn: sqlite3.Connection, alloc_id: str, why: str) -> Effects:
+    """A part of the allocation is gone with its agent: the parts still running elsewhere are
+    ended and the allocation ends LOST (its trial goes back to the queue), in one commit."""
     with transaction(conn):
-        alloc = trial_store.allocation(conn, alloc_id)
-        if alloc.state is AllocationState.EXITED:
-            return Exit(alloc)
-        return _end(conn, alloc, exit_code, reason)
+        return lose_in(conn, alloc_id, why)
+
+
+@step
+def lose_in(conn: sqlite3.Connection, alloc_id: str, why: str) -> Effects:
+    """`lose` inside the caller's transaction."""
+    alloc = trial_store.allocation(conn, alloc_id)
+    if alloc.state is AllocationState.EXITED:
+        return Effects()
+    rest = tuple(EndPart(a, alloc.id, why) for a in alloc.agents if a not in alloc.part_exits)
+    return Effects(end_parts=rest) | exit_effects(
+        _end(conn, alloc, None, lifecycle.LOST), "", why)
+
+
+@command
+def lose_agent(conn: sqlite3.Connection, agent_id: str, why: str) -> Effects:
+    """Every allocation with a part still running on `agent_id` is lost, in one commit."""
+    lost = Effects()
+    with transaction(conn):
+        for alloc in trial_store.live_allocations_of(conn, agent_id):
+            if agent_id not in alloc.part_exits:
+                lost |= lose_in(conn, alloc.id, why)
+    return lost
+
+
+def exit_effects(done: Exit, why: str, message: str = "") -> Effects:
+    """What an exit leaves to do: the other parts ended (`why`, or: they are daemons whose
+    workers have all exited), and once the allocation has ended, followers told, the
+    searcher's stops and creations performed, an ended experiment's checkpoints collected."""
+    if done.daemons:
+        why = "every worker part has exited: ending its daemons"
+    out = Effects()
+    if done.end_parts:
+        out = Effects(end_parts=tuple(EndPart(a, done.alloc.id, why) for a in done.end_parts),
+                      said=(f"allocation {done.alloc.id}: {why}; ending it on "
+                            f"{', '.join(done.end_parts)}",))
+    if done.trial is None:
+        return out
+    alloc, trial = done.alloc, done.trial
+    return (out | Effects(exited=(alloc.id,), said=(
+        f"allocation {alloc.id} exited (code {alloc.exit_code} "
+        f"{alloc.exit_reason or message}) -> trial {trial.id} {trial.state.short}",))
+        | notify(f"allocation:{alloc.id}")
+        | experiment_changed(trial.experiment_id, trial.id, jobs=True)
+        | searcher_effects(trial.experiment_id, done.searcher)
+        | ended_effects(done.ended) | Effects(kick=True))
+
+
+def searcher_effects(exp_id: int, outcome: search_store.Outcome) -> Effects:
+    """After a searcher event: the preemption of the trials it stopped (timed, their long-polls
+    woken), followers told, the trials it created scheduled."""
+    if not outcome.created and not outcome.stopped:
+        return Effects()
+    said = tuple(f"searcher of experiment {exp_id} stops allocation {a}"
+                 for a in outcome.preempt)
+    if outcome.created:
+        said += (f"searcher of experiment {exp_id} created {len(outcome.created)} trial(s)",)
+    return (Effects(preempted=tuple(outcome.preempt), said=said)
+            | notify(*(f"trial:{t}" for t in outcome.stopped))
+            | experiment_changed(exp_id, jobs=True) | Effects(kick=True))
+
+
+def ended_effects(exp: Experiment | None) -> Effects:
+    """An experiment ended (committed, with `gc_pending`): followers told, checkpoints
+    collected."""
+    if exp is None:
+        return Effects()
+    return experiment_changed(exp.id, jobs=True) | Effects(collect=(exp.id,))
 
 
 def _end(conn: sqlite3.Connection, alloc: Allocation, exit_code: int | None,
@@ -161,6 +252,7 @@ def _end(conn: sqlite3.Connection, alloc: Allocation, exit_code: int | None,
                 ended=settle(conn, exp.id))
 
 
+@step
 def settle(conn: sqlite3.Connection, exp_id: int) -> Experiment | None:
     """Inside a transaction: end the experiment if every trial has ended (its checkpoints then
     wait for GC: `gc_pending`); the experiment if it ended now."""
@@ -173,48 +265,63 @@ def settle(conn: sqlite3.Connection, exp_id: int) -> Experiment | None:
     return exp_store.get(conn, exp_id)
 
 
+@step
 def finish_experiment(conn: sqlite3.Connection, exp_id: int, state: ExperimentState,
                       end_time: float | None = None) -> None:
     """The experiment ends in `state`; its GC policy is due (inside a transaction)."""
+    transitions.require(exp_store.get(conn, exp_id).state, state)
     conn.execute("UPDATE experiments SET state=?, end_time=?, gc_pending=1 WHERE id=?",
                  (state.value, end_time or time.time(), exp_id))
 
 
-def settle_now(conn: sqlite3.Connection, exp_id: int) -> Experiment | None:
+@command
+def settle_now(conn: sqlite3.Connection, exp_id: int) -> Effects:
     """`settle` in a transaction of its own."""
     with transaction(conn):
-        return settle(conn, exp_id)
+        return ended_effects(settle(conn, exp_id))
+
+
+def ended_effects_of(exp_id: int) -> Effects:
+    """The checkpoint collection of an experiment that ended with its GC pending (start-up)."""
+    return Effects(collect=(exp_id,))
 
 
 def gc_pending(conn: sqlite3.Connection) -> list[int]:
     return [r[0] for r in conn.execute("SELECT id FROM experiments WHERE gc_pending=1")]
 
 
-def gc_done(conn: sqlite3.Connection, exp_id: int) -> None:
+@command
+def gc_done(conn: sqlite3.Connection, exp_id: int) -> Effects:
     with transaction(conn):
         conn.execute("UPDATE experiments SET gc_pending=0 WHERE id=?", (exp_id,))
+    return Effects()
 
 
+@step
 def validation(conn: sqlite3.Connection, trial_id: int, steps: int,
-               metrics: dict[str, Any]) -> tuple[search_store.Outcome, Experiment | None]:
-    """A validation reaches the searcher; trials it ends may end the experiment: one commit."""
-    with transaction(conn):
-        trial = trial_store.get(conn, trial_id)
-        exp = exp_store.get(conn, trial.experiment_id)
-        outcome = search_store.apply_validation(conn, exp, trial, steps, metrics)
-        return outcome, settle(conn, exp.id) if outcome.ended else None
+               metrics: dict[str, Any]) -> Done[str | None]:
+    """Inside the transaction of the validation's metrics: it reaches the searcher, and trials
+    the searcher ends may end the experiment. The searcher's complaint, if any."""
+    trial = trial_store.get(conn, trial_id)
+    exp = exp_store.get(conn, trial.experiment_id)
+    outcome = search_store.apply_validation(conn, exp, trial, steps, metrics)
+    ended = settle(conn, exp.id) if outcome.ended else None
+    # Its best value may have moved: followers of the experiments list re-read this one.
+    return Done(outcome.error, notify("experiments", ids=[exp.id])
+                | searcher_effects(exp.id, outcome) | ended_effects(ended))
 
 
-def catch_up(conn: sqlite3.Connection,
-             exp_id: int) -> tuple[search_store.Outcome, Experiment | None]:
+@command
+def catch_up(conn: sqlite3.Connection, exp_id: int) -> Effects:
     """At start-up: what the searcher missed before a crash (events of older versions, which
     committed them apart), and the experiment's outcome if its last trial had ended."""
     with transaction(conn):
         outcome = search_store.catch_up(conn, exp_store.get(conn, exp_id))
-        return outcome, settle(conn, exp_id)
+        return searcher_effects(exp_id, outcome) | ended_effects(settle(conn, exp_id))
 
 
-def flag_stopped(conn: sqlite3.Connection) -> list[str]:
+@command
+def flag_stopped(conn: sqlite3.Connection) -> Effects:
     """Live allocations of trials their searcher stopped, not yet told: flag them (older
     versions committed the stop and the preemption apart); their ids."""
     with transaction(conn):
@@ -224,4 +331,5 @@ def flag_stopped(conn: sqlite3.Connection) -> list[str]:
             (AllocationState.EXITED.value,))]
         conn.executemany("UPDATE allocations SET preempt_requested=1 WHERE id=?",
                          [(r,) for r in rows])
-    return rows
+    return Effects(preempted=tuple(rows), said=tuple(
+        f"allocation {r}: its trial was stopped by the searcher; preempting it" for r in rows))

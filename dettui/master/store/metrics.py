@@ -22,7 +22,9 @@ from dettui import jsonfast, metric
 from dettui.errors import DettuiError, InvalidArgument, NotFound
 from dettui.master import summary
 from dettui.master.store.records import IN_CHUNK, Metric, columns, in_chunks, typed_config
-from dettui.master.store.tx import transaction
+from dettui.master.effects import Done, Effects, experiment_changed, notify
+from dettui.master.store import exits
+from dettui.master.store.tx import command, transaction
 
 FROM_METRICS = f"SELECT {columns(Metric.COLUMNS)} FROM metrics"
 STALE_BUDGET = 0.05  # seconds of the store thread a chunk of a start-up backfill takes
@@ -90,21 +92,28 @@ class MetricReport:
     batch_metrics: list[dict[str, Any]] | None = None
 
 
+@command
 def report(
     conn: sqlite3.Connection, *, trial_id: int, run_id: int, group: str, steps: int,
     report_time: float, metrics: dict[str, Any], batch_metrics: list[dict[str, Any]] | None,
-) -> None:
+) -> Effects:
+    """One report, stored alone: not fed to the searcher (as older versions stored them; the
+    master's route goes through `report_many`)."""
     with transaction(conn):
         _report(conn, MetricReport(trial_id, run_id, group, steps, report_time, metrics,
                                    batch_metrics))
+    return notify(f"metrics:{trial_id}")
 
 
+@command
 def report_many(conn: sqlite3.Connection,
-                reports: Sequence[MetricReport]) -> list[DettuiError | None]:
+                reports: Sequence[MetricReport]) -> Done[list[DettuiError | None]]:
     """Reports of any trials in one transaction (a group commit), each checked against its
     trial's current run and applied under a savepoint of its own: a report that is refused
-    (its error in the list) leaves the others in."""
+    (its error in the list) leaves the others in. A validation reaches the searcher in the
+    same transaction (`exits.validation`): its stops, creations and the experiment's end."""
     errors: list[DettuiError | None] = []
+    effects = Effects()
     with transaction(conn):
         for r in reports:
             conn.execute("SAVEPOINT report")
@@ -117,13 +126,25 @@ def report_many(conn: sqlite3.Connection,
                     raise InvalidArgument(
                         f"invalid run id, {r.run_id} (reported) != {row[0]} (expected)")
                 _report(conn, r)
+                told = notify(f"metrics:{r.trial_id}")
+                if r.group == "validation":
+                    fed = exits.validation(conn, r.trial_id, r.steps, r.metrics)
+                    told |= fed.effects
+                    if fed.value:
+                        told |= Effects(said=(f"trial {r.trial_id}: {fed.value}",))
             except DettuiError as exc:
                 conn.execute("ROLLBACK TO report")
                 errors.append(exc)
             else:
                 errors.append(None)
+                effects |= told | _trial_changed(conn, r.trial_id)
             conn.execute("RELEASE report")
-    return errors
+    return Done(errors, effects)
+
+
+def _trial_changed(conn: sqlite3.Connection, trial_id: int) -> Effects:
+    row = conn.execute("SELECT experiment_id FROM trials WHERE id=?", (trial_id,)).fetchone()
+    return experiment_changed(int(row[0]), trial_id)
 
 
 def _report(conn: sqlite3.Connection, r: MetricReport) -> None:

@@ -20,7 +20,7 @@ from dettui.master import searcher as search
 from dettui.master.store import ids
 from dettui.master.store import trials as trial_store
 from dettui.master.store.records import Experiment, Trial
-from dettui.master.store.tx import transaction
+from dettui.master.store.tx import step
 from dettui.models import AllocationState, ExperimentState, TrialState
 
 _ROWS_AT_ONCE = 100  # rows of one INSERT (9 values each: far below SQLite's 32,766 variables)
@@ -242,9 +242,11 @@ def catch_up(conn: sqlite3.Connection, exp: Experiment) -> Outcome:
     return total
 
 
+@step
 def refresh_progress(conn: sqlite3.Connection, exp: Experiment) -> None:
+    """The experiment's progress from its searcher and trials (inside the caller's
+    transaction)."""
     if exp.unmanaged:
         return
-    with transaction(conn):
-        s, extra = _searcher(conn, exp)
-        _save(conn, exp.id, s, extra)
+    s, extra = _searcher(conn, exp)
+    _save(conn, exp.id, s, extra)

@@ -10,11 +10,12 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from dettui.errors import InvalidArgument, NotFound
+from dettui.master.effects import Done, Effects, Kill, experiment_changed, notify
 from dettui.master.store import page as pages
 from dettui.master.store import users
 from dettui.master.store.page import Page, Window
 from dettui.master.store.records import Allocation, Trial, columns, container_id, in_chunks
-from dettui.master.store.tx import transaction
+from dettui.master.store.tx import command, step, transaction
 from dettui.models import AllocationState, ExperimentState, TrialState
 
 if TYPE_CHECKING:
@@ -138,12 +139,13 @@ def experiment_ids(conn: sqlite3.Connection, trial_ids: list[int]) -> dict[int, 
     return out
 
 
+@step
 def set_fields(conn: sqlite3.Connection, trial_id: int, **fields: Any) -> None:
+    """A trial's own fields (progress, runner state, early exit...), inside the caller's
+    transaction (`reports`)."""
     allowed = {"progress", "runner_state", "searcher_stopped", "restarts", "early_exit"}
     cols = {k: v for k, v in fields.items() if k in allowed}
-    if not cols:
-        return
-    with transaction(conn):
+    if cols:
         conn.execute(f"UPDATE trials SET {', '.join(f'{k}=?' for k in cols)} WHERE id=?",
                      (*cols.values(), trial_id))
 
@@ -156,19 +158,21 @@ def run_metadata(conn: sqlite3.Connection, trial_id: int) -> dict[str, Any]:
     return dict(json.loads(row["metadata"])) if row["metadata"] else {}
 
 
+@command
 def set_run_metadata(conn: sqlite3.Connection, trial_id: int,
-                     metadata: dict[str, Any]) -> dict[str, Any]:
+                     metadata: dict[str, Any]) -> Done[dict[str, Any]]:
     """Replace the trial's run metadata (Determined overwrites it whole); what is stored."""
     with transaction(conn):
         if conn.execute("UPDATE trials SET metadata=? WHERE id=?",
                         (json.dumps(metadata), trial_id)).rowcount == 0:
             raise NotFound(f"trial {trial_id} not found")
-        return run_metadata(conn, trial_id)
+        return Done(run_metadata(conn, trial_id))
 
 
 # --- allocations ---------------------------------------------------------------------------
 
 
+@step
 def allocate(
     conn: sqlite3.Connection, trial_id: int, agent_id: str, slots: list[int],
     parts: list[tuple[str, list[int]]] | None = None, port: int | None = None, *,
@@ -211,16 +215,29 @@ class Placement(NamedTuple):
     slots: list[int]
     parts: list[tuple[str, list[int]]] | None = None
     port: int | None = None
+    experiment_id: int | None = None  # the trial's, when the pass knows it
 
 
+@command
 def allocate_many(conn: sqlite3.Connection, placements: Sequence[Placement], *,
-                  mint: Mint) -> list[Allocation | None]:
+                  mint: Mint) -> Done[list[Allocation | None]]:
     """`allocate` for each of a scheduling pass's placements, in one call of the store thread
     (a pass that starts 100 trials queued 200 calls, each behind whatever the store was doing).
     Each start is still its own commit: how many commits a run makes does not depend on how
     its trials fell into passes (the crash-point harness replays a run commit by commit). A
-    trial that stopped waiting since the pass read the queue gets None; the others start."""
-    return [allocate(conn, *p, mint=mint) for p in placements]
+    trial that stopped waiting since the pass read the queue gets None (and the queue is
+    planned again); the others start: their start messages are sent."""
+    allocs = [allocate(conn, *p[:5], mint=mint) for p in placements]
+    out = Effects()
+    for p, alloc in zip(placements, allocs, strict=True):
+        if alloc is None:
+            out |= Effects(kick=True, said=(f"trial {p.trial_id} stopped waiting before it "
+                                            "could start",))
+            continue
+        exp_id = p.experiment_id if p.experiment_id is not None else \
+            get(conn, p.trial_id).experiment_id
+        out |= experiment_changed(exp_id, alloc.trial_id, jobs=True)
+    return Done(allocs, out | Effects(starts=tuple(a.id for a in allocs if a is not None)))
 
 
 def allocation(conn: sqlite3.Connection, alloc_id: str) -> Allocation:
@@ -306,8 +323,7 @@ def allocations_for_trial(conn: sqlite3.Connection, trial_id: int) -> list[Alloc
 
 
 # Transitions of a live allocation: each one commit, guarded so that an allocation that has
-# exited (or moved on) is never put back; each says whether it changed anything, and callers
-# send messages only when it did.
+# exited (or moved on) is never put back; each has effects only when it changed anything.
 
 _LIVE = f"WHERE id=? AND state != '{AllocationState.EXITED.value}'"
 
@@ -317,30 +333,42 @@ def _guarded(conn: sqlite3.Connection, sets: str, where: str, args: tuple[Any, .
         return conn.execute(f"UPDATE allocations SET {sets} {where}", args).rowcount > 0
 
 
-def request_kill(conn: sqlite3.Connection, alloc_id: str) -> Allocation | None:
-    """The allocation is to be killed (TERMINATING, `kill_requested`); the allocation to send
-    the kill for, or None if it has exited."""
+@command
+def request_kill(conn: sqlite3.Connection, alloc_id: str, reason: str) -> Effects:
+    """The allocation is to be killed (TERMINATING, `kill_requested`); nothing if it has
+    exited."""
     if not _guarded(conn, "kill_requested=1, state=?", _LIVE,
                     (AllocationState.TERMINATING.value, alloc_id)):
-        return None
-    return allocation(conn, alloc_id)
+        return Effects()
+    alloc = allocation(conn, alloc_id)
+    return Effects(kills=(Kill(alloc.id, tuple(a for a in alloc.agents
+                                                if a not in alloc.part_exits), reason),))
 
 
-def request_preempt(conn: sqlite3.Connection, alloc_id: str) -> bool:
-    """The allocation is asked to checkpoint and exit; False if it has exited."""
-    return _guarded(conn, "preempt_requested=1", _LIVE, (alloc_id,))
+@command
+def request_preempt(conn: sqlite3.Connection, alloc_id: str) -> Effects:
+    """The allocation is asked to checkpoint and exit; nothing if it has exited."""
+    if not _guarded(conn, "preempt_requested=1", _LIVE, (alloc_id,)):
+        return Effects()
+    return Effects(preempted=(alloc_id,))
 
 
-def ack_preempt(conn: sqlite3.Connection, alloc_id: str) -> bool:
-    """The trial acknowledged its preemption (its exit is then not a failure); False if the
+@command
+def ack_preempt(conn: sqlite3.Connection, alloc_id: str) -> Effects:
+    """The trial acknowledged its preemption (its exit is then not a failure); nothing if the
     allocation has exited."""
-    return _guarded(conn, "preempt_acked=1", _LIVE, (alloc_id,))
+    _guarded(conn, "preempt_acked=1", _LIVE, (alloc_id,))
+    return Effects()
 
 
-def mark_running(conn: sqlite3.Connection, *alloc_ids: str) -> list[str]:
+@command
+def mark_running(conn: sqlite3.Connection, *alloc_ids: str) -> Effects:
     """The agent runs these allocations: each ASSIGNED one becomes RUNNING, a commit each (as
-    every transition), in one store call; those that did (not one that is no longer ASSIGNED:
-    killed meanwhile, or exited)."""
-    return [a for a in alloc_ids
-            if _guarded(conn, "state=?", "WHERE id=? AND state=?",
-                        (AllocationState.RUNNING.value, a, AllocationState.ASSIGNED.value))]
+    every transition), in one store call (not one that is no longer ASSIGNED: killed
+    meanwhile, or exited); followers of their trials re-read them."""
+    running = [a for a in alloc_ids
+               if _guarded(conn, "state=?", "WHERE id=? AND state=?",
+                           (AllocationState.RUNNING.value, a, AllocationState.ASSIGNED.value))]
+    if not running:
+        return Effects()
+    return notify(*(f"trial:{a.trial_id}" for a in live_allocations_in(conn, running)))

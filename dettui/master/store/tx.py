@@ -15,9 +15,10 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 
 class SimulatedCrash(BaseException):
@@ -91,3 +92,22 @@ def _abandon(conn: sqlite3.Connection) -> None:
     if getattr(conn, "in_transaction", True):  # PostgreSQL's connection: always try
         with contextlib.suppress(Exception):
             conn.execute("ROLLBACK")
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def command(fn: F) -> F:
+    """Marks a store command: a state transition in one transaction of its own, returning its
+    `Effects` (or `Done`: a value with them) for the dispatcher to perform after the commit.
+    Callers outside the store run it with `Dispatcher.run`, never `Database.run` (which
+    refuses it: its effects would be dropped)."""
+    fn.store_command = True  # type: ignore[attr-defined]
+    return fn
+
+
+def step(fn: F) -> F:
+    """Marks a building block of commands: it writes inside the transaction its caller holds
+    and is called only from inside the store (and from tests)."""
+    fn.store_step = True  # type: ignore[attr-defined]
+    return fn

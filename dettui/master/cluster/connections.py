@@ -45,8 +45,8 @@ class AgentLink:
         self.wake.set()
 
 
-class Links:
-    """Agent id -> link of every connected agent."""
+class ConnectedAgents:
+    """Agent id -> link of every connected agent (the dispatcher's delivery targets)."""
 
     def __init__(self) -> None:
         self._links: dict[str, AgentLink] = {}
@@ -92,17 +92,6 @@ class Links:
         if lost is not None:
             self._lost[agent_id] = lost
         return link
-
-    def kill(self, alloc: Allocation, reason: str) -> bool:
-        """Tell every connected agent still running a part of `alloc` to end it; whether any
-        was reached."""
-        reached = False
-        for agent_id in alloc.agents:
-            link = self._links.get(agent_id)
-            if link is not None and agent_id not in alloc.part_exits:
-                link.send(kill_message(alloc.id, reason))
-                reached = True
-        return reached
 
     def views(self, live: list[Allocation]) -> list[scheduler.AgentView]:
         """The agents as the scheduler sees them, with the slots `live` allocations hold."""
