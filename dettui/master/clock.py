@@ -13,7 +13,10 @@ class Clock(Protocol):
 
     def wall(self) -> float: ...
 
-    async def sleep(self, seconds: float) -> None: ...
+    async def sleep(self, seconds: float) -> float:
+        """Sleep `seconds` of this clock; how many real seconds late it woke (the event loop
+        was stuck: the master's own stall)."""
+        ...
 
 
 class SystemClock:
@@ -23,8 +26,10 @@ class SystemClock:
     def wall(self) -> float:
         return time.time()
 
-    async def sleep(self, seconds: float) -> None:
+    async def sleep(self, seconds: float) -> float:
+        started = time.perf_counter()
         await asyncio.sleep(seconds)
+        return max(0.0, time.perf_counter() - started - seconds)
 
 
 class ManualClock:
@@ -42,16 +47,18 @@ class ManualClock:
     def wall(self) -> float:
         return self._wall0 + self._now
 
-    async def sleep(self, seconds: float) -> None:
+    async def sleep(self, seconds: float) -> float:
+        """Wakes when `advance` reaches its time, never late."""
         if seconds <= 0:
             await asyncio.sleep(0)
-            return
+            return 0.0
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._sleepers.append((self._now + seconds, fut))
         try:
             await fut
         finally:
             self._sleepers = [(t, f) for t, f in self._sleepers if f is not fut]
+        return 0.0
 
     async def advance(self, seconds: float) -> None:
         """Move time on by `seconds`, waking every sleeper whose time has come (in order),
