@@ -208,9 +208,11 @@ async def embedded_agent(runner: web.AppRunner, url: str, settings: MasterSettin
     """The local agent started inside `dettui serve`, with a credential of its own issued in
     the master's process (bound to its id at once; the master's credential of its previous
     start is revoked, so after a restart on the same state dir the id is the new one's)."""
-    db = runner.app[appkeys.DB]
     agent_id = f"{socket.gethostname()}-local"
-    _, secret = await db.run(credentials.issue_for_master, agent_id, "the embedded agent")
+    issued = await runner.app[appkeys.CLUSTER].dispatcher.run(
+        credentials.issue_for_master, agent_id, "the embedded agent")
+    assert issued is not None
+    _, secret = issued
     client = api.Client(url, secret)
     options = AgentOptions(master_url=url, agent_id=agent_id,
                            pool=pool, cpu_slots=slots, work_root=settings.state_dir / "agent",

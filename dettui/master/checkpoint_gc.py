@@ -1,5 +1,7 @@
 """Applying a GC policy: find what it deletes (pure `gc.to_delete`), remove the files from
-storage in a thread, and mark the records deleted."""
+storage in a thread, and mark the records deleted (`checkpoints.set_resources_many`, a store
+command: `collect` returns its effects to the dispatcher, which runs it; the routes that delete
+or thin out checkpoints run it themselves once the files here are gone)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import sqlite3
 from dettui import metric
 from dettui.errors import InvalidArgument
 from dettui.master import checkpoint_files
+from dettui.master.effects import Effects, merge
 from dettui.master.gc import CkptFacts, GcPolicy, to_delete
 from dettui.master.store import Database
 from dettui.master.store import checkpoints as ckpt_store
@@ -50,16 +53,19 @@ def plan(conn: sqlite3.Connection, exp: Experiment, policy: GcPolicy) -> list[Ch
     return [c for c in ckpts if c.uuid in doomed]
 
 
-async def collect(db: Database, exp_id: int, policy: GcPolicy | None = None) -> list[str]:
-    """Delete what the policy (default: the experiment's own) says; return the uuids."""
+async def collect(db: Database, exp_id: int) -> Effects:
+    """For the dispatcher: delete what the experiment's GC policy (as stored now) says, each
+    checkpoint's files and then its record (one commit each: an interrupted collection leaves
+    no record of files that are gone); what the records' commits leave to do."""
     exp = await db.run(exp_store.get, exp_id)
-    doomed = await db.run(plan, exp, policy or policy_of(exp))
+    doomed = await db.run(plan, exp, policy_of(exp))
+    done = []
     for ckpt in doomed:
         await _remove(exp, ckpt)
-        await db.run(ckpt_store.set_resources, ckpt.uuid, {})
+        done.append(await db.command(ckpt_store.set_resources_many, [(ckpt.uuid, {})]))
     if doomed:
         log.info("GC of experiment %d deleted %d checkpoint(s)", exp_id, len(doomed))
-    return [c.uuid for c in doomed]
+    return merge(done)
 
 
 async def remove_all(db: Database, exp: Experiment) -> int:
@@ -71,23 +77,25 @@ async def remove_all(db: Database, exp: Experiment) -> int:
     return len(ckpts)
 
 
-async def delete(db: Database, exp: Experiment, ckpts: list[Checkpoint]) -> None:
-    """`det checkpoint delete`: these checkpoints' files out of storage, records DELETED."""
+async def delete(exp: Experiment, ckpts: list[Checkpoint]) -> list[tuple[str, dict[str, str]]]:
+    """`det checkpoint delete`: these checkpoints' files out of storage; what is left of each
+    (nothing), for `checkpoints.set_resources_many` to mark the records DELETED."""
     for ckpt in ckpts:
         await _remove(exp, ckpt)
-    await db.run(ckpt_store.set_resources_many, [(c.uuid, {}) for c in ckpts])
+    return [(c.uuid, {}) for c in ckpts]
 
 
-async def remove_files(db: Database, exp: Experiment, ckpts: list[Checkpoint],
-                       globs: list[str]) -> None:
+async def remove_files(exp: Experiment, ckpts: list[Checkpoint],
+                       globs: list[str]) -> list[tuple[str, dict[str, str]]]:
     """`det checkpoint rm`: what `globs` match goes out of these checkpoints' directories (no
-    globs: their resources are only listed again); their records say what is left."""
+    globs: their resources are only listed again); what is left of each, for
+    `checkpoints.set_resources_many` to record."""
     left = []
     for ckpt in ckpts:
         where = checkpoint_files.located(exp.config, checkpoint_uuid(ckpt.uuid))
         left.append((ckpt.uuid, await asyncio.to_thread(checkpoint_files.remove_matching,
                                                         where, globs)))
-    await db.run(ckpt_store.set_resources_many, left)
+    return left
 
 
 async def _remove(exp: Experiment, ckpt: Checkpoint) -> None:

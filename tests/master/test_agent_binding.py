@@ -137,16 +137,17 @@ async def test_the_masters_own_agent_takes_its_id_back_at_each_start(api: Api) -
     """`dettui serve`'s local agent gets a fresh credential each start: the start revokes the
     master's earlier one for that id, never one an admin issued."""
     db = api.client.server.app[appkeys.DB]
-    first, _ = await db.run(credentials.issue_for_master, "host-local", "the embedded agent")
-    second, secret = await db.run(credentials.issue_for_master, "host-local", "the embedded agent")
+    run = api.client.server.app[appkeys.CLUSTER].dispatcher.run
+    first, _ = await run(credentials.issue_for_master, "host-local", "the embedded agent")
+    second, secret = await run(credentials.issue_for_master, "host-local", "the embedded agent")
     assert (await db.run(credentials.get, first.id)).revoked
     await join(api, {"Authorization": f"Bearer {secret}"}, "host-local")
     assert (await db.run(credentials.holder, "host-local")) == second
-    admins, _ = await db.run(credentials.issue, 1, "an admin's", "admins-host")
+    admins, _ = await run(credentials.issue, 1, "an admin's", "admins-host")
     with pytest.raises(PermissionDenied, match=f"bound to agent credential {admins.id}"):
-        await db.run(credentials.issue_for_master, "admins-host", "the embedded agent")
+        await run(credentials.issue_for_master, "admins-host", "the embedded agent")
     with pytest.raises(PermissionDenied, match=f"bound to agent credential {second.id}"):
-        await db.run(credentials.issue, 1, "a second one", "host-local")
+        await run(credentials.issue, 1, "a second one", "host-local")
 
 
 def test_migration_26_keeps_the_first_credential_of_an_id(tmp_path: Path) -> None:

@@ -31,16 +31,16 @@ hyperparameters:
 
 
 class Held:
-    """The creations' store, held shut until `release` (on the event loop: the store thread
-    stays free for the requests' other reads)."""
+    """The creations' dispatcher, held shut until `release` (on the event loop: the store
+    thread stays free for the requests' other reads)."""
 
     def __init__(self, creations: GroupCommit[Any, Any]) -> None:
-        self.db = creations.db
+        self.dispatcher = creations.dispatcher
         self.release = asyncio.Event()
 
     async def run(self, fn: Callable[..., Any], *args: Any) -> Any:
         await self.release.wait()
-        return await self.db.run(fn, *args)
+        return await self.dispatcher.run(fn, *args)
 
 
 async def _hold(api: Api, monkeypatch: pytest.MonkeyPatch,
@@ -48,7 +48,7 @@ async def _hold(api: Api, monkeypatch: pytest.MonkeyPatch,
     """Hold the creations' store; one creation sent, waiting in a group of its own."""
     creations = api.client.server.app[appkeys.CREATIONS]
     held = Held(creations)
-    monkeypatch.setattr(creations, "db", held)
+    monkeypatch.setattr(creations, "dispatcher", held)
     first = asyncio.ensure_future(create(api, GRID.format(n=1, m=2)))
     await until_async(lambda: creations._writer is not None and not creations._writer.done(),
                       "the creations' writer to start", timeout=10)

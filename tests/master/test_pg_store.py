@@ -137,14 +137,14 @@ def test_changes_are_counted_as_sqlite_counts_them(store_target: Path | str) -> 
     ids handed out by RETURNING, rows read by name and by position: alike on both."""
     conn = dbmod.connect(store_target)
     users.ensure_default_users(conn, None)
-    ids = [users.create(conn, f"u{n}", "", admin=False).id for n in range(3)]
+    ids = [users.create(conn, f"u{n}", "", admin=False).value.id for n in range(3)]
     assert ids == sorted(ids) and len(set(ids)) == 3
     assert conn.execute("UPDATE users SET active=0 WHERE id IN (?, ?)",
                         ids[:2]).rowcount == 2
     line = {"trial_id": None, "task_id": "t", "allocation_id": "a", "agent_id": "x",
             "source": "task", "log": "hello\x00there\n", "timestamp": 1.5}
-    assert logs.insert(conn, [line | {"seq": 1}, line | {"seq": 2}]) == 2
-    assert logs.insert(conn, [line | {"seq": 2}, line | {"seq": 3}]) == 1
+    assert logs.insert(conn, [line | {"seq": 1}, line | {"seq": 2}]).value == 2
+    assert logs.insert(conn, [line | {"seq": 2}, line | {"seq": 3}]).value == 1
     row = conn.execute("SELECT log, timestamp FROM logs ORDER BY id").fetchone()
     assert (row["log"], row[1]) == ("hello\ufffdthere\n", 1.5)
     conn.close()
@@ -154,7 +154,8 @@ def test_text_postgresql_cannot_hold_is_refused_not_a_crash(pg_url: str) -> None
     conn = dbmod.connect(pg_url)
     with pytest.raises(InvalidArgument, match="PostgreSQL cannot store"):
         users.create(conn, "a\x00b", "", admin=False)
-    assert users.create(conn, "ab", "", admin=False).username == "ab"  # the connection goes on
+    # the connection goes on
+    assert users.create(conn, "ab", "", admin=False).value.username == "ab"
     conn.close()
 
 

@@ -56,7 +56,8 @@ async def test_stored_hashes_of_an_older_version_still_log_in_and_are_upgraded(
     digest = hashlib.pbkdf2_hmac("sha256", users.client_hash("Old-pass-9").encode(), salt,
                                  20_000)
     old = f"pbkdf2${salt.hex()}${digest.hex()}"
-    await api.client.server.app[appkeys.DB].run(users.update, alice["id"], password_hash=old)
+    await api.client.server.app[appkeys.CLUSTER].dispatcher.run(users.update, alice["id"],
+                                                                password_hash=old)
     await api.call("POST", "/api/v1/auth/login", {"username": "alice", "password": "nope"},
                    headers={}, status=401)
     assert await _stored_hash(api, "alice") == old

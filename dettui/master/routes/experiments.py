@@ -88,9 +88,7 @@ async def create(request: web.Request) -> web.Response:
         return json_response({"experiment": _preview(new, user.username), "config": None,
                               "warnings": [], "configWarnings": got.warnings})
     assert got.opening is not None  # a managed experiment's, read with its body
-    exp, _ = await request.app[appkeys.CREATIONS].one((new, got.opening))
-    request.app[appkeys.NOTIFIER].experiment_changed(exp.id, jobs=True)
-    request.app[appkeys.CLUSTER].kick()
+    exp, _ = await request.app[appkeys.CREATIONS].one((new, got.opening))  # told, kicked
     return json_response({"experiment": shapes.experiment(exp), "config": exp.config,
                           "warnings": [], "configWarnings": got.warnings})
 
@@ -125,8 +123,9 @@ async def _create_unmanaged(request: web.Request, got: Intake,
     if got.body.validate_only:
         return json_response({"experiment": _preview(new, user.username), "config": None,
                               "warnings": [], "configWarnings": got.warnings})
-    exp = await request.app[appkeys.DB].run(unmanaged_store.create_experiment, new, external_id)
-    request.app[appkeys.NOTIFIER].experiment_changed(exp.id)
+    exp = await request.app[appkeys.CLUSTER].dispatcher.run(unmanaged_store.create_experiment,
+                                                            new, external_id)
+    assert exp is not None
     return json_response({"experiment": shapes.experiment(exp), "config": exp.config,
                           "warnings": [], "configWarnings": got.warnings})
 
@@ -213,21 +212,13 @@ async def patch(request: web.Request) -> web.Response:
     if isinstance(resources, dict):
         fields.update(_resource_changes(resources))
     storage = raw.get("checkpointStorage") if isinstance(raw, dict) else None
-    gc_policy = None
-    if isinstance(storage, dict):
-        gc_policy = _gc_policy(storage, checkpoint_gc.policy_of(exp))
-        conf = dict(fields.get("config") or exp.config)
-        conf["checkpoint_storage"] = {**(conf.get("checkpoint_storage") or {}),
-                                      "save_experiment_best": gc_policy.save_experiment_best,
-                                      "save_trial_best": gc_policy.save_trial_best,
-                                      "save_trial_latest": gc_policy.save_trial_latest}
-        fields["config"] = conf
-    if fields:
-        exp = await db.run(exp_store.update_fields, exp_id, **fields)
-        request.app[appkeys.NOTIFIER].experiment_changed(exp_id, jobs=True)
-        request.app[appkeys.CLUSTER].kick()
-    if gc_policy is not None:  # the new policy applies at once (0.38.1 used the old one)
-        await checkpoint_gc.collect(db, exp_id, gc_policy)
+    # A new GC policy applies at once (0.38.1 used the old one): the same command collects.
+    gc_policy = _gc_policy(storage, checkpoint_gc.policy_of(exp)) \
+        if isinstance(storage, dict) else None
+    if fields or gc_policy is not None:
+        exp = await request.app[appkeys.CLUSTER].dispatcher.run(
+            exp_store.update_fields, exp_id, gc_policy=gc_policy, **fields)
+        assert exp is not None
     return json_response({"experiment": shapes.experiment(exp)})
 
 
@@ -300,23 +291,16 @@ async def _action(request: web.Request, action: str) -> web.Response:
     if exp.unmanaged and action in ("pause", "activate", "cancel", "kill"):
         return await _unmanaged_action(request, exp, action)
     if action == "pause":
-        await cluster.experiments.stop(exp_id, ExperimentState.PAUSED)
+        await cluster.dispatcher.run(control.stop, exp_id, ExperimentState.PAUSED)
     elif action == "activate":
-        await cluster.experiments.activate(exp_id)
+        await cluster.dispatcher.run(control.activate, exp_id)
     elif action == "cancel":
-        await cluster.experiments.stop(exp_id, ExperimentState.STOPPING_CANCELED)
+        await cluster.dispatcher.run(control.stop, exp_id, ExperimentState.STOPPING_CANCELED)
     elif action == "kill":
-        await cluster.experiments.stop(exp_id, ExperimentState.STOPPING_KILLED)
-    elif action == "archive":
-        if not exp.state.is_terminal():
-            raise FailedPrecondition("Experiment is not in terminal state.")
-        if exp.archived:
-            raise FailedPrecondition("Experiment is already archived.")
-        await db.run(exp_store.update_fields, exp_id, archived=1)
-    elif action == "unarchive":
-        if not exp.archived:
-            raise FailedPrecondition("Experiment is not archived.")
-        await db.run(exp_store.update_fields, exp_id, archived=0)
+        await cluster.dispatcher.run(control.stop, exp_id, ExperimentState.STOPPING_KILLED)
+    elif action in ("archive", "unarchive"):  # the state is checked in its transaction
+        await cluster.dispatcher.run(exp_store.set_archived, exp_id, action == "archive")
+        return json_response({})
     request.app[appkeys.NOTIFIER].experiment_changed(exp_id, jobs=True)
     return json_response({})
 
@@ -333,9 +317,7 @@ async def continue_experiment(request: web.Request) -> web.Response:
     if exp.unmanaged:
         raise FailedPrecondition(f"experiment {exp.id} is unmanaged: run its script again")
     conf = await offload.cpu(intake.continue_config, exp.config, body.override_config)
-    await db.run(control.continue_experiment, exp.id, conf)
-    request.app[appkeys.NOTIFIER].notify(f"experiment:{exp.id}", "experiments", "jobs")
-    request.app[appkeys.CLUSTER].kick()
+    await request.app[appkeys.CLUSTER].dispatcher.run(control.continue_experiment, exp.id, conf)
     exp = await db.read(exp_store.get, exp.id)
     return json_response({"experiment": shapes.experiment(exp), "config": exp.config})
 
@@ -349,10 +331,7 @@ async def _unmanaged_action(request: web.Request, exp: Any, action: str) -> web.
                                  f"the cluster, so it cannot be {action}d from here")
     if exp.state.is_terminal():
         return json_response({})
-    changed = await request.app[appkeys.DB].run(unmanaged_store.cancel, exp_id)
-    if changed is not None:
-        await request.app[appkeys.CLUSTER].allocations.settle_unmanaged([(exp_id, changed)])
-    request.app[appkeys.NOTIFIER].experiment_changed(exp_id)
+    await request.app[appkeys.CLUSTER].dispatcher.run(unmanaged_store.cancel, exp_id)
     return json_response({})
 
 
@@ -365,14 +344,10 @@ async def delete(request: web.Request) -> web.Response:
     db = request.app[appkeys.DB]
     exp = await db.read(exp_store.get, exp_id)
     require_owner(request, exp.owner_id, f"experiment {exp_id}")
-    if not exp.state.is_terminal():
-        raise FailedPrecondition(
-            f"experiment {exp_id} is {exp.state.short}: only an ended experiment (completed, "
-            f"canceled or errored) can be deleted; cancel or kill it first")
+    exp_store.require_ended(exp)  # before its files go; checked again with its records
     removed = await checkpoint_gc.remove_all(db, exp)
-    await db.run(exp_store.delete, exp_id)
+    await request.app[appkeys.CLUSTER].dispatcher.run(exp_store.delete, exp_id)
     log.info("experiment %d deleted with %d checkpoint(s)", exp_id, removed)
-    request.app[appkeys.NOTIFIER].experiment_changed(exp_id, jobs=True)
     return json_response({})
 
 

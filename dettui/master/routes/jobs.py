@@ -96,15 +96,14 @@ async def update_jobs(request: web.Request) -> web.Response:
             exp = await db.read(exp_store.by_job_id, upd["jobId"])
             require_owner(request, exp.owner_id, f"job {upd['jobId']}")
             fields = await _job_update(request, exp, upd, i)
-            await db.run(exp_store.update_fields, exp.id, **fields)
+            await request.app[appkeys.CLUSTER].dispatcher.run(exp_store.update_fields, exp.id,
+                                                              **fields)
         except NotFound as exc:
             errors.append(str(exc))
     if errors:
         msg = errors[0] if len(errors) == 1 else "encountered the following errors: " + ", ".join(
             errors)
         raise NotFound(msg)
-    request.app[appkeys.NOTIFIER].notify("jobs", "experiments")
-    request.app[appkeys.CLUSTER].kick()
     return json_response({})
 
 

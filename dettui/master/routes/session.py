@@ -113,10 +113,11 @@ async def login(request: web.Request) -> web.Response:
         raise Unauthenticated("invalid credentials")
     if not user.active:
         raise PermissionDenied("user is not active")
+    run = request.app[appkeys.CLUSTER].dispatcher.run
     if users.needs_rehash(user.password_hash):
         new = await offload.cpu(users.hash_password, hashed)
-        await db.run(users.rehash, user.id, user.password_hash, new)
-    token = await db.run(users.new_session, user.id, request.app[appkeys.SETTINGS].session_lifetime)
+        await run(users.rehash, user.id, user.password_hash, new)
+    token = await run(users.new_session, user.id, request.app[appkeys.SETTINGS].session_lifetime)
     return json_response({"token": token, "user": user_json(user)})
 
 
@@ -130,7 +131,8 @@ def _matches(stored: str | None, hashed: str) -> bool:
 
 @routes.post("/api/v1/auth/logout")
 async def logout(request: web.Request) -> web.Response:
-    await request.app[appkeys.DB].run(users.drop_session, principal(request).token)
+    await request.app[appkeys.CLUSTER].dispatcher.run(users.drop_session,
+                                                      principal(request).token)
     return json_response({})
 
 
@@ -179,9 +181,10 @@ async def create_user(request: web.Request) -> web.Response:
     if not name or len(name) > 128 or any(c.isspace() or c == "/" for c in name):
         raise InvalidArgument("user.username: 1 to 128 characters, without spaces or '/'")
     stored = await _stored(body.password, body.is_hashed) or ""
-    user = await request.app[appkeys.DB].run(
+    user = await request.app[appkeys.CLUSTER].dispatcher.run(
         users.create, name, stored, admin=bool(new.admin), active=new.active is not False,
         display_name=new.display_name)
+    assert user is not None
     return json_response({"user": user_json(user)})
 
 
@@ -203,10 +206,11 @@ async def patch_user(request: web.Request) -> web.Response:
         raise InvalidArgument("renaming users and remote users are not supported by dettui")
     link = agent_link(group) if group is not None else None
     stored = await _stored(body.password, body.is_hashed)
-    user = await request.app[appkeys.DB].run(
+    user = await request.app[appkeys.CLUSTER].dispatcher.run(
         users.update, user_id, active=body.active, admin=body.admin,
         display_name=body.display_name, password_hash=stored, agent=link,
         unlink_agent=group is not None and link is None)
+    assert user is not None
     return json_response({"user": user_json(user)})
 
 
@@ -223,5 +227,5 @@ async def set_password(request: web.Request) -> web.Response:
     if not isinstance(password, str) or len(password) > 1024:
         raise InvalidArgument("password: must be a string of at most 1024 characters")
     stored = await offload.cpu(users.hash_password, users.client_hash(password))
-    await request.app[appkeys.DB].run(users.set_password, target, stored)
+    await request.app[appkeys.CLUSTER].dispatcher.run(users.set_password, target, stored)
     return json_response({})

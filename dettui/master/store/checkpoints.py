@@ -16,29 +16,14 @@ from typing import Any
 
 from dettui import byte_size
 from dettui.errors import Conflict, NotFound
+from dettui.master.effects import Done, Effects, notify
 from dettui.master.store import page as pages
 from dettui.master.store.page import Page, Window
 from dettui.master.store.records import Checkpoint, columns
-from dettui.master.store.tx import transaction
+from dettui.master.store.tx import command, step, transaction
 from dettui.models import CheckpointState
 
 FROM_CHECKPOINTS = f"SELECT {columns(Checkpoint.COLUMNS)} FROM checkpoints"
-
-
-def report(
-    conn: sqlite3.Connection, *, uuid: str, trial_id: int | None, experiment_id: int | None,
-    task_id: str, allocation_id: str | None, report_time: float, resources: dict[str, str],
-    metadata: dict[str, Any], storage_id: int | None,
-) -> Checkpoint:
-    """Store a completed checkpoint; a re-report by the same trial (client retry) is accepted,
-    a uuid that another trial's checkpoint already has is refused. (With a quota:
-    `checkpoint_quota.report`.)"""
-    with transaction(conn):
-        growth(conn, uuid, trial_id, task_id, resources)
-        record(conn, uuid=uuid, trial_id=trial_id, experiment_id=experiment_id,
-               task_id=task_id, allocation_id=allocation_id, report_time=report_time,
-               resources=resources, metadata=metadata, storage_id=storage_id)
-    return get(conn, uuid)
 
 
 def growth(conn: sqlite3.Connection, uuid: str, trial_id: int | None, task_id: str,
@@ -56,6 +41,7 @@ def growth(conn: sqlite3.Connection, uuid: str, trial_id: int | None, task_id: s
     return held(row["state"], resources) - held(row["state"], old)
 
 
+@step
 def record(
     conn: sqlite3.Connection, *, uuid: str, trial_id: int | None, experiment_id: int | None,
     task_id: str, allocation_id: str | None, report_time: float, resources: dict[str, str],
@@ -183,15 +169,14 @@ def latest_for_trial(conn: sqlite3.Connection, trial_id: int) -> Checkpoint | No
     return Checkpoint.from_row(row) if row else None
 
 
-def set_resources(conn: sqlite3.Connection, uuid: str, resources: dict[str, str]) -> None:
-    set_resources_many(conn, [(uuid, resources)])
-
-
+@command
 def set_resources_many(conn: sqlite3.Connection,
-                       changes: list[tuple[str, dict[str, str]]]) -> None:
+                       changes: list[tuple[str, dict[str, str]]]) -> Effects:
     """Record the files left of each checkpoint, all or none (NotFound names the first unknown
     uuid). As Determined's: none left is DELETED; files left are PARTIALLY_DELETED only if
-    they changed (a refresh that finds them all keeps the state)."""
+    they changed (a refresh that finds them all keeps the state). Followers of their
+    experiments are told."""
+    exps: dict[int, None] = {}
     with transaction(conn):
         for uuid, resources in changes:
             row = conn.execute("SELECT resources, state, experiment_id FROM checkpoints "
@@ -209,24 +194,34 @@ def set_resources_many(conn: sqlite3.Connection,
             _use(conn, row["experiment_id"],
                  held(state, resources) - held(row["state"], was),
                  (state in KEPT) - (row["state"] in KEPT))
+            if row["experiment_id"] is not None:
+                exps[row["experiment_id"]] = None
+    return notify(*(f"experiment:{e}" for e in exps))
 
 
-def set_metadata(conn: sqlite3.Connection, uuid: str, metadata: dict[str, Any]) -> Checkpoint:
+@command
+def set_metadata(conn: sqlite3.Connection, uuid: str,
+                 metadata: dict[str, Any]) -> Done[Checkpoint]:
     """Replace the checkpoint's metadata record (Determined's PostCheckpointMetadata: the
-    metadata.json in storage is not changed); its step count stays the reported one."""
+    metadata.json in storage is not changed); its step count stays the reported one.
+    Followers of its experiment are told."""
     with transaction(conn):
         if conn.execute("UPDATE checkpoints SET metadata=? WHERE uuid=?",
                         (json.dumps(metadata), uuid)).rowcount == 0:
             raise NotFound(f"checkpoint {uuid} not found")
-    return get(conn, uuid)
+    ckpt = get(conn, uuid)
+    told = notify(f"experiment:{ckpt.experiment_id}") if ckpt.experiment_id is not None \
+        else Effects()
+    return Done(ckpt, told)
 
 
 SOURCE_KINDS = ("TRIAL_SOURCE_INFO_TYPE_UNSPECIFIED", "TRIAL_SOURCE_INFO_TYPE_INFERENCE",
                 "TRIAL_SOURCE_INFO_TYPE_FINE_TUNING")
 
 
+@command
 def link_trial(conn: sqlite3.Connection, trial_id: int, uuid: str, kind: str,
-               model_id: int | None = None, model_version: int | None = None) -> None:
+               model_id: int | None = None, model_version: int | None = None) -> Effects:
     """Record that the trial uses the checkpoint (a repeated report updates the link)."""
     with transaction(conn):
         if conn.execute("SELECT 1 FROM checkpoints WHERE uuid=?", (uuid,)).fetchone() is None:
@@ -239,6 +234,7 @@ def link_trial(conn: sqlite3.Connection, trial_id: int, uuid: str, kind: str,
             "UPDATE SET kind=excluded.kind, model_id=excluded.model_id, "
             "model_version=excluded.model_version",
             (trial_id, uuid, kind, model_id, model_version))
+    return Effects()
 
 
 def linked_trials(conn: sqlite3.Connection, uuid: str, kind: str | None = None) -> list[int]:

@@ -19,7 +19,8 @@ import time
 from dataclasses import dataclass
 
 from dettui.errors import NotFound, PermissionDenied
-from dettui.master.store.tx import transaction
+from dettui.master.effects import Done
+from dettui.master.store.tx import command, step, transaction
 from dettui.master.store.users import token_hash
 
 PREFIX = "dettui-agent-"  # tells an agent credential from a user's session token
@@ -41,16 +42,18 @@ class AgentCredential:
         return cls(r["id"], r["description"], r["agent_id"], r["created_at"], bool(r["revoked"]))
 
 
+@command
 def issue(conn: sqlite3.Connection, created_by: int | None, description: str = "",
-          agent_id: str | None = None) -> tuple[AgentCredential, str]:
+          agent_id: str | None = None) -> Done[tuple[AgentCredential, str]]:
     """A new credential and its secret (shown once, never stored); bound to `agent_id` at once
     when given, which no other live credential may hold."""
     with transaction(conn):
-        return _insert(conn, created_by, description, agent_id)
+        return Done(_insert(conn, created_by, description, agent_id))
 
 
+@command
 def issue_for_master(conn: sqlite3.Connection, agent_id: str,
-                     description: str) -> tuple[AgentCredential, str]:
+                     description: str) -> Done[tuple[AgentCredential, str]]:
     """A credential for an agent the master runs itself (`dettui serve`'s local agent): the
     master's earlier credentials for `agent_id` are revoked in the same transaction, so a
     restarted master's agent takes its id back. One an admin issued is not: it still holds the
@@ -58,7 +61,7 @@ def issue_for_master(conn: sqlite3.Connection, agent_id: str,
     with transaction(conn):
         conn.execute("UPDATE agent_credentials SET revoked=1 WHERE agent_id=? AND revoked=0 "
                      "AND created_by IS NULL", (agent_id,))
-        return _insert(conn, None, description, agent_id)
+        return Done(_insert(conn, None, description, agent_id))
 
 
 def _insert(conn: sqlite3.Connection, created_by: int | None, description: str,
@@ -97,6 +100,7 @@ def _refuse_if_held(conn: sqlite3.Connection, agent_id: str, cred_id: int | None
             "and issues a new one")
 
 
+@step
 def bind(conn: sqlite3.Connection, cred_id: int, agent_id: str) -> AgentCredential:
     """The agent registering with a credential: the first id it registers as owns it from then
     on, and an id already bound to another live credential is refused. Call it inside the
@@ -119,11 +123,12 @@ def list_(conn: sqlite3.Connection) -> list[AgentCredential]:
     return [AgentCredential.from_row(r) for r in rows]
 
 
-def revoke(conn: sqlite3.Connection, cred_id: int) -> AgentCredential:
+@command
+def revoke(conn: sqlite3.Connection, cred_id: int) -> Done[AgentCredential]:
     """Revoke a credential: refused from its next request on, and its agent id is free for a
     new credential."""
     with transaction(conn):
         if conn.execute("UPDATE agent_credentials SET revoked=1 WHERE id=?",
                         (cred_id,)).rowcount == 0:
             raise NotFound(f"agent credential {cred_id} not found")
-        return get(conn, cred_id)
+        return Done(get(conn, cred_id))

@@ -10,7 +10,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from dettui.errors import InvalidArgument, NotFound
+from dettui.errors import FailedPrecondition, InvalidArgument, NotFound
+from dettui.master.effects import Done, Effects, experiment_changed
+from dettui.master.gc import GcPolicy
 from dettui.master.store import ids, search
 from dettui.master.store import page as pages
 from dettui.master.store.page import Page, Window
@@ -25,7 +27,7 @@ from dettui.master.store.records import (
     columns,
     in_chunks,
 )
-from dettui.master.store.tx import transaction
+from dettui.master.store.tx import command, transaction
 from dettui.models import ExperimentState, TrialState
 
 FROM_TRIALS = f"SELECT {columns(Trial.COLUMNS)} FROM trials"
@@ -69,25 +71,29 @@ def not_found(exp_id: int) -> NotFound:
     return NotFound(f"experiment '{exp_id}' not found")
 
 
+@command
 def create(
     conn: sqlite3.Connection, new: NewExperiment,
     trials: list[tuple[dict[str, Any], int]] | None = None, *,
     opening: search.Opening | None = None,
-) -> tuple[Experiment, list[int]]:
+) -> Done[tuple[Experiment, list[int]]]:
     """Store the experiment, its first trials and its job, in one commit: the given
     (hparams, seed) pairs, or the searcher's `opening` (its first trials and state, worked
     out before: `search.opening`). The experiment and its trials' ids."""
-    return create_many(conn, [(new, opening or search.Opening.of(trials or []))])[0]
+    made = create_many(conn, [(new, opening or search.Opening.of(trials or []))])
+    return Done(made.value[0], made.effects)
 
 
+@command
 def create_many(conn: sqlite3.Connection, news: Sequence[tuple[NewExperiment, search.Opening]],
-                ) -> list[tuple[Experiment, list[int]]]:
+                ) -> Done[list[tuple[Experiment, list[int]]]]:
     """Experiments asked for together (while the store thread was busy: a group commit), each
     stored as `create` stores one, all in one commit: one reservation of ids, a few statements
     each and one read of them back, where one at a time took ten statements and a commit
-    each. An error fails them all (none is stored)."""
+    each. An error fails them all (none is stored). Followers of each are told, and the
+    scheduler looks at the queue."""
     if not news:
-        return []
+        return Done([])
     with transaction(conn):
         given = ids.reserve(conn, {"experiments": len(news),
                                    "trials": sum(len(first.trials) for _, first in news)})
@@ -98,8 +104,11 @@ def create_many(conn: sqlite3.Connection, news: Sequence[tuple[NewExperiment, se
             _insert(conn, exp_id, new, first, mine)
             made.append(mine)
         exps = {e.id: e for e in of_ids(conn, given["experiments"])}
-    return [(exps[exp_id], mine) for exp_id, mine in zip(given["experiments"], made,
-                                                         strict=True)]
+    told = Effects(kick=True)
+    for exp_id in given["experiments"]:
+        told |= experiment_changed(exp_id, jobs=True)
+    return Done([(exps[exp_id], mine) for exp_id, mine in zip(given["experiments"], made,
+                                                              strict=True)], told)
 
 
 def _insert(conn: sqlite3.Connection, exp_id: int, new: NewExperiment, first: search.Opening,
@@ -138,15 +147,18 @@ def _put_context(conn: sqlite3.Connection, exp_id: int, targz: bytes) -> None:
             blob.write(view[start:start + _PIECE])
 
 
+@command
 def add_trial(
     conn: sqlite3.Connection, exp_id: int, hparams: dict[str, Any], seed: int,
     state: TrialState = TrialState.QUEUED,
-) -> Trial:
+) -> Done[Trial]:
+    """One more trial of the experiment, with these hparams and seed."""
     with transaction(conn):
         tid, = search.insert_trials(conn, exp_id, [ids.next_id(conn, "trials")],
                                     search.Opening.of([(hparams, seed)]).trials, state,
                                     time.time())
-    return _trial(conn, tid)
+    return Done(_trial(conn, tid), experiment_changed(exp_id, tid, jobs=True)
+                | Effects(kick=True))
 
 
 def _trial(conn: sqlite3.Connection, trial_id: int) -> Trial:
@@ -366,26 +378,76 @@ def context(conn: sqlite3.Connection, exp_id: int) -> bytes | None:
     return bytes(row["targz"]) if row["targz"] is not None else None
 
 
-def update_fields(conn: sqlite3.Connection, exp_id: int, **fields: Any) -> Experiment:
-    """Set plain columns (name, description, labels, archived, priority, weight, ...)."""
-    allowed = {"name", "description", "labels", "archived", "priority", "weight", "max_slots",
-               "resource_pool", "queue_position", "progress", "config"}
-    cols = {k: v for k, v in fields.items() if k in allowed}
-    if cols:
+FIELDS = {"name", "description", "labels", "priority", "weight", "max_slots", "resource_pool",
+          "queue_position", "progress"}  # the plain columns `update_fields` sets
+
+
+@command
+def update_fields(conn: sqlite3.Connection, exp_id: int, *, gc_policy: GcPolicy | None = None,
+                  **fields: Any) -> Done[Experiment]:
+    """Set plain columns (name, description, labels, priority, weight, ...: FIELDS) and, with
+    `gc_policy`, the GC policy of the experiment's config, in one commit. A policy applies at
+    once: the experiment's collection is due (`gc_pending`, done by the dispatcher with the
+    policy stored here). Followers are told and the scheduler looks at the queue again."""
+    cols = {k: v for k, v in fields.items() if k in FIELDS}
+    if not cols and gc_policy is None:
+        return Done(get(conn, exp_id))
+    with transaction(conn):
+        if gc_policy is not None:
+            cols["config"] = _with_policy(get(conn, exp_id).config, gc_policy)
+            cols["gc_pending"] = 1
         sets = ", ".join(f"{k}=?" for k in cols)
         values = [json.dumps(v) if k in ("labels", "config") else v for k, v in cols.items()]
-        with transaction(conn):
-            cur = conn.execute(f"UPDATE experiments SET {sets} WHERE id=?", (*values, exp_id))
-            if cur.rowcount == 0:
-                raise not_found(exp_id)
-    return get(conn, exp_id)
+        if conn.execute(f"UPDATE experiments SET {sets} WHERE id=?",
+                        (*values, exp_id)).rowcount == 0:
+            raise not_found(exp_id)
+        exp = get(conn, exp_id)
+    collect = Effects(collect=(exp_id,)) if gc_policy is not None else Effects()
+    return Done(exp, experiment_changed(exp_id, jobs=True) | Effects(kick=True) | collect)
 
 
-def delete(conn: sqlite3.Connection, exp_id: int) -> None:
-    """Remove the experiment and everything of it (trials, allocations, metrics, logs,
-    checkpoint records) in one transaction. The checkpoint files go first (the caller)."""
+def _with_policy(config: dict[str, Any], policy: GcPolicy) -> dict[str, Any]:
+    """`config` with its checkpoint storage's save_* set to `policy`'s."""
+    storage = {**(config.get("checkpoint_storage") or {}),
+               "save_experiment_best": policy.save_experiment_best,
+               "save_trial_best": policy.save_trial_best,
+               "save_trial_latest": policy.save_trial_latest}
+    return {**config, "checkpoint_storage": storage}
+
+
+@command
+def set_archived(conn: sqlite3.Connection, exp_id: int, archived: bool) -> Effects:
+    """Archive an ended experiment (it leaves the default lists), or bring one back; the
+    experiment's state is checked in the same transaction."""
+    with transaction(conn):
+        exp = get(conn, exp_id)
+        if archived and not exp.state.is_terminal():
+            raise FailedPrecondition("Experiment is not in terminal state.")
+        if archived and exp.archived:
+            raise FailedPrecondition("Experiment is already archived.")
+        if not archived and not exp.archived:
+            raise FailedPrecondition("Experiment is not archived.")
+        conn.execute("UPDATE experiments SET archived=? WHERE id=?", (int(archived), exp_id))
+    return experiment_changed(exp_id, jobs=True)
+
+
+def require_ended(exp: Experiment) -> None:
+    """Only an ended experiment is deleted: FailedPrecondition otherwise."""
+    if not exp.state.is_terminal():
+        raise FailedPrecondition(
+            f"experiment {exp.id} is {exp.state.short}: only an ended experiment (completed, "
+            f"canceled or errored) can be deleted; cancel or kill it first")
+
+
+@command
+def delete(conn: sqlite3.Connection, exp_id: int) -> Effects:
+    """Remove an ended experiment and everything of it (trials, allocations, metrics, logs,
+    checkpoint records) in one transaction, which checks that it has ended (a `continue` may
+    have made it active since its files were removed: then nothing is deleted). The checkpoint
+    files go first (the caller)."""
     trials = "SELECT id FROM trials WHERE experiment_id=?"
     with transaction(conn):
+        require_ended(get(conn, exp_id))
         conn.execute(f"DELETE FROM logs WHERE trial_id IN ({trials}) OR task_id IN "
                      "(SELECT task_id FROM trials WHERE experiment_id=?)", (exp_id, exp_id))
         conn.execute(f"DELETE FROM metrics WHERE trial_id IN ({trials})", (exp_id,))
@@ -397,5 +459,5 @@ def delete(conn: sqlite3.Connection, exp_id: int) -> None:
                      (exp_id, exp_id))
         conn.execute("DELETE FROM trials WHERE experiment_id=?", (exp_id,))
         conn.execute("DELETE FROM contexts WHERE experiment_id=?", (exp_id,))
-        if conn.execute("DELETE FROM experiments WHERE id=?", (exp_id,)).rowcount == 0:
-            raise not_found(exp_id)
+        conn.execute("DELETE FROM experiments WHERE id=?", (exp_id,))
+    return experiment_changed(exp_id, jobs=True)

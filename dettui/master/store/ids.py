@@ -6,19 +6,24 @@ from __future__ import annotations
 
 import sqlite3
 
+from dettui.master.store.tx import step
+
 TABLES = ("experiments", "trials")
 
 
+@step
 def next_id(conn: sqlite3.Connection, table: str) -> int:
     """The id for a new row of `table` (inside the inserting transaction)."""
     return next_ids(conn, table, 1)[0]
 
 
+@step
 def next_ids(conn: sqlite3.Connection, table: str, n: int) -> list[int]:
     """Ids for `n` new rows of `table` (inside the inserting transaction)."""
     return reserve(conn, {table: n})[table]
 
 
+@step
 def reserve(conn: sqlite3.Connection, wanted: dict[str, int]) -> dict[str, list[int]]:
     """Ids for new rows of several tables at once (table -> how many), in one read and one
     write of the last ids given (an experiment and its ten trials took thirty statements one by

@@ -6,8 +6,9 @@ import sqlite3
 from dataclasses import dataclass
 from typing import Any
 
+from dettui.master.effects import Done, notify
 from dettui.master.store.records import LogLine, columns
-from dettui.master.store.tx import transaction
+from dettui.master.store.tx import command, step, transaction
 
 FROM_LOGS = f"SELECT {columns(LogLine.COLUMNS)} FROM logs"
 
@@ -25,17 +26,21 @@ class LogFilter:
     timestamp_after: float | None = None
 
 
-def insert(conn: sqlite3.Connection, lines: list[dict[str, Any]]) -> int:
-    """Insert log lines (dicts with the column names); return how many were stored. A line whose
-    allocation, agent and sequence number are stored already (an agent's retry) is not stored
-    again. A NUL character, which PostgreSQL's text cannot hold, is kept as U+FFFD (as the
-    agent keeps bytes that are not UTF-8), on either database."""
+@command
+def insert(conn: sqlite3.Connection, lines: list[dict[str, Any]]) -> Done[int]:
+    """Insert log lines (dicts with the column names); how many were stored, and the
+    followers of their trials' logs told. A line whose allocation, agent and sequence number
+    are stored already (an agent's retry) is not stored again. A NUL character, which
+    PostgreSQL's text cannot hold, is kept as U+FFFD (as the agent keeps bytes that are not
+    UTF-8), on either database."""
     if not lines:
-        return 0
+        return Done(0)
     with transaction(conn):
-        return insert_in(conn, lines)
+        stored = insert_in(conn, lines)
+    return Done(stored, notify(*dict.fromkeys(f"logs:{line['trial_id']}" for line in lines)))
 
 
+@step
 def insert_in(conn: sqlite3.Connection, lines: list[dict[str, Any]]) -> int:
     """`insert` inside a transaction the caller holds."""
     cols = ("trial_id", "task_id", "allocation_id", "agent_id", "container_id", "rank_id",

@@ -25,8 +25,9 @@ import sqlite3
 import time
 
 from dettui.errors import Conflict, NotFound
+from dettui.master.effects import NONE, Done, Effects
 from dettui.master.store.records import AgentLink, User, columns
-from dettui.master.store.tx import transaction
+from dettui.master.store.tx import command, step, transaction
 
 FROM_USERS = f"SELECT {columns(User.COLUMNS)} FROM users"
 
@@ -99,16 +100,18 @@ def decoy() -> str:
     return hash_password(secrets.token_hex(16))
 
 
-def rehash(conn: sqlite3.Connection, user_id: int, old: str, new: str) -> bool:
+@command
+def rehash(conn: sqlite3.Connection, user_id: int, old: str, new: str) -> Done[bool]:
     """Replace a user's stored form `old` by `new` (a login's upgrade); False if it changed
     meanwhile (a new password stays)."""
     with transaction(conn):
         cur = conn.execute("UPDATE users SET password_hash=? WHERE id=? AND password_hash=?",
                            (new, user_id, old))
-        return cur.rowcount == 1
+        return Done(cur.rowcount == 1)
 
 
-def ensure_default_users(conn: sqlite3.Connection, admin_password: str | None) -> None:
+@command
+def ensure_default_users(conn: sqlite3.Connection, admin_password: str | None) -> Effects:
     """`admin` and `determined` exist; `admin_password` (plain text) is applied when given, to
     `admin` and to a passwordless `determined`, each with a salt of its own."""
     with transaction(conn):
@@ -116,7 +119,7 @@ def ensure_default_users(conn: sqlite3.Connection, admin_password: str | None) -
             conn.execute("INSERT INTO users (username, admin) VALUES (?, ?) "
                          "ON CONFLICT DO NOTHING", (name, admin))
     if not admin_password:
-        return
+        return NONE
     hashed = client_hash(admin_password)
     admin_form, determined_form = hash_password(hashed), hash_password(hashed)
     with transaction(conn):
@@ -124,6 +127,7 @@ def ensure_default_users(conn: sqlite3.Connection, admin_password: str | None) -
         # `determined` must not stay an open door once the master is reachable.
         conn.execute("UPDATE users SET password_hash=? WHERE username='determined' "
                      "AND password_hash=''", (determined_form,))
+    return NONE
 
 
 def by_name(conn: sqlite3.Connection, username: str) -> User | None:
@@ -143,7 +147,8 @@ def has_password(conn: sqlite3.Connection, username: str) -> bool:
     return bool(user and user.password_hash)
 
 
-def set_password(conn: sqlite3.Connection, username: str, stored: str) -> None:
+@command
+def set_password(conn: sqlite3.Connection, username: str, stored: str) -> Effects:
     """Set a user's password: `stored` is `hash_password`'s form."""
     with transaction(conn):
         cur = conn.execute(
@@ -151,6 +156,7 @@ def set_password(conn: sqlite3.Connection, username: str, stored: str) -> None:
         )
         if cur.rowcount == 0:
             raise NotFound(f"user '{username}' not found")
+    return NONE
 
 
 def token_hash(token: str) -> str:
@@ -158,8 +164,9 @@ def token_hash(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
 
 
+@command
 def new_session(conn: sqlite3.Connection, user_id: int, lifetime: float = SESSION_LIFETIME,
-                now: float | None = None) -> str:
+                now: float | None = None) -> Done[str]:
     """A login session of `lifetime` seconds; the token (only its hash is stored)."""
     token = secrets.token_urlsafe(32)
     now = time.time() if now is None else now
@@ -167,9 +174,10 @@ def new_session(conn: sqlite3.Connection, user_id: int, lifetime: float = SESSIO
         conn.execute(
             "INSERT INTO user_sessions (token_hash, user_id, created_at, expires_at) "
             "VALUES (?, ?, ?, ?)", (token_hash(token), user_id, now, now + lifetime))
-    return token
+    return Done(token)
 
 
+@step
 def add_task_session(conn: sqlite3.Connection, user_id: int, alloc_id: str, token: str,
                      now: float | None = None) -> None:
     """Inside the transaction that creates an allocation: its owner's session, the trial's
@@ -181,19 +189,24 @@ def add_task_session(conn: sqlite3.Connection, user_id: int, alloc_id: str, toke
                  (token_hash(token), user_id, now, now + SESSION_LIFETIME, alloc_id))
 
 
+@step
 def end_task_sessions(conn: sqlite3.Connection, alloc_id: str) -> None:
     """Inside the transaction that ends an allocation: its DET_USER_TOKEN stops working."""
     conn.execute("DELETE FROM user_sessions WHERE allocation_id=?", (alloc_id,))
 
 
-def drop_session(conn: sqlite3.Connection, token: str) -> None:
+@command
+def drop_session(conn: sqlite3.Connection, token: str) -> Effects:
+    """A logout: that session ends (and every expired one with it)."""
     with transaction(conn):
         conn.execute("DELETE FROM user_sessions WHERE token_hash=? OR expires_at <= ?",
                      (token_hash(token), time.time()))
+    return NONE
 
 
+@command
 def create(conn: sqlite3.Connection, username: str, stored: str, *, admin: bool,
-           active: bool = True, display_name: str | None = None) -> User:
+           active: bool = True, display_name: str | None = None) -> Done[User]:
     """A new user; `stored` is `hash_password`'s form of its password ('': no password)."""
     with transaction(conn):
         if by_name(conn, username) is not None:
@@ -202,13 +215,14 @@ def create(conn: sqlite3.Connection, username: str, stored: str, *, admin: bool,
             "INSERT INTO users (username, password_hash, admin, active, display_name) "
             "VALUES (?, ?, ?, ?, ?) RETURNING id",
             (username, stored, int(admin), int(active), display_name)).fetchone()
-        return by_id(conn, int(row[0]))
+        return Done(by_id(conn, int(row[0])))
 
 
+@command
 def update(conn: sqlite3.Connection, user_id: int, *, active: bool | None = None,
            admin: bool | None = None, display_name: str | None = None,
            password_hash: str | None = None, agent: AgentLink | None = None,
-           unlink_agent: bool = False) -> User:
+           unlink_agent: bool = False) -> Done[User]:
     """Change a user; deactivating one ends its sessions in the same commit. `password_hash`
     is `hash_password`'s form; `agent` links its agent user, `unlink_agent` unlinks it."""
     with transaction(conn):
@@ -225,7 +239,7 @@ def update(conn: sqlite3.Connection, user_id: int, *, active: bool | None = None
             conn.execute("UPDATE users SET password_hash=? WHERE id=?", (password_hash, user.id))
         if agent is not None or unlink_agent:
             _link(conn, user.id, agent)
-        return by_id(conn, user.id)
+        return Done(by_id(conn, user.id))
 
 
 def _link(conn: sqlite3.Connection, user_id: int, agent: AgentLink | None) -> None:
