@@ -3,9 +3,9 @@ database after every simulated crash), one simulated agent speaking the real age
 trials that report metrics and checkpoints through the real Core API routes.
 
 The scenario (`Scenario.run`): an experiment `single` (one trial) and an experiment `grid` (two
-trials, one slot each, on an agent of two slots). `single` reports, checkpoints, is paused,
-activated, runs again and completes; `grid`'s first trial completes (a search step), its second
-runs and the experiment is cancelled. Everything is retried across crashes, as real clients do,
+trials, one slot each, on an agent of two slots). `single` reports (metrics, progress),
+checkpoints, is paused, activated, runs again and completes; `grid`'s first trial completes (a
+search step), its second runs and the experiment is cancelled. Everything is retried across crashes, as real clients do,
 and what the master acknowledged is recorded to check afterwards. At each restart, before any
 retry, the committed state is checked against `INVARIANTS`: a retried request must not be what
 makes it consistent again.
@@ -70,6 +70,13 @@ INVARIANTS = {  # what must hold at every commit: a query for the rows that brea
     "an ended trial has a live allocation":
         f"SELECT a.id FROM allocations a JOIN trials t ON t.id = a.trial_id WHERE {LIVE} "
         "AND t.state IN ('STATE_COMPLETED', 'STATE_CANCELED', 'STATE_ERROR')",
+    # A single-trial search's progress is its trial's while the trial runs (`reports.progress`
+    # writes both in one commit; they were two).
+    "a single search's progress is not its running trial's":
+        "SELECT e.id FROM experiments e JOIN trials t ON t.experiment_id = e.id "
+        "WHERE e.searcher_type = 'single' AND e.unmanaged = 0 AND t.state NOT IN "
+        "('STATE_COMPLETED', 'STATE_CANCELED', 'STATE_ERROR') "
+        "AND ABS(COALESCE(e.progress, 0) - COALESCE(t.progress, 0)) > 0.000001",
 }
 
 
@@ -289,6 +296,8 @@ class Scenario:
             await self.call("POST", f"/api/v1/trials/{run.trial_id}/metrics", body,
                             task=run.token)
             self.acked_metrics.add((run.trial_id, run.run_id, group, steps))
+        await self.call("POST", f"/api/v1/trials/{run.trial_id}/progress",
+                        {"progress": min(0.25 * run.run_id, 1.0)}, task=run.token)
         uuid = f"00000000-0000-4000-8000-{run.trial_id:06d}{run.run_id:06d}"
         await self.call("POST", "/api/v1/checkpoints", {
             "uuid": uuid, "taskId": task_id, "allocationId": run.alloc_id,
