@@ -5,10 +5,10 @@ trials that report metrics and checkpoints through the real Core API routes.
 The scenario (`Scenario.run`): an experiment `single` (one trial) and an experiment `grid` (two
 trials, one slot each, on an agent of two slots). `single` reports (metrics, progress),
 checkpoints, is paused, activated, runs again and completes; `grid`'s first trial completes (a
-search step), its second runs and the experiment is cancelled. Everything is retried across crashes, as real clients do,
-and what the master acknowledged is recorded to check afterwards. At each restart, before any
-retry, the committed state is checked against `INVARIANTS`: a retried request must not be what
-makes it consistent again.
+search step), its second runs and the experiment is cancelled. Everything is retried across
+crashes, as real clients do, and what the master acknowledged is recorded to check afterwards.
+At each restart, before any retry, the committed state is checked against `INVARIANTS`: a
+retried request must not be what makes it consistent again.
 """
 
 from __future__ import annotations
