@@ -21,7 +21,7 @@ EXPERIMENT: dict[ExperimentState, frozenset[ExperimentState]] = {
     E.PAUSED: frozenset({E.ACTIVE, E.RUNNING, *_STOPPING_E, *_ENDS_E}),
     E.STOPPING_COMPLETED: frozenset({E.STOPPING_CANCELED, E.STOPPING_KILLED, E.STOPPING_ERROR,
                                      *_ENDS_E}),
-    E.STOPPING_CANCELED: frozenset({E.STOPPING_KILLED, E.STOPPING_ERROR, E.PAUSED, *_ENDS_E}),
+    E.STOPPING_CANCELED: frozenset({E.STOPPING_KILLED, E.STOPPING_ERROR, *_ENDS_E}),
     E.STOPPING_KILLED: frozenset({E.STOPPING_ERROR, *_ENDS_E}),
     E.STOPPING_ERROR: frozenset({E.STOPPING_KILLED, E.STOPPING_CANCELED, *_ENDS_E}),
     # Ended: `det e continue` runs it again; a detached one resumes with a trial of its own.

@@ -177,3 +177,31 @@ async def test_a_kill_or_preemption_of_an_exited_allocation_sends_nothing(api: A
     assert await db.run(trial_store.get, 1) == ended
     assert cluster.dispatcher.preempting == {}
     assert await _work(api, agent) == []
+
+
+async def test_the_store_refuses_what_the_transition_table_does_not_allow(api: Api) -> None:
+    """A killed experiment cannot be paused or activated back (it was set PAUSED before the
+    table: a kill undone by a click), and an ended one cannot be paused or activated: one
+    rule, in the store's commands, whatever the route."""
+    from tests.master.conftest import allocate
+
+    agent = await agent_headers(api)
+    await api.call("POST", "/api/v1/agents/register", {
+        "id": "agent-x", "slots": [], "runningAllocations": []}, headers=agent)
+    exp_id = (await create(api))["experiment"]["id"]
+    await allocate(api, 1)  # a trial running on a connected agent: the kill waits for its exit
+    await api.call("POST", f"/api/v1/experiments/{exp_id}/kill")
+    exp = (await api.call("GET", f"/api/v1/experiments/{exp_id}"))["experiment"]
+    assert exp["state"] == "STATE_STOPPING_KILLED"
+    for action in ("pause", "activate"):
+        got = await api.call("POST", f"/api/v1/experiments/{exp_id}/{action}", status=400)
+        if action == "pause":
+            assert "state STOPPING_KILLED cannot become PAUSED" in got["message"], got
+    await api.call("POST", f"/api/v1/experiments/{exp_id}/cancel")  # asked already: no-op
+    exp = (await api.call("GET", f"/api/v1/experiments/{exp_id}"))["experiment"]
+    assert exp["state"] == "STATE_STOPPING_KILLED"
+    other = (await create(api))["experiment"]["id"]
+    await api.call("POST", f"/api/v1/experiments/{other}/cancel")  # nothing ran: ends at once
+    for action in ("pause", "activate"):
+        got = await api.call("POST", f"/api/v1/experiments/{other}/{action}", status=400)
+        assert "terminal state" in got["message"], got

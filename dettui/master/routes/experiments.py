@@ -286,8 +286,6 @@ async def _action(request: web.Request, action: str) -> web.Response:
     cluster = request.app[appkeys.CLUSTER]
     exp = await db.read(exp_store.get, exp_id)
     require_owner(request, exp.owner_id, f"experiment {exp_id}")
-    if action in ("pause", "activate") and exp.state.is_terminal():
-        raise FailedPrecondition("experiment in terminal state")
     if exp.unmanaged and action in ("pause", "activate", "cancel", "kill"):
         return await _unmanaged_action(request, exp, action)
     if action == "pause":
@@ -300,8 +298,6 @@ async def _action(request: web.Request, action: str) -> web.Response:
         await cluster.dispatcher.run(control.stop, exp_id, ExperimentState.STOPPING_KILLED)
     elif action in ("archive", "unarchive"):  # the state is checked in its transaction
         await cluster.dispatcher.run(exp_store.set_archived, exp_id, action == "archive")
-        return json_response({})
-    request.app[appkeys.NOTIFIER].experiment_changed(exp_id, jobs=True)
     return json_response({})
 
 

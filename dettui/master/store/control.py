@@ -42,8 +42,12 @@ def stop_in(conn: sqlite3.Connection, exp_id: int, how: ExperimentState) -> Effe
     """`stop` inside a transaction the caller holds (STOPPING_ERROR too: a checkpoint over
     its quota, `checkpoint_quota`, asks the trials to stop as a cancel does)."""
     exp = exp_store.get(conn, exp_id)
+    if exp.state.is_terminal() and how is ExperimentState.PAUSED:
+        raise FailedPrecondition("experiment in terminal state")
     if exp.state.is_terminal():
-        return Effects()
+        return Effects()  # cancel or kill of an ended experiment: nothing left to stop
+    if how is not ExperimentState.PAUSED and _HARDER.get(exp.state, 0) >= _HARDER[how]:
+        return Effects()  # a cancel of what is being killed: it stops already, harder
     transitions.require(exp.state, how)
     conn.execute("UPDATE experiments SET state=? WHERE id=?", (how.value, exp_id))
     idle = TrialState.PAUSED if how is ExperimentState.PAUSED else TrialState.CANCELED
@@ -69,6 +73,10 @@ def stop_in(conn: sqlite3.Connection, exp_id: int, how: ExperimentState) -> Effe
             | exits.ended_effects(exits.settle(conn, exp_id)))
 
 
+_HARDER = {ExperimentState.STOPPING_CANCELED: 1, ExperimentState.STOPPING_ERROR: 1,
+           ExperimentState.STOPPING_KILLED: 2}  # how hard a stop is
+
+
 def _changed(exp_id: int) -> Effects:
     return experiment_changed(exp_id, jobs=True) | Effects(kick=True)
 
@@ -76,14 +84,14 @@ def _changed(exp_id: int) -> Effects:
 @command
 def activate(conn: sqlite3.Connection, exp_id: int) -> Effects:
     """A PAUSED experiment and its PAUSED trials become ACTIVE and QUEUED in one commit;
-    nothing if it was not paused."""
+    nothing if it is active; refused if it is stopping or has ended."""
     with transaction(conn):
         exp = exp_store.get(conn, exp_id)
         if exp.state.is_terminal():
             raise FailedPrecondition("experiment in terminal state")
-        if exp.state is not ExperimentState.PAUSED:
+        if exp.state is ExperimentState.ACTIVE:
             return Effects()
-        transitions.require(exp.state, ExperimentState.ACTIVE)
+        transitions.require(exp.state, ExperimentState.ACTIVE)  # a stopping one stays so
         conn.execute("UPDATE experiments SET state=? WHERE id=?",
                      (ExperimentState.ACTIVE.value, exp_id))
         conn.execute("UPDATE trials SET state=? WHERE experiment_id=? AND state=?",
