@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from dettui import __version__, auth
+from dettui import __version__, auth, statedir
 from dettui import client as api
 from dettui.errors import DettuiError, InvalidArgument
 
@@ -391,9 +391,8 @@ def _run(args: argparse.Namespace) -> int:
         # cost a client command such as `dettui job list` 0.3 s of imports).
         from dettui.commands import runtime
     if args.command == "serve" and args.stop:
-        return runtime.stop_master(args.state_dir or _default_state_dir())
+        return runtime.stop_master(args.state_dir or statedir.default_dir())
     if args.command == "serve":
-        from dettui import statedir
         from dettui.commands import secret
         from dettui.master import settings as ms
 
@@ -404,7 +403,7 @@ def _run(args: argparse.Namespace) -> int:
                                   args.admin_password, args.admin_password_file),
                               state_dir=args.state_dir,
                               agent_timeout=args.agent_timeout, db_url=ms.db_url(args.db))
-        kw.setdefault("state_dir", _default_state_dir())
+        kw.setdefault("state_dir", statedir.default_dir())
         settings = ms.MasterSettings(**kw)
         asyncio.run(runtime.serve(
             settings, agent=not args.no_agent, agent_slots=args.agent_slots,
@@ -436,12 +435,6 @@ def _run(args: argparse.Namespace) -> int:
     assert action is not None
     result = asyncio.run(_with_client(args, action))
     return int(result) if isinstance(result, int) else 0
-
-
-def _default_state_dir() -> Path:
-    import platformdirs
-
-    return Path(platformdirs.user_data_dir("dettui")) / "master"
 
 
 def die(message: str, title: str = "Error") -> int:

@@ -21,6 +21,13 @@ DASHBOARDS = "dashboards.lock"
 SERVE, BACKGROUND = "serve", "background"  # started by `dettui serve`, or by a dashboard
 
 
+def default_dir() -> Path:
+    """The state dir of a master started without `--state-dir`: the user's data dir."""
+    import platformdirs
+
+    return Path(platformdirs.user_data_dir("dettui")) / "master"
+
+
 @dataclass(frozen=True)
 class Holder:
     """The master that holds a state dir's lock."""

@@ -314,9 +314,7 @@ async def _probe(url: str) -> None:
 
 
 def run_dashboard(args: argparse.Namespace) -> int:
-    from dettui.cli import _default_state_dir
-
-    state_dir = args.state_dir or _default_state_dir()
+    state_dir = args.state_dir or statedir.default_dir()
     _log_to_file(state_dir / "dettui.log")
     local = None
     if args.master:

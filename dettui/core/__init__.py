@@ -15,7 +15,6 @@ from dettui.core._context import (
     ExperimentalCoreContext,
     InvalidHP,
     ProfilerContext,
-    init,
 )
 from dettui.core._detached import DetachedConfig, DetachedContext
 from dettui.core._distributed import DistributedContext
@@ -26,6 +25,7 @@ from dettui.core._info import (
     TrialInfo,
     get_cluster_info,
 )
+from dettui.core._init import init
 from dettui.core._preempt import DummyPreemptContext, PreemptContext, PreemptMode
 from dettui.core._searcher import SearcherContext, SearcherOperation
 from dettui.core._train import (

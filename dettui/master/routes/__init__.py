@@ -11,15 +11,21 @@ from dettui.master.routes import (
     jobs,
     logs,
     metrics,
+    reports,
     runs,
     session,
     stream,
     trials,
+    unmanaged,
 )
 
 
 def setup(app: web.Application) -> None:
-    for module in (session, experiments, metrics, logs, trials, runs, checkpoints, jobs,
-                   agents):
+    # In the order the routes had in one trials module: the OpenAPI document lists a path's
+    # methods and its schemas in the order routes are registered (POST then GET
+    # /trials/{id}/metrics, GET then PATCH /trials/{id}; the reports' bodies, then the logs',
+    # then the detached trials').
+    for module in (session, experiments, metrics, reports, trials, logs, unmanaged, runs,
+                   checkpoints, jobs, agents):
         app.router.add_routes(module.routes)
     stream.setup(app)

@@ -1,20 +1,25 @@
-"""Reading logs: a trial's (`det trial logs`) and a task's (`det task logs`), NDJSON, with
+"""Logs. Reading: a trial's (`det trial logs`) and a task's (`det task logs`), NDJSON, with
 Determined's filters (ranks, agents, containers, sources, stdtypes, levels, time, text), head,
-tail and follow."""
+tail and follow. Writing: the lines a task ships (its allocation's token), and those of
+Determined's detached log shipper (`POST /task-logs`)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
 
+from dettui.errors import InvalidArgument
 from dettui.master.http import appkeys, shapes
-from dettui.master.http.middleware import check_trial
+from dettui.master.http.body import read_json
+from dettui.master.http.middleware import check_trial, require_trial_writer, task_route
 from dettui.master.http.openapi import op
-from dettui.master.http.wire import parse_id, parse_ts, path_int, query_int
+from dettui.master.http.requests import TaskLogsBody, parse
+from dettui.master.http.wire import json_response, parse_id, parse_ts, path_int, query_int
 from dettui.master.store import logs as log_store
 from dettui.master.store import trials as trial_store
 
@@ -115,3 +120,56 @@ async def _follow(request: web.Request, resp: web.StreamResponse, trial_id: int,
             await _drain(request, resp, trial_id, flt, line_json, last)
             return
         await notifier.wait(f"logs:{trial_id}", 1.0)
+
+
+@task_route
+@op(body=TaskLogsBody)
+async def post_task_logs(request: web.Request) -> web.Response:
+    """Determined's ship_logs.py endpoint (task token)."""
+    body = await parse(request, TaskLogsBody)
+    db = request.app[appkeys.DB]
+    rows, trial_ids = [], set()
+    for line in body.logs:
+        trial = await db.read(trial_store.by_task_id, line.task_id)
+        if trial.id not in trial_ids:
+            await require_trial_writer(request, trial.id)
+        trial_ids.add(trial.id)
+        rows.append({"trial_id": trial.id, "task_id": line.task_id,
+                     "allocation_id": line.allocation_id, "agent_id": line.agent_id,
+                     "container_id": line.container_id, "rank_id": line.rank_id,
+                     "stdtype": line.stdtype, "source": line.source or "task",
+                     "level": (line.level or "").removeprefix("LOG_LEVEL_") or None,
+                     "timestamp": parse_ts(line.timestamp) or time.time(), "log": line.log})
+    await request.app[appkeys.CLUSTER].dispatcher.run(log_store.insert, rows)
+    return json_response({})
+
+
+routes.post("/api/v1/task/logs")(post_task_logs)
+
+
+@routes.post("/task-logs")
+@op(body=list)
+async def post_core_v2_logs(request: web.Request) -> web.Response:
+    """Determined's detached log shipper: a JSON array of {task_id, timestamp, rank?, log}."""
+    raw = await read_json(request)
+    if not isinstance(raw, list):
+        raise InvalidArgument("request body must be a JSON array of log entries")
+    db = request.app[appkeys.DB]
+    rows, trial_ids = [], set()
+    for i, item in enumerate(raw):
+        if not isinstance(item, dict) or not isinstance(item.get("task_id"), str) or \
+                not isinstance(item.get("log"), str):
+            raise InvalidArgument(f"[{i}]: expected an object with string task_id and log")
+        trial = await db.read(trial_store.by_task_id, item["task_id"])
+        if trial.id not in trial_ids:
+            await require_trial_writer(request, trial.id)
+        rank = str(item.get("rank") or "")
+        trial_ids.add(trial.id)
+        rows.append({"trial_id": trial.id, "task_id": trial.task_id, "allocation_id": None,
+                     "agent_id": None, "container_id": None,
+                     "rank_id": int(rank) if rank.isdigit() else None,
+                     "stdtype": None, "source": "task", "level": None,
+                     "timestamp": parse_ts(item.get("timestamp")) or time.time(),
+                     "log": item["log"]})
+    await request.app[appkeys.CLUSTER].dispatcher.run(log_store.insert, rows)
+    return json_response({})

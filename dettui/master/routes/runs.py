@@ -1,5 +1,6 @@
-"""Runs (Determined 0.38's name for trials in its newer routes): their metadata, which
-`core.train.set_metadata` and `get_metadata` write and read."""
+"""Runs (Determined 0.38's name for trials in its newer routes): starting one (nothing to
+record), and their metadata, which `core.train.set_metadata` and `get_metadata` write and
+read."""
 
 from __future__ import annotations
 
@@ -10,11 +11,23 @@ from dettui.master import run_metadata
 from dettui.master.http import appkeys
 from dettui.master.http.middleware import check_trial, require_trial_writer, task_route
 from dettui.master.http.openapi import op
-from dettui.master.http.requests import RunMetadataBody, parse
+from dettui.master.http.requests import RunMetadataBody, StartRunBody, parse
 from dettui.master.http.wire import json_response, path_int
 from dettui.master.store import trials as trial_store
 
 routes = web.RouteTableDef()
+@task_route
+@op(body=StartRunBody)
+async def start_run(request: web.Request) -> web.Response:
+    """Determined 0.38's `POST /runs/start` (the run id is the trial id): nothing to record."""
+    body = await parse(request, StartRunBody)
+    await require_trial_writer(request, body.run_id)
+    return json_response({})
+
+
+routes.post("/api/v1/runs/start")(start_run)
+
+
 
 
 @task_route
