@@ -277,8 +277,8 @@ async def test_attack_5_hostile_numbers_from_an_agent_are_400s(api: Api, field: 
     (no date shows it)."""
     await create(api)
     agent = await agent_headers(api)
-    await api.call("POST", "/api/v1/agents/register",
-                   {"id": "agent-x", "slots": [{"id": 0}]}, headers=agent)
+    await api.call("POST", "/api/v1/agents/register",  # no slots: the scheduler cannot start
+                   {"id": "agent-x", "slots": []}, headers=agent)  # the trial before the test
     alloc, _ = await allocate(api, 1, "agent-x", [0])
     raw = f'{{"logs": [{{"allocationId": "{alloc.id}", "log": "x", {line}}}]}}'.encode()
     body = await api.call("POST", "/api/v1/agents/agent-x/logs", raw=raw, headers=agent,

@@ -252,7 +252,7 @@ def test_an_experiments_best_validation_is_kept_as_reports_arrive(
     # the best; a report of the new run puts the experiment's best back to what is left
     assert validate(second, 2, 15, 0.9) == (0.5, first)
     conn.execute("UPDATE experiments SET best_value=NULL, best_trial_id=NULL, best_stale=1")
-    assert metrics.refresh_stale_bests(conn) == (1, None)
+    assert metrics.refresh_stale_bests(conn).value == (1, None)
     exp = experiments.get(conn, exp_id)
     assert (exp.best, exp.best_trial_id) == (0.5, first)
 
@@ -290,7 +290,7 @@ def test_a_trials_summary_and_best_are_kept_as_reports_arrive(
     assert kept() == (recomputed(), 30)
     assert kept()[0]["validation_metrics"]["loss"]["count"] == 2
     conn.execute("UPDATE trials SET summary_metrics=NULL, best_steps=NULL, summary_stale=1")
-    assert metrics.refresh_stale_trials(conn) == (1, None)
+    assert metrics.refresh_stale_trials(conn).value == (1, None)
     assert kept() == (recomputed(), 30)
 
 
@@ -315,7 +315,7 @@ def test_a_stale_backfill_goes_in_chunks_that_resume_after_their_cursor(
     seen: list[int] = []
     after: int | None = 0
     while after is not None:
-        done, after = metrics.refresh_stale_trials(conn, after, budget=0.0)
+        done, after = metrics.refresh_stale_trials(conn, after, budget=0.0).value
         if after is not None:
             assert done == 1  # a zero budget still computes one row a chunk
             seen.append(after)
@@ -324,8 +324,8 @@ def test_a_stale_backfill_goes_in_chunks_that_resume_after_their_cursor(
 
     plan = tx.CrashPlan(at=0, after=False)  # counts commits, never fires
     conn.crash_plan = plan  # type: ignore[attr-defined]
-    assert metrics.refresh_stale_trials(conn) == (0, None)
-    assert metrics.refresh_stale_bests(conn) == (0, None)
+    assert metrics.refresh_stale_trials(conn).value == (0, None)
+    assert metrics.refresh_stale_bests(conn).value == (0, None)
     assert plan.commits == 0  # nothing stale: no empty commit at each start-up
     conn.crash_plan = None  # type: ignore[attr-defined]
     assert seen == [first, ids[0], ids[1], ids[3], ids[4]]  # the fresh one skipped, none twice

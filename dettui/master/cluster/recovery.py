@@ -43,13 +43,15 @@ async def backfill(dispatcher: Dispatcher) -> None:
     summaries: minutes on a database of millions of reports) chunk by chunk while the master
     serves. Until a row is done, readers see it as the older version left it, and a new report
     to it computes it first (`metric_store`)."""
-    db, clock = dispatcher.db, dispatcher.clock
+    clock = dispatcher.clock
     for what, step in (("best validations of experiments", metric_store.refresh_stale_bests),
                        ("summary metrics of trials", metric_store.refresh_stale_trials)):
         total, after, started = 0, 0, clock.monotonic()
         while after is not None:
             try:
-                done, after = await db.run(step, after)
+                chunk = await dispatcher.run(step, after)
+                assert chunk is not None
+                done, after = chunk
             except Exception:  # noqa: BLE001 - what is left stays flagged: the next start
                 log.exception("computing the %s an older version did not keep failed after "
                               "%d; the next start-up goes on with the rest", what, total)

@@ -181,12 +181,11 @@ class SlurmProvider:
         self.jobs.pop(alloc.id, None)
         self._since.pop(alloc.id, None)
         # The trial's log says why it ended (after the commit of the exit; seq makes it once).
-        await self.db.run(log_store.insert, [{
+        await self.dispatcher.run(log_store.insert, [{
             "trial_id": trial.id, "task_id": trial.task_id, "allocation_id": alloc.id,
             "agent_id": self.agent_id, "container_id": alloc.container_id(self.agent_id),
             "rank_id": None, "stdtype": "stderr", "source": "master", "level": "INFO",
             "timestamp": self.clock.wall(), "log": f"{what}\n", "seq": -1}])
-        self.dispatcher.notify(f"logs:{trial.id}")
 
     def _hold(self, mine: list[Allocation], jobs: dict[str, slurmctl.Job]) -> None:
         """The job queue shows why pending Slurm jobs wait."""

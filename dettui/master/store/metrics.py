@@ -21,10 +21,10 @@ from typing import Any
 from dettui import jsonfast, metric
 from dettui.errors import DettuiError, InvalidArgument, NotFound
 from dettui.master import summary
-from dettui.master.store.records import IN_CHUNK, Metric, columns, in_chunks, typed_config
 from dettui.master.effects import Done, Effects, experiment_changed, notify
 from dettui.master.store import exits
-from dettui.master.store.tx import command, transaction
+from dettui.master.store.records import IN_CHUNK, Metric, columns, in_chunks, typed_config
+from dettui.master.store.tx import command, step, transaction
 
 FROM_METRICS = f"SELECT {columns(Metric.COLUMNS)} FROM metrics"
 STALE_BUDGET = 0.05  # seconds of the store thread a chunk of a start-up backfill takes
@@ -221,6 +221,7 @@ def _fold_summary(conn: sqlite3.Connection, trial_id: int, group: str, steps: in
                      (value, steps, trial_id))
 
 
+@step
 def refresh_trial(conn: sqlite3.Connection, trial_id: int) -> None:
     """A trial's summary and best validation from all its live reports (in the caller's
     transaction): after a merge, after a restart archived some, for older versions' rows."""
@@ -276,12 +277,13 @@ def trial_summaries(conn: sqlite3.Connection,
     return out
 
 
+@command
 def refresh_stale_trials(conn: sqlite3.Connection, after: int = 0,
-                         budget: float = STALE_BUDGET) -> tuple[int, int | None]:
+                         budget: float = STALE_BUDGET) -> Done[tuple[int, int | None]]:
     """The summaries of trials stored by older versions (or whose rows were written around the
     master), from trial id `after` on, in one transaction of at most about `budget` seconds:
     (how many were computed, the id to go on after, or None when none is left)."""
-    return _refresh_stale(conn, "trials", "summary_stale", refresh_trial, after, budget)
+    return Done(_refresh_stale(conn, "trials", "summary_stale", refresh_trial, after, budget))
 
 
 def _refresh_stale(conn: sqlite3.Connection, table: str, flag: str,
@@ -309,6 +311,7 @@ def _refresh_stale(conn: sqlite3.Connection, table: str, flag: str,
     return done, None
 
 
+@step
 def refresh_best(conn: sqlite3.Connection, exp_id: int) -> None:
     """Compute an experiment's best validation from all of them (in the caller's transaction):
     for rows of older versions, and after a restart archived some."""
@@ -325,11 +328,12 @@ def refresh_best(conn: sqlite3.Connection, exp_id: int) -> None:
                                 exp_id))
 
 
+@command
 def refresh_stale_bests(conn: sqlite3.Connection, after: int = 0,
-                        budget: float = STALE_BUDGET) -> tuple[int, int | None]:
+                        budget: float = STALE_BUDGET) -> Done[tuple[int, int | None]]:
     """The best validations of experiments stored by older versions, as
     `refresh_stale_trials` does summaries: (how many, the id to go on after or None)."""
-    return _refresh_stale(conn, "experiments", "best_stale", refresh_best, after, budget)
+    return Done(_refresh_stale(conn, "experiments", "best_stale", refresh_best, after, budget))
 
 
 def _merge(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:

@@ -72,6 +72,7 @@ def _trial_progress(conn: sqlite3.Connection, exp_id: int) -> dict[int, float]:
     return {int(r[0]): float(r[1] or 0.0) for r in rows}
 
 
+@step
 def insert_trials(conn: sqlite3.Connection, exp_id: int, trial_ids: list[int],
                   trials: list[tuple[str, str, int, int | None]], state: TrialState,
                   now: float) -> list[int]:
@@ -163,6 +164,7 @@ def _accepts_events(exp: Experiment) -> bool:
     return not exp.unmanaged and exp.state in (ExperimentState.ACTIVE, ExperimentState.PAUSED)
 
 
+@step
 def apply_validation(conn: sqlite3.Connection, exp: Experiment, trial: Trial, steps: int,
                      metrics: dict[str, Any]) -> Outcome:
     """A validation of `trial` (inside the caller's transaction)."""
@@ -188,6 +190,7 @@ def _validation(conn: sqlite3.Connection, exp: Experiment, trial: Trial, steps: 
     return out
 
 
+@step
 def apply_end(conn: sqlite3.Connection, exp: Experiment, trial: Trial) -> Outcome:
     """A trial reached COMPLETED, ERROR or CANCELED (inside the caller's transaction)."""
     if trial.search_id is None or not _accepts_events(exp):
@@ -214,6 +217,7 @@ def _end(conn: sqlite3.Connection, exp: Experiment, trial: Trial) -> Outcome:
     return out
 
 
+@step
 def catch_up(conn: sqlite3.Connection, exp: Experiment) -> Outcome:
     """Replay validations and trial ends the searcher has not seen, from before a crash
     (inside the caller's transaction)."""
