@@ -16,6 +16,8 @@ import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
+from dettui.master import disk
+
 KEY_FILE = "secret.key"
 KEY_BYTES = 32
 
@@ -34,11 +36,9 @@ def _make_key(path: Path) -> None:
         with contextlib.suppress(FileExistsError):
             os.link(tmp, path)
     except OSError as exc:
-        from dettui.master.store.db import full_disk, storage_full
-
-        if storage_full(exc, path) is None:
+        if not disk.is_full(exc):
             raise
-        raise full_disk(path.parent, "the master cannot make its key. Free space there and "
+        raise disk.full_disk(path.parent, "the master cannot make its key. Free space there and "
                         "start it again") from exc
     finally:
         with contextlib.suppress(OSError):

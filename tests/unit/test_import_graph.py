@@ -14,15 +14,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "dettui"
 
 # Circles known and owned by work in progress, by name, each with the modules on it. Empty
 # when the graph is clean; anything not listed here fails the test.
-ALLOWED: dict[str, frozenset[str]] = {
-    # store.trials names tokens.Mint for its type; tokens reaches store.db for the full-disk
-    # refusal, and store.db -> store.callers -> store.trials. Owned by issue 30's store work
-    # (a type of the store's own for what it asks of a Mint, or the full-disk helpers below
-    # the store); remove this entry with it.
-    "store.trials types tokens.Mint (issue 30, store)": frozenset({
-        "dettui.master.store.callers", "dettui.master.store.db", "dettui.master.store.trials",
-        "dettui.master.tokens"}),
-}
+ALLOWED: dict[str, frozenset[str]] = {}
 
 
 def module_name(path: Path) -> str:

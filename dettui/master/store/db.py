@@ -33,11 +33,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
-import errno
 import functools
 import hashlib
 import logging
-import os
 import queue
 import sqlite3
 from collections.abc import Callable, Iterator
@@ -47,6 +45,7 @@ from pathlib import Path
 from typing import ParamSpec, TypeVar, cast
 
 from dettui.errors import StorageFull
+from dettui.master.disk import free_bytes, full_disk, is_full
 from dettui.master.store import callers, pg, tx
 
 log = logging.getLogger("dettui.master")
@@ -92,35 +91,10 @@ def storage_full(exc: BaseException, target: Path | str) -> StorageFull | None:
         full = code == SQLITE_FULL or (code == SQLITE_IOERR
                                        and 0 <= free_bytes(folder) < NEARLY_FULL)
     else:
-        full = isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
+        full = is_full(exc)
     return full_disk(folder) if full else None
 
 
-def full_disk(state_dir: Path, then: str = "nothing was stored. Free space there and try "
-              "again (agents and trials send what they hold again by themselves)") -> StorageFull:
-    """The refusal of a write to `state_dir` on a full filesystem, naming both; `then` says
-    what follows."""
-    free = free_bytes(state_dir)
-    left = f"{free // 1024} KiB free" if free >= 0 else "no room"
-    return StorageFull(f"the master's disk is full: the filesystem at {mount_point(state_dir)}, "
-                       f"which holds its state dir {state_dir}, has {left}; {then}")
-
-
-def free_bytes(path: Path) -> int:
-    """Bytes an unprivileged writer may still use on the filesystem of `path` (-1: unknown)."""
-    try:
-        st = os.statvfs(path)
-    except OSError:
-        return -1
-    return st.f_bavail * st.f_frsize
-
-
-def mount_point(path: Path) -> Path:
-    """The mount point of the filesystem that holds `path`."""
-    path = path.resolve()
-    while not os.path.ismount(path) and path != path.parent:
-        path = path.parent
-    return path
 
 
 def _migrations() -> list[tuple[int, str, str]]:
