@@ -12,9 +12,10 @@ import statistics
 import time
 
 from dettui.master.cluster.waiting import Waiting
+
 from dettui.master.scheduler import AgentView, PoolPolicy, Request, Running, schedule
+from dettui.master.store.queue_reads import Read
 from dettui.master.store.records import Job
-from dettui.master.store.waiting import Read
 from dettui.models import ExperimentState
 
 AGENTS = 1000

@@ -12,12 +12,12 @@ from pathlib import Path
 
 from aiohttp import web
 
-from dettui.master import collector, offload, routes
+from dettui.master import cycle_collector, offload, routes
 from dettui.master.clock import SYSTEM, Clock
 from dettui.master.cluster import Cluster
-from dettui.master.events import Notifier
 from dettui.master.groupcommit import GroupCommit
 from dettui.master.http import appkeys, middleware
+from dettui.master.notifier import Notifier
 from dettui.master.settings import MasterSettings, check_exposure
 from dettui.master.store import Database, users
 from dettui.master.store import agents as agent_store
@@ -52,7 +52,7 @@ async def _lifetime(app: web.Application) -> AsyncIterator[None]:
     settings = app[appkeys.SETTINGS]
     _private_dir(settings.state_dir)
     _shared_dir(settings.checkpoint_root)
-    offload.warm_up("dettui.master.intake")
+    offload.warm_up("dettui.master.experiment_intake")
     mint = Mint.load(settings.state_dir)
     db = Database(settings.db_target)
     try:  # whatever happens, the store closes (on PostgreSQL: the master lock is let go)
@@ -78,7 +78,7 @@ async def _lifetime(app: web.Application) -> AsyncIterator[None]:
                                              MAX_CREATIONS, _context_bytes, MAX_CREATION_BYTES)
         await cluster.start()
         try:
-            async with collector.old_generation_on_a_timer():
+            async with cycle_collector.old_generation_on_a_timer():
                 yield
         finally:
             await cluster.stop()

@@ -12,8 +12,8 @@ import sqlite3
 from dettui import metric
 from dettui.errors import InvalidArgument
 from dettui.master import checkpoint_files
+from dettui.master.checkpoint_policy import CkptFacts, GcPolicy, to_delete
 from dettui.master.effects import Effects, merge
-from dettui.master.gc import CkptFacts, GcPolicy, to_delete
 from dettui.master.store import Database
 from dettui.master.store import checkpoints as ckpt_store
 from dettui.master.store import experiments as exp_store
@@ -23,7 +23,7 @@ from dettui.master.store.records import Checkpoint, Experiment
 from dettui.models import CheckpointState
 from dettui.paths import checkpoint_uuid
 
-log = logging.getLogger("dettui.master.gc")
+log = logging.getLogger("dettui.master.checkpoint_policy")
 
 
 def policy_of(exp: Experiment) -> GcPolicy:

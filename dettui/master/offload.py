@@ -4,7 +4,7 @@ decoding and packing contexts, decoding and encoding large JSON.
 `cpu` runs a function on a small pool of threads of its own, so that a flood of heavy requests
 queues there instead of starving the loop. Work that holds the GIL for long stretches (decoding
 a 130 MB JSON body, base64 of a 95 MB context) goes to `isolated`: worker processes
-(`dettui.master.worker`) that die with the master, so the loop keeps answering requests and
+(`dettui.master.offload_worker`) that die with the master, so the loop keeps answering requests and
 heartbeats meanwhile, and a request that exhausts memory takes down only its worker. Every
 input is capped before it gets here.
 """
@@ -28,7 +28,13 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from dettui import lifeline
 from dettui.errors import InvalidArgument, TooLarge
-from dettui.master.worker import end_chunks, read_answer, read_frame, write_chunk, write_frame
+from dettui.master.offload_worker import (
+    end_chunks,
+    read_answer,
+    read_frame,
+    write_chunk,
+    write_frame,
+)
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -148,7 +154,7 @@ def warm_up(*modules: str) -> None:
 class _Worker:
     def __init__(self, modules: tuple[str, ...]) -> None:
         self.proc = subprocess.Popen(
-            [*lifeline.pdeathsig_prefix(), sys.executable, "-m", "dettui.master.worker",
+            [*lifeline.pdeathsig_prefix(), sys.executable, "-m", "dettui.master.offload_worker",
              str(os.getpid()), *modules],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             # a terminal may hold the dashboard: nothing of the worker's may reach it

@@ -104,7 +104,7 @@ class Queue(Protocol):
     """The waiting requests as a pass reads them: per pool, one at a time in `order`. A pass
     takes only as many as it can use (once a pool's slots are taken, the rest of 100,000
     queued trials are never built); the queue kept between passes hands them over so
-    (cluster/waiting.py), and a list is wrapped as `Listed`."""
+    (cluster/scheduling.py), and a list is wrapped as `Listed`."""
 
     def pools(self) -> Collection[str]:
         """The pools with requests."""

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from dettui.errors import FailedPrecondition
+from dettui.master.checkpoint_policy import GcPolicy
 from dettui.master.effects import Effects, experiment_changed
-from dettui.master.gc import GcPolicy
 from dettui.master.store import control, exits, experiments
 from dettui.master.store import db as dbmod
 from dettui.master.store.tx import CrashPlan

@@ -11,8 +11,8 @@ from typing import Any
 
 from dettui.master.cluster.scheduling import KeptQueue as Waiting
 from dettui.master.http import appkeys
+from dettui.master.store import queue_reads as waiting_store
 from dettui.master.store import trials as trial_store
-from dettui.master.store import waiting as waiting_store
 from tests.master.conftest import Api, agent_headers
 from tests.master.test_api import create
 

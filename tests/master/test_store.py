@@ -18,7 +18,7 @@ from dettui.master import scheduler
 from dettui.master.cluster import scheduling as waiting_cluster
 from dettui.master.cluster.scheduling import KeptQueue as Waiting
 from dettui.master.settings import MasterSettings
-from dettui.master.store import control, exits, experiments, trials, users, waiting
+from dettui.master.store import control, exits, experiments, queue_reads, trials, users
 from dettui.master.store import db as dbmod
 from dettui.master.store.tx import transaction
 from dettui.models import AllocationState, ExperimentState, TrialState
@@ -355,33 +355,33 @@ def test_a_scheduling_pass_reads_the_first_trials_of_each_job_and_counts_the_res
     conn = dbmod.connect(store_target)
     (a, a_trials), (b, b_trials), (c, c_trials) = _experiments(conn, 5, 1, 3)
     trials.allocate(conn, a_trials[0], "agent-1", [0], mint=TEST_MINT)  # running: not pending
-    read = waiting.read(conn, None, (), 2)
+    read = queue_reads.read(conn, None, (), 2)
     assert read.whole and set(read.jobs) == read.ids == {a, b, c}
     assert read.heads == {a: a_trials[1:3], b: b_trials[:1], c: c_trials[:2]}
     assert read.counts == {a: 4, b: 1, c: 3}
-    assert sum(map(len, waiting.read(conn, None, (), 100).heads.values())) == 8
-    assert waiting.read(conn, None, (), 1).heads == {a: [a_trials[1]], b: [b_trials[0]],
+    assert sum(map(len, queue_reads.read(conn, None, (), 100).heads.values())) == 8
+    assert queue_reads.read(conn, None, (), 1).heads == {a: [a_trials[1]], b: [b_trials[0]],
                                                      c: [c_trials[0]]}
     control.stop(conn, c, ExperimentState.PAUSED)  # a paused job's trials wait for nothing
-    read = waiting.read(conn, None, (), 1)
+    read = queue_reads.read(conn, None, (), 1)
     assert read.counts == {a: 4, b: 1} and read.jobs[c].state is ExperimentState.PAUSED
 
 
-def _kept_equals_whole(conn: sqlite3.Connection, kept: Waiting, seen: waiting.Watch,
-                       per_job: int) -> waiting.Read:
+def _kept_equals_whole(conn: sqlite3.Connection, kept: Waiting, seen: queue_reads.Watch,
+                       per_job: int) -> queue_reads.Read:
     """Bring `kept` up to date as a pass does, and check it against a whole read."""
     also, limit, _ = kept.wants(per_job, 0.0)
-    read = waiting.read(conn, seen, also, limit)
+    read = queue_reads.read(conn, seen, also, limit)
     kept.apply(read, 0.0)
     fresh = Waiting()
-    fresh.apply(waiting.read(conn, None, (), limit, whole=True), 0.0)
+    fresh.apply(queue_reads.read(conn, None, (), limit, whole=True), 0.0)
     assert kept.jobs == fresh.jobs
     assert kept.counts == fresh.counts
     assert {e: [r.key for r in h[:per_job]] for e, h in kept.heads.items()} == \
         {e: [r.key for r in h[:per_job]] for e, h in fresh.heads.items()}
     assert kept.order == fresh.order
-    live, experiment_of = waiting.running(conn, seen)  # the live allocations kept the same way
-    whole_live, whole_of = waiting.running(conn)
+    live, experiment_of = queue_reads.running(conn, seen)  # the live allocations kept the same way
+    whole_live, whole_of = queue_reads.running(conn)
     assert {a.id: a for a in live} == {a.id: a for a in whole_live} and len(live) == len(whole_live)
     assert experiment_of == whole_of
     handed = [r for pool in kept.queue(per_job).pools()
@@ -403,13 +403,13 @@ def test_the_queue_kept_between_passes_is_a_whole_read_after_every_kind_of_chang
     experiments changed."""
     monkeypatch.setattr(waiting_cluster, "HEADS", 2)  # jobs read short, and read on when needed
     conn = dbmod.connect(store_target)
-    seen = waiting.watch(conn)
+    seen = queue_reads.watch(conn)
     if seen is None:  # PostgreSQL: nothing marks changes, every pass reads the whole queue
-        assert waiting.read(conn, None, (), 1).whole
+        assert queue_reads.read(conn, None, (), 1).whole
         return
     (a, a_trials), (b, b_trials), (c, c_trials) = _experiments(conn, 5, 1, 3)
     kept = Waiting()
-    first = waiting.read(conn, seen, (), 2, whole=True)
+    first = queue_reads.read(conn, seen, (), 2, whole=True)
     kept.apply(first, 0.0)
     assert kept.short == {a: 2, c: 2}
 

@@ -119,7 +119,7 @@ async def test_a_worker_that_dies_while_a_body_streams_is_an_error_not_a_hang(
         for i in range(10_000):
             if i == 3:
                 for child in psutil.Process().children():
-                    if "dettui.master.worker" in " ".join(child.cmdline()):
+                    if "dettui.master.offload_worker" in " ".join(child.cmdline()):
                         child.kill()
             yield b"w" * (1 << 20)
             await asyncio.sleep(0)
@@ -137,7 +137,7 @@ async def test_a_worker_that_died_while_idle_is_replaced_not_handed_a_request() 
     assert await offload.isolated(sorted, [2, 1]) == [1, 2]
     assert await offload.isolated_body(len, _chunks(b"x" * 5)) == 5  # the workers are up
     workers = [c for c in psutil.Process().children()
-               if "dettui.master.worker" in " ".join(c.cmdline())]
+               if "dettui.master.offload_worker" in " ".join(c.cmdline())]
     assert workers
     for child in workers:
         child.kill()
@@ -173,7 +173,7 @@ def test_a_worker_whose_master_died_before_it_started_ends_at_once() -> None:
 
     started = time.monotonic()
     dead_master = "1"  # not this worker's parent: as if the master had died and left it to init
-    done = subprocess.run([sys.executable, "-m", "dettui.master.worker", dead_master, "json"],
-                          stdin=subprocess.PIPE, capture_output=True, timeout=30)
+    done = subprocess.run([sys.executable, "-m", "dettui.master.offload_worker", dead_master,
+                           "json"], stdin=subprocess.PIPE, capture_output=True, timeout=30)
     assert done.returncode == 0 and done.stdout == b""  # it never said "ready"
     assert time.monotonic() - started < 10

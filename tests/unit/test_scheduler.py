@@ -20,8 +20,8 @@ from dettui.master.scheduler import (
     schedule,
     shares,
 )
+from dettui.master.store.queue_reads import Read
 from dettui.master.store.records import Job
-from dettui.master.store.waiting import Read
 from dettui.models import ExperimentState
 
 

@@ -20,7 +20,7 @@ from dettui.master.cluster.dispatcher import AgentLink, Dispatcher
 from dettui.master.cluster.preemption import Preemption
 from dettui.master.cluster.scheduling import Scheduling
 from dettui.master.cluster.slurm import SlurmProvider
-from dettui.master.events import Notifier
+from dettui.master.notifier import Notifier
 from dettui.master.settings import MasterSettings
 from dettui.master.store import Database
 from dettui.master.store import trials as trial_store

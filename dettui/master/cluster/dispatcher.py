@@ -20,9 +20,9 @@ from dettui.master import checkpoint_gc, lifecycle
 from dettui.master.clock import SYSTEM, Clock
 from dettui.master.cluster.connections import AgentLink, ConnectedAgents, kill_message
 from dettui.master.effects import Done, Effects, Kill
-from dettui.master.events import Notifier
-from dettui.master.launch_spec import build_starts
+from dettui.master.notifier import Notifier
 from dettui.master.settings import MasterSettings
+from dettui.master.start_messages import build_starts
 from dettui.master.store import Database, exits
 from dettui.master.store import trials as trial_store
 from dettui.master.store.records import Agent, Allocation

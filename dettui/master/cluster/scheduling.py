@@ -22,10 +22,10 @@ from collections.abc import Callable, Collection, Iterator, Mapping
 
 from dettui.master import offload, scheduler
 from dettui.master.cluster.dispatcher import Dispatcher
+from dettui.master.store import queue_reads as waiting_store
 from dettui.master.store import trials as trial_store
-from dettui.master.store import waiting as waiting_store
+from dettui.master.store.queue_reads import Read
 from dettui.master.store.records import Allocation, Job
-from dettui.master.store.waiting import Read
 from dettui.models import ExperimentState
 
 log = logging.getLogger("dettui.master.cluster")

@@ -25,8 +25,8 @@ from typing import Any
 from dettui.errors import DettuiError, Unavailable
 from dettui.master import lifecycle, slurmctl
 from dettui.master.cluster.dispatcher import Dispatcher
-from dettui.master.launch_spec import build_start
 from dettui.master.settings import SlurmPool
+from dettui.master.start_messages import build_start
 from dettui.master.store import logs as log_store
 from dettui.master.store import trials as trial_store
 from dettui.master.store.records import Allocation

@@ -10,9 +10,9 @@ from aiohttp import web
 
 if TYPE_CHECKING:
     from dettui.master.cluster import Cluster
-    from dettui.master.events import Notifier
     from dettui.master.groupcommit import GroupCommit
     from dettui.master.http.principal import Principal
+    from dettui.master.notifier import Notifier
     from dettui.master.settings import MasterSettings
     from dettui.master.store import Database
     from dettui.master.store.experiments import NewExperiment

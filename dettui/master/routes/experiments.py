@@ -11,8 +11,9 @@ from aiohttp import web
 from dettui import metric
 from dettui.config.schema import priority_value, weight_value
 from dettui.errors import FailedPrecondition, InvalidArgument
-from dettui.master import checkpoint_gc, intake, offload
-from dettui.master.gc import GcPolicy
+from dettui.master import checkpoint_gc, experiment_intake, offload
+from dettui.master.checkpoint_policy import GcPolicy
+from dettui.master.experiment_intake import Intake
 from dettui.master.http import appkeys, shapes, unsupported
 from dettui.master.http.body import body_chunks, read_json
 from dettui.master.http.middleware import principal, require_owner, require_user, task_route
@@ -36,7 +37,6 @@ from dettui.master.http.wire import (
     query_int,
     ts,
 )
-from dettui.master.intake import Intake
 from dettui.master.store import control
 from dettui.master.store import experiments as exp_store
 from dettui.master.store import metrics as metric_store
@@ -58,7 +58,7 @@ MAX_CREATE_BODY = 140 * 1024 * 1024  # a 95 MiB context arrives base64-encoded i
 async def _intake(request: web.Request, by_external_id: bool = False) -> Intake:
     """The create body, read and prepared in a worker process (never on the event loop)."""
     settings = request.app[appkeys.SETTINGS]
-    return await offload.isolated_body(intake.read_create, body_chunks(request),
+    return await offload.isolated_body(experiment_intake.read_create, body_chunks(request),
                                        str(settings.checkpoint_root), str(settings.state_dir),
                                        by_external_id)
 
@@ -312,7 +312,7 @@ async def continue_experiment(request: web.Request) -> web.Response:
     require_owner(request, exp.owner_id, f"experiment {exp.id}")
     if exp.unmanaged:
         raise FailedPrecondition(f"experiment {exp.id} is unmanaged: run its script again")
-    conf = await offload.cpu(intake.continue_config, exp.config, body.override_config)
+    conf = await offload.cpu(experiment_intake.continue_config, exp.config, body.override_config)
     await request.app[appkeys.CLUSTER].dispatcher.run(control.continue_experiment, exp.id, conf)
     exp = await db.read(exp_store.get, exp.id)
     return json_response({"experiment": shapes.experiment(exp), "config": exp.config})

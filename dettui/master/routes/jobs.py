@@ -15,7 +15,7 @@ from dettui.master.http.middleware import require_owner
 from dettui.master.http.openapi import op
 from dettui.master.http.requests import UpdateJobQueueBody, checked
 from dettui.master.http.wire import json_response, page_of, paginate
-from dettui.master.queue import QueuedJob, move
+from dettui.master.queue_moves import QueuedJob, move
 from dettui.master.scheduler import FAIR_SHARE, PoolPolicy
 from dettui.master.store import experiments as exp_store
 from dettui.master.store import trials as trial_store

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from dettui.errors import FailedPrecondition, InvalidArgument, NotFound
+from dettui.master.checkpoint_policy import GcPolicy
 from dettui.master.effects import Done, Effects, experiment_changed
-from dettui.master.gc import GcPolicy
 from dettui.master.store import ids, search
 from dettui.master.store import page as pages
 from dettui.master.store.page import Page, Window

@@ -8,18 +8,19 @@ import gc
 
 import pytest
 
-from dettui.master import collector
+from dettui.master import cycle_collector
 
 
 async def test_full_collections_run_on_the_timer_only(monkeypatch: pytest.MonkeyPatch) -> None:
     found = gc.get_threshold()
     full: list[int] = []
-    monkeypatch.setattr(collector.gc, "collect", lambda generation=2: full.append(generation) or 0)
-    async with collector.old_generation_on_a_timer(every=0.05):
-        assert gc.get_threshold() == (found[0], found[1], collector.NEVER)
-        async with collector.old_generation_on_a_timer(every=3600):  # a second master
-            assert gc.get_threshold()[2] == collector.NEVER
-        assert gc.get_threshold()[2] == collector.NEVER  # the first still runs
+    monkeypatch.setattr(cycle_collector.gc, "collect",
+                        lambda generation=2: full.append(generation) or 0)
+    async with cycle_collector.old_generation_on_a_timer(every=0.05):
+        assert gc.get_threshold() == (found[0], found[1], cycle_collector.NEVER)
+        async with cycle_collector.old_generation_on_a_timer(every=3600):  # a second master
+            assert gc.get_threshold()[2] == cycle_collector.NEVER
+        assert gc.get_threshold()[2] == cycle_collector.NEVER  # the first still runs
         await asyncio.sleep(0.3)
         assert len(full) >= 2 and set(full) == {2}
     assert gc.get_threshold() == found
@@ -30,7 +31,7 @@ async def test_full_collections_run_on_the_timer_only(monkeypatch: pytest.Monkey
 
 def test_young_generations_are_still_collected_automatically() -> None:
     async def main() -> tuple[int, int]:
-        async with collector.old_generation_on_a_timer(every=3600):
+        async with cycle_collector.old_generation_on_a_timer(every=3600):
             young = gc.get_stats()[0]["collections"]
             for _ in range(gc.get_threshold()[0] * 3):
                 a: list[object] = []

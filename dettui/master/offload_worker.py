@@ -1,5 +1,6 @@
-"""A worker process of the master (`python -m dettui.master.worker`): runs CPU-heavy calls sent
-by `offload.isolated`, one at a time, so that they hold this process's GIL, not the master's.
+"""A worker process of the master (`python -m dettui.master.offload_worker`): runs CPU-heavy
+calls sent by `offload.isolated`, one at a time, so that they hold this process's GIL, not the
+master's.
 
 Frames on stdin and stdout: an 8-byte big-endian length, then the bytes. A request is a pickle
 of `(function, args, kwargs, with_body)`; with a body, the body follows in frames of its chunks

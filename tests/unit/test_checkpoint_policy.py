@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dettui.master.gc import CkptFacts, GcPolicy, to_delete
+from dettui.master.checkpoint_policy import CkptFacts, GcPolicy, to_delete
 
 # Trial 1: checkpoints at 100 (val 0.5), 200 (val 0.3, its best), 300 (no validation).
 # Trial 2: checkpoints at 100 (val 0.2, the experiment's best), 200 (val 0.4).

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from dettui.errors import FailedPrecondition, NotFound
-from dettui.master.queue import QueuedJob, move
+from dettui.master.queue_moves import QueuedJob, move
 
 
 def order_after(jobs: list[QueuedJob], job_id: str, anchor: str, ahead: bool) -> list[str]:

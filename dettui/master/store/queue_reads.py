@@ -3,10 +3,10 @@
 A scheduling pass needs the live jobs and the first queued trials of each. At 10,000 queued
 experiments reading them all took ~180 ms of the single store thread a pass, and while 100
 agents exit trials passes run back to back. So the scheduler keeps the queue between passes
-(cluster/waiting.py) and reads again only the experiments whose rows changed: triggers on the
-store's own connection mark them, in the statement that changes them, so no commit that moves
-a job in the queue can be missed, whichever store function made it. A rolled back change marks
-too, which costs a read and no more.
+(`KeptQueue` in cluster/scheduling.py) and reads again only the experiments whose rows
+changed: triggers on the store's own connection mark them, in the statement that changes them,
+so no commit that moves a job in the queue can be missed, whichever store function made it. A
+rolled back change marks too, which costs a read and no more.
 
 PostgreSQL has no per-connection triggers here: there every pass reads the whole queue.
 """
