@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Iterable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 from dettui.master import checkpoint_gc, lifecycle
 from dettui.master.clock import SYSTEM, Clock
@@ -50,6 +50,12 @@ class Dispatcher:
         self.backfilled: dict[str, int] = {}
         self.kicked = asyncio.Event()
         self.url: str | None = None  # where the master listens (resource managers' nodes)
+
+    @overload
+    async def run(self, command: Callable[..., Done[T]], *args: Any, **kwargs: Any) -> T: ...
+
+    @overload
+    async def run(self, command: Callable[..., Effects], *args: Any, **kwargs: Any) -> None: ...
 
     async def run(self, command: Callable[..., Effects | Done[T]], *args: Any,
                   **kwargs: Any) -> T | None:
