@@ -5,7 +5,8 @@ trials that report metrics and checkpoints through the real Core API routes.
 The scenario (`Scenario.run`): an experiment `single` (one trial) and an experiment `grid` (two
 trials, one slot each, on an agent of two slots). `single` reports (metrics, progress),
 checkpoints, is paused, activated, runs again and completes; `grid`'s first trial completes (a
-search step), its second runs and the experiment is cancelled. Everything is retried across
+search step), its second runs and the experiment is cancelled; `doomed` is created paused,
+cancelled and deleted. Everything is retried across
 crashes, as real clients do, and what the master acknowledged is recorded to check afterwards.
 At each restart, before any retry, the committed state is checked against `INVARIANTS`: a
 retried request must not be what makes it consistent again.
@@ -47,6 +48,14 @@ max_restarts: 2
 }
 
 
+# Created paused, canceled and deleted (a deletion is two commits with the files between): it
+# must be gone at the end, however the master crashed meanwhile.
+DOOMED = """
+name: doomed
+entrypoint: python3 train.py
+searcher: {name: single, metric: loss}
+"""
+
 STOPPED = "(e.state = 'STATE_PAUSED' OR e.state LIKE 'STATE_STOPPING_%')"
 LIVE = "a.state != 'EXITED'"
 INVARIANTS = {  # what must hold at every commit: a query for the rows that break it
@@ -72,6 +81,9 @@ INVARIANTS = {  # what must hold at every commit: a query for the rows that brea
         "AND t.state IN ('STATE_COMPLETED', 'STATE_CANCELED', 'STATE_ERROR')",
     # A single-trial search's progress is its trial's while the trial runs (`reports.progress`
     # writes both in one commit; they were two).
+    "an experiment being deleted has not ended":
+        "SELECT id FROM experiments WHERE deleting = 1 AND state NOT IN "
+        "('STATE_COMPLETED', 'STATE_CANCELED', 'STATE_ERROR')",
     "a single search's progress is not its running trial's":
         "SELECT e.id FROM experiments e JOIN trials t ON t.experiment_id = e.id "
         "WHERE e.searcher_type = 'single' AND e.unmanaged = 0 AND t.state NOT IN "
@@ -217,13 +229,15 @@ class Scenario:
 
     async def step(self) -> bool:
         await self.create_experiments()
+        await self.doom()
         await self.take_work()
         for run in list(self.runs.values()):
             if run.alloc_id not in self.ended:
                 await self.act(run)
         await self.control()
         states = {name: await self.exp_state(name) for name in CONFIGS}
-        if states == {"single": "STATE_COMPLETED", "grid": "STATE_CANCELED"}:
+        if states == {"single": "STATE_COMPLETED", "grid": "STATE_CANCELED"} and \
+                self.done.get("doomed deleted"):
             return not [r for r in self.runs.values() if r.alloc_id not in self.ended]
         await asyncio.sleep(0.01)
         return False
@@ -240,6 +254,30 @@ class Scenario:
                 made = await self.call("POST", "/api/v1/experiments",
                                        {"config": config, "modelDefinition": [], "activate": True})
                 self.exps[name] = made["experiment"]["id"]
+
+    async def doom(self) -> None:
+        """The user creates `doomed` paused, cancels it, and deletes it."""
+        if self.done.get("doomed deleted"):
+            return
+        if "doomed" not in self.exps:
+            listed = (await self.call("GET", "/api/v1/experiments"))["experiments"]
+            known = {e["name"]: e["id"] for e in listed}
+            if "doomed" in known:  # created, perhaps just before a crash
+                self.exps["doomed"] = known["doomed"]
+            else:
+                made = await self.call("POST", "/api/v1/experiments", {
+                    "config": DOOMED, "modelDefinition": [], "activate": False})
+                self.exps["doomed"] = made["experiment"]["id"]
+        path = f"/api/v1/experiments/{self.exps['doomed']}"
+        got = await self.call("GET", path, ok=(200, 404))
+        if "experiment" not in got:  # gone (404): deleted, or finished by a restart
+            self.done["doomed deleted"] = True
+            return
+        state = got["experiment"]["state"]
+        if state == "STATE_PAUSED":
+            await self.call("POST", f"{path}/cancel")
+        elif state == "STATE_CANCELED":
+            await self.call("DELETE", path, ok=(200, 404))
 
     async def take_work(self) -> None:
         work = await self.call("GET", f"/api/v1/agents/{AGENT}/work?timeout_seconds=0")

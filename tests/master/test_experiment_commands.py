@@ -29,19 +29,30 @@ def _ended(target: Path | str) -> tuple[sqlite3.Connection, int]:
     return conn, exp_id
 
 
-def test_delete_refuses_an_experiment_a_continue_made_active(store_target: Path | str) -> None:
-    """The route saw it ended and removed its files; meanwhile `det e continue` ran it again:
-    the delete's own transaction sees that and deletes nothing."""
+def test_a_deletion_keeps_its_experiment_ended_until_it_is_gone(store_target: Path | str) -> None:
+    """A deletion is two commits with the files removed between: the first marks the experiment
+    `deleting`, and `det e continue` refuses it meanwhile (before, a continue between the route's
+    check and the removal ran the experiment again without its checkpoints). `delete` removes
+    only a marked experiment; a continue that came first leaves nothing to mark."""
     conn, exp_id = _ended(store_target)
     seen = experiments.get(conn, exp_id)
-    experiments.require_ended(seen)  # what the route checks before the files go
-    control.continue_experiment(conn, exp_id, seen.config)
+    control.continue_experiment(conn, exp_id, seen.config)  # a continue before the deletion
+    with pytest.raises(FailedPrecondition, match="only an ended experiment"):
+        experiments.begin_delete(conn, exp_id)
     with pytest.raises(FailedPrecondition, match="only an ended experiment"):
         experiments.delete(conn, exp_id)
     assert experiments.get(conn, exp_id).state is ExperimentState.ACTIVE
     control.stop(conn, exp_id, ExperimentState.STOPPING_CANCELED)
+    with pytest.raises(FailedPrecondition, match="not being deleted"):
+        experiments.delete(conn, exp_id)  # not without the mark
+    experiments.begin_delete(conn, exp_id)
+    assert experiments.pending_deletions(conn) == [exp_id]
+    with pytest.raises(FailedPrecondition, match="is being deleted"):
+        control.continue_experiment(conn, exp_id, seen.config)  # while its files go
+    assert experiments.get(conn, exp_id).state is ExperimentState.CANCELED
     assert experiments.delete(conn, exp_id) == experiment_changed(exp_id, jobs=True)
     assert experiments.of_ids(conn, [exp_id]) == []
+    assert experiments.pending_deletions(conn) == []
 
 
 def test_archive_checks_the_state_in_its_transaction(store_target: Path | str) -> None:

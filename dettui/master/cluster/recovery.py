@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 
+from dettui.master import checkpoint_gc
 from dettui.master.cluster.dispatcher import Dispatcher
 from dettui.master.store import exits
 from dettui.master.store import experiments as exp_store
@@ -22,8 +23,9 @@ async def recover(dispatcher: Dispatcher) -> None:
     their preemption; allocations whose every part had exited end (older versions committed
     the two apart); searcher events an older version lost are replayed and experiments whose
     last trial ended are settled; experiments that ended with their checkpoint GC pending are
-    collected. (The best validations and summaries an older version did not keep are
-    `backfill`'s, while the master serves.)"""
+    collected; deletions a crash cut between their two commits are finished. (The best
+    validations and summaries an older version did not keep are `backfill`'s, while the master
+    serves.)"""
     db = dispatcher.db
     await dispatcher.run(exits.flag_stopped)
     for alloc in await db.run(trial_store.live_allocations):
@@ -36,6 +38,12 @@ async def recover(dispatcher: Dispatcher) -> None:
         await dispatcher.run(exits.catch_up, exp.id)
     for exp_id in await db.run(exits.gc_pending):
         await dispatcher.apply(exits.ended_effects_of(exp_id))
+    for exp_id in await db.run(exp_store.pending_deletions):
+        exp = await db.run(exp_store.get, exp_id)
+        removed = await checkpoint_gc.remove_all(db, exp)
+        await dispatcher.run(exp_store.delete, exp_id)
+        log.info("experiment %d: its deletion, cut by a restart, is done (%d checkpoint(s))",
+                 exp_id, removed)
 
 
 async def backfill(dispatcher: Dispatcher) -> None:

@@ -333,14 +333,14 @@ async def _unmanaged_action(request: web.Request, exp: Any, action: str) -> web.
 
 @routes.delete("/api/v1/experiments/{id}")
 async def delete(request: web.Request) -> web.Response:
-    """Delete an ended experiment for good: its checkpoint files, then (in one transaction)
-    its trials, metrics, logs and records. Interrupted, it leaves the experiment listed with
-    fewer files, and deleting again finishes the job."""
+    """Delete an ended experiment for good: marked `deleting` (so no `continue` runs it
+    again), its checkpoint files removed, then its trials, metrics, logs and records in one
+    transaction. Interrupted, the master finishes the deletion when it starts again."""
     exp_id = path_int(request, "id")
     db = request.app[appkeys.DB]
     exp = await db.read(exp_store.get, exp_id)
     require_owner(request, exp.owner_id, f"experiment {exp_id}")
-    exp_store.require_ended(exp)  # before its files go; checked again with its records
+    await request.app[appkeys.CLUSTER].dispatcher.run(exp_store.begin_delete, exp_id)
     removed = await checkpoint_gc.remove_all(db, exp)
     await request.app[appkeys.CLUSTER].dispatcher.run(exp_store.delete, exp_id)
     log.info("experiment %d deleted with %d checkpoint(s)", exp_id, removed)

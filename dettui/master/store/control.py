@@ -142,6 +142,8 @@ def continue_experiment(conn: sqlite3.Connection, exp_id: int,
 
     with transaction(conn):
         exp = exp_store.get(conn, exp_id)
+        if exp_store.is_deleting(conn, exp_id):
+            raise FailedPrecondition(f"experiment {exp_id} is being deleted")
         if not exp.state.is_terminal():
             raise FailedPrecondition(f"experiment in non terminal state "
                                      f"'{exp.state.value.removeprefix('STATE_')}', try again "

@@ -440,14 +440,37 @@ def require_ended(exp: Experiment) -> None:
 
 
 @command
+def begin_delete(conn: sqlite3.Connection, exp_id: int) -> Effects:
+    """The first of a deletion's two commits: an ended experiment is marked `deleting`, so that
+    no `continue` makes it run again while its checkpoint files go (then `delete` removes its
+    records). A deletion a crash cut between the two is finished at start-up
+    (`pending_deletions`)."""
+    with transaction(conn):
+        require_ended(get(conn, exp_id))
+        conn.execute("UPDATE experiments SET deleting=1 WHERE id=?", (exp_id,))
+    return experiment_changed(exp_id)
+
+
+def pending_deletions(conn: sqlite3.Connection) -> list[int]:
+    """Experiments marked `deleting` whose records are still here (a crash cut the deletion)."""
+    return [r[0] for r in conn.execute("SELECT id FROM experiments WHERE deleting=1 ORDER BY id")]
+
+
+def is_deleting(conn: sqlite3.Connection, exp_id: int) -> bool:
+    row = conn.execute("SELECT deleting FROM experiments WHERE id=?", (exp_id,)).fetchone()
+    return bool(row and row[0])
+
+
+@command
 def delete(conn: sqlite3.Connection, exp_id: int) -> Effects:
-    """Remove an ended experiment and everything of it (trials, allocations, metrics, logs,
-    checkpoint records) in one transaction, which checks that it has ended (a `continue` may
-    have made it active since its files were removed: then nothing is deleted). The checkpoint
-    files go first (the caller)."""
+    """Remove an ended experiment marked `deleting` (`begin_delete`) and everything of it
+    (trials, allocations, metrics, logs, checkpoint records) in one transaction. Its checkpoint
+    files go between the two (the caller); the mark keeps it ended meanwhile."""
     trials = "SELECT id FROM trials WHERE experiment_id=?"
     with transaction(conn):
         require_ended(get(conn, exp_id))
+        if not is_deleting(conn, exp_id):
+            raise FailedPrecondition(f"experiment {exp_id} is not being deleted")
         conn.execute(f"DELETE FROM logs WHERE trial_id IN ({trials}) OR task_id IN "
                      "(SELECT task_id FROM trials WHERE experiment_id=?)", (exp_id, exp_id))
         conn.execute(f"DELETE FROM metrics WHERE trial_id IN ({trials})", (exp_id,))
