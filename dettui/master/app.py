@@ -59,12 +59,12 @@ async def _lifetime(app: web.Application) -> AsyncIterator[None]:
         for suffix in ("", "-wal", "-shm") if settings.db_url is None else ():
             with contextlib.suppress(FileNotFoundError):  # other local users read neither
                 os.chmod(f"{settings.db_path}{suffix}", 0o600)  # state nor tokens
-        # Before the cluster (and its dispatcher) exists; the command leaves nothing to do.
-        await db.command(users.ensure_default_users, settings.admin_password)
+        # Before the runtime (and its dispatcher) exists: these commands leave nothing to do.
+        made = await db.command(users.ensure_default_users, settings.admin_password)
         check_exposure(settings.host, await db.run(users.has_password, "admin"))
-        # Before the runtime exists, so no dispatcher: the command has no effects.
-        cluster_id = (await db.command(agent_store.cluster_value, "cluster_id",
-                                       str(uuid.uuid4()))).value
+        known = await db.command(agent_store.cluster_value, "cluster_id", str(uuid.uuid4()))
+        assert not made and not known.effects, "a start-up command left effects undone"
+        cluster_id = known.value
         notifier = Notifier()
         cluster = Cluster(db, settings, notifier, cluster_id, mint, app[CLOCK])
         app[appkeys.DB] = db

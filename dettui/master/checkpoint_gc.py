@@ -8,12 +8,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import sqlite3
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from dettui import metric
 from dettui.errors import InvalidArgument
 from dettui.master import checkpoint_files
 from dettui.master.checkpoint_policy import CkptFacts, GcPolicy, to_delete
-from dettui.master.effects import Effects, merge
 from dettui.master.store import Database
 from dettui.master.store import checkpoints as ckpt_store
 from dettui.master.store import experiments as exp_store
@@ -53,19 +54,19 @@ def plan(conn: sqlite3.Connection, exp: Experiment, policy: GcPolicy) -> list[Ch
     return [c for c in ckpts if c.uuid in doomed]
 
 
-async def collect(db: Database, exp_id: int) -> Effects:
-    """For the dispatcher: delete what the experiment's GC policy (as stored now) says, each
-    checkpoint's files and then its record (one commit each: an interrupted collection leaves
-    no record of files that are gone); what the records' commits leave to do."""
+async def collect(db: Database, run: Callable[..., Awaitable[Any]], exp_id: int) -> int:
+    """For the dispatcher (`run` is its `Dispatcher.run`): delete what the experiment's GC policy
+    (as stored now) says, each checkpoint's files and then its record (one command each, its
+    effects performed at once: an interrupted collection leaves no record of files that are
+    gone, and loses no notification of those it marked). How many it deleted."""
     exp = await db.run(exp_store.get, exp_id)
     doomed = await db.run(plan, exp, policy_of(exp))
-    done = []
     for ckpt in doomed:
         await _remove(exp, ckpt)
-        done.append(await db.command(ckpt_store.set_resources_many, [(ckpt.uuid, {})]))
+        await run(ckpt_store.set_resources_many, [(ckpt.uuid, {})])
     if doomed:
         log.info("GC of experiment %d deleted %d checkpoint(s)", exp_id, len(doomed))
-    return merge(done)
+    return len(doomed)
 
 
 async def remove_all(db: Database, exp: Experiment) -> int:

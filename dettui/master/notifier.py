@@ -54,15 +54,6 @@ class Notifier:
             for watcher in self._watchers.get(topic, ()):
                 watcher.add(topic, changed)
 
-    def experiment_changed(self, exp_id: int, *trial_ids: int, jobs: bool = False) -> None:
-        """An experiment, and these of its trials (none named: any of them), changed: followers
-        of the experiments list re-read that one, followers of its trials those trials."""
-        self.notify("experiments", ids=[exp_id])
-        self.notify(f"experiment:{exp_id}", ids=trial_ids or None)
-        self.notify(*(f"trial:{t}" for t in trial_ids))
-        if jobs:
-            self.notify("jobs")
-
     async def wait(self, topic: str, timeout: float) -> bool:
         """Wait for the next notification on `topic`; False on timeout."""
         event = self._events[topic]

@@ -443,6 +443,7 @@ def test_the_queue_kept_between_passes_is_a_whole_read_after_every_kind_of_chang
     assert a not in kept.heads
     control.stop(conn, c, ExperimentState.STOPPING_CANCELED)
     _kept_equals_whole(conn, kept, seen, 2)
+    experiments.begin_delete(conn, c)
     experiments.delete(conn, c)
     _kept_equals_whole(conn, kept, seen, 2)
     assert c not in kept.jobs

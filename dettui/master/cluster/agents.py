@@ -223,9 +223,9 @@ class Agents:
                 self.dispatcher.notify("agents")
         for alloc_id, since in list(self.dispatcher.preempting.items()):
             if now - since > self.settings.preemption_timeout:
-                del self.dispatcher.preempting[alloc_id]
                 await self.dispatcher.run(trial_store.request_kill, alloc_id,
                                           "preemption timeout: it did not exit")
+                self.dispatcher.preempting.pop(alloc_id, None)  # killed: no timeout left
         if now - self._lost_checked > LOST_CHECK_EVERY:
             self._lost_checked = now
             await self.dispatcher.run(unmanaged_store.mark_lost,

@@ -154,7 +154,7 @@ class Dispatcher:
     async def _collect(self, exp_id: int) -> None:
         """Apply an ended experiment's GC policy, then clear its `gc_pending`."""
         try:
-            await self.apply(await checkpoint_gc.collect(self.db, exp_id))
+            await checkpoint_gc.collect(self.db, self.run, exp_id)
             await self.run(exits.gc_done, exp_id)
         except Exception:  # noqa: BLE001 - GC failing must not undo the ending
             log.exception("checkpoint GC of experiment %d failed", exp_id)

@@ -4,7 +4,7 @@ dispatcher) and the preemptions it asks for.
 
 The queue as the scheduler sees it is kept between passes (`KeptQueue`): the live jobs and, for
 each active one, its first queued trials as requests. A pass reads again only the experiments
-the store marked as changed since the last pass (store/waiting.py), so its cost follows what
+the store marked as changed since the last pass (store/queue_reads.py), so its cost follows what
 changed, not the size of the queue; a whole read happens at the first pass, after a failed one,
 when many changed at once, and every RESYNC seconds all the same. It is touched by one pass at
 a time (on the CPU pool's thread), never concurrently."""
@@ -22,9 +22,8 @@ from collections.abc import Callable, Collection, Iterator, Mapping
 
 from dettui.master import offload, scheduler
 from dettui.master.cluster.dispatcher import Dispatcher
-from dettui.master.store import queue_reads as waiting_store
+from dettui.master.store import queue_reads
 from dettui.master.store import trials as trial_store
-from dettui.master.store.queue_reads import Read
 from dettui.master.store.records import Allocation, Job
 from dettui.models import ExperimentState
 
@@ -98,7 +97,7 @@ class Scheduling:
         self._next_port = first_port()
         self.waiting = KeptQueue()
         self.made: Weighed = {}  # the running allocations as the last pass weighed them
-        self.watch: waiting_store.Watch | None = None  # set up by the first pass
+        self.watch: queue_reads.Watch | None = None  # set up by the first pass
         self.watching = False
         self.passing = asyncio.Lock()  # held by a pass (a test holds it to see the kept queue)
         self.unschedulable: dict[int, str] = {}  # trial -> why it waits (the last pass's)
@@ -129,9 +128,9 @@ class Scheduling:
         if self.stopped:
             return
         if not self.watching:
-            self.watch = await self.db.run(waiting_store.watch)
+            self.watch = await self.db.run(queue_reads.watch)
             self.watching = True
-        live, experiment_of = await self.db.run(waiting_store.running, self.watch)
+        live, experiment_of = await self.db.run(queue_reads.running, self.watch)
         agents = self.dispatcher.agents.views(live)
         # No pass starts more trials of a job than there are free slots (plus one, to learn
         # whether the rest fit): the others are counted, not read.
@@ -141,7 +140,7 @@ class Scheduling:
         if self.watch is None:  # nothing marks changes (PostgreSQL): read it all, no more
             limit = per_job
         try:
-            read = await self.db.run(waiting_store.read, self.watch, also, limit, whole)
+            read = await self.db.run(queue_reads.read, self.watch, also, limit, whole)
             # Applying a read and planning are CPU work that grows with what changed and with
             # the requests (10,000 jobs: 0.4 s): on the CPU pool, so the loop keeps answering
             # requests and heartbeats meanwhile.
@@ -169,7 +168,7 @@ class Scheduling:
             await self._start(list(decision.start),
                               {a.key: self.waiting.experiment_of[a.key] for a in decision.start})
 
-    def _plan(self, read: waiting_store.Read, now: float, per_job: int, live: list[Allocation],
+    def _plan(self, read: queue_reads.Read, now: float, per_job: int, live: list[Allocation],
               experiment_of: dict[int, int], agents: list[scheduler.AgentView],
               preempting: set[str]) -> tuple[scheduler.Decision, bool] | None:
         """The queue kept brought up to date with `read`, then the pass's decision over it,
@@ -274,7 +273,7 @@ class KeptQueue:
         whole = self.whole_at is None or now - self.whole_at >= RESYNC
         return also, max(per_job, HEADS), whole
 
-    def apply(self, read: Read, now: float) -> None:
+    def apply(self, read: queue_reads.Read, now: float) -> None:
         if read.whole:
             self.jobs, self.heads, self.counts, self.short = {}, {}, {}, {}
             self.experiment_of, self.order, self.place = {}, [], {}

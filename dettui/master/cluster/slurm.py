@@ -27,6 +27,7 @@ from dettui.master import lifecycle, slurmctl
 from dettui.master.cluster.dispatcher import Dispatcher
 from dettui.master.settings import SlurmPool
 from dettui.master.start_messages import build_start
+from dettui.master.store import exits
 from dettui.master.store import logs as log_store
 from dettui.master.store import trials as trial_store
 from dettui.master.store.records import Allocation
@@ -186,6 +187,11 @@ class SlurmProvider:
             "agent_id": self.agent_id, "container_id": alloc.container_id(self.agent_id),
             "rank_id": None, "stdtype": "stderr", "source": "master", "level": "INFO",
             "timestamp": self.clock.wall(), "log": f"{what}\n", "seq": -1}])
+
+    async def _part_exit(self, alloc_id: str, code: int | None, reason: str) -> None:
+        """The pool's part of the allocation ended (`exits.part_exit`, as an agent's does)."""
+        await self.dispatcher.run(exits.part_exit, alloc_id, self.agent_id, code, reason,
+                                  self.dispatcher.agents.ids())
 
     def _hold(self, mine: list[Allocation], jobs: dict[str, slurmctl.Job]) -> None:
         """The job queue shows why pending Slurm jobs wait."""

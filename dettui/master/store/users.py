@@ -114,19 +114,19 @@ def rehash(conn: sqlite3.Connection, user_id: int, old: str, new: str) -> Done[b
 def ensure_default_users(conn: sqlite3.Connection, admin_password: str | None) -> Effects:
     """`admin` and `determined` exist; `admin_password` (plain text) is applied when given, to
     `admin` and to a passwordless `determined`, each with a salt of its own."""
-    with transaction(conn):
+    forms = None
+    if admin_password:  # hashed before the transaction: scrypt takes ~0.1 s each
+        hashed = client_hash(admin_password)
+        forms = hash_password(hashed), hash_password(hashed)
+    with transaction(conn):  # one commit: no start-up leaves the users without their password
         for name, admin in (("admin", 1), ("determined", 0)):
             conn.execute("INSERT INTO users (username, admin) VALUES (?, ?) "
                          "ON CONFLICT DO NOTHING", (name, admin))
-    if not admin_password:
-        return NONE
-    hashed = client_hash(admin_password)
-    admin_form, determined_form = hash_password(hashed), hash_password(hashed)
-    with transaction(conn):
-        conn.execute("UPDATE users SET password_hash=? WHERE username='admin'", (admin_form,))
-        # `determined` must not stay an open door once the master is reachable.
-        conn.execute("UPDATE users SET password_hash=? WHERE username='determined' "
-                     "AND password_hash=''", (determined_form,))
+        if forms is not None:
+            conn.execute("UPDATE users SET password_hash=? WHERE username='admin'", (forms[0],))
+            # `determined` must not stay an open door once the master is reachable.
+            conn.execute("UPDATE users SET password_hash=? WHERE username='determined' "
+                         "AND password_hash=''", (forms[1],))
     return NONE
 
 
