@@ -5,7 +5,7 @@ trial, its owner or an admin (`middleware.require_trial_writer`)."""
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, TypeVar
 
 from aiohttp import web
 
@@ -15,6 +15,7 @@ from dettui.master.http.middleware import require_trial_writer, task_route
 from dettui.master.http.openapi import op
 from dettui.master.http.requests import (
     EarlyExitBody,
+    Message,
     ProgressBody,
     ReportMetricsBatchBody,
     ReportMetricsBody,
@@ -111,12 +112,21 @@ routes.post("/api/v1/trials/{id}/metrics")(report_metrics)
 routes.post("/api/v1/trials/{id}/metrics/batch")(report_metrics_batch)
 
 
+B = TypeVar("B", bound=Message)
+
+
+async def _own_report(request: web.Request, model: type[B]) -> tuple[int, B]:
+    """The trial of the path, written only by its own allocation (or, detached, its owner),
+    and the report's body."""
+    trial_id = path_int(request, "id")
+    await require_trial_writer(request, trial_id)
+    return trial_id, await parse(request, model)
+
+
 @task_route
 @op(body=ProgressBody)
 async def progress(request: web.Request) -> web.Response:
-    trial_id = path_int(request, "id")
-    await require_trial_writer(request, trial_id)
-    body = await parse(request, ProgressBody)
+    trial_id, body = await _own_report(request, ProgressBody)
     if not 0 <= body.progress <= 1:
         raise InvalidArgument("progress: must be between 0 and 1")
     await request.app[appkeys.CLUSTER].dispatcher.run(reports.progress, trial_id, body.progress)
@@ -129,9 +139,7 @@ routes.post("/api/v1/trials/{id}/progress")(progress)
 @task_route
 @op(body=EarlyExitBody)
 async def early_exit(request: web.Request) -> web.Response:
-    trial_id = path_int(request, "id")
-    await require_trial_writer(request, trial_id)
-    body = await parse(request, EarlyExitBody)
+    trial_id, body = await _own_report(request, EarlyExitBody)
     allowed = {"EXITED_REASON_INVALID_HP", "EXITED_REASON_INIT_INVALID_HP",
                "EXITED_REASON_UNSPECIFIED"}
     if body.reason not in allowed:
@@ -146,9 +154,7 @@ routes.post("/api/v1/trials/{id}/early_exit")(early_exit)
 @task_route
 @op(body=RunnerMetadataBody)
 async def runner_metadata(request: web.Request) -> web.Response:
-    trial_id = path_int(request, "id")
-    await require_trial_writer(request, trial_id)
-    body = await parse(request, RunnerMetadataBody)
+    trial_id, body = await _own_report(request, RunnerMetadataBody)
     await request.app[appkeys.CLUSTER].dispatcher.run(reports.runner_state, trial_id, body.state)
     return json_response({})
 
