@@ -38,8 +38,11 @@ def test_skipped_tests_are_listed_by_name_under_their_reason(tmp_path: Path,
         "from tests.conftest import pytest_terminal_summary  # noqa: F401\n")
     (tmp_path / "test_legs.py").write_text(textwrap.dedent(LEGS))
     run = subprocess.run(
+        # Its own basetemp: pytest keeps the 3 latest numbered dirs of /tmp/pytest-of-<user>
+        # and removes older ones, which would take the running suite's (its PostgreSQL's data
+        # dir went, and the suite's teardown failed).
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *workers,
-         "test_legs.py"],
+         f"--basetemp={tmp_path / 'inner'}", "test_legs.py"],
         cwd=tmp_path, capture_output=True, text=True, timeout=120,
         env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "HOME": str(tmp_path)})
     assert run.returncode == 0, run.stdout + run.stderr
