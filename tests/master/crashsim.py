@@ -353,12 +353,14 @@ class Scenario:
             await self.call("POST", f"/api/v1/experiments/{self.exps['single']}/pause")
             self.done["paused"] = True
         paused_out = all(r.alloc_id in self.ended for r in single)  # the pause took effect
-        if self.done.get("paused") and not self.done.get("activated") and paused_out:
+        if self.done.get("paused") and not self.done.get("activated"):
             state = await self.exp_state("single")
-            if state == "STATE_PAUSED":
+            if state == "STATE_PAUSED" and paused_out:
                 await self.call("POST", f"/api/v1/experiments/{self.exps['single']}/activate")
-            if state in ("STATE_PAUSED", "STATE_ACTIVE"):  # ACTIVE: an activate that crashed
                 self.done["activated"] = True
+            elif state == "STATE_ACTIVE":  # only our activate makes it ACTIVE after the pause
+                self.done["activated"] = True  # (one that crashed after its commit: its next
+                # run may have started before this look, so the runs are not all out)
         grid = sorted({r.trial_id for r in self.runs.values() if r.exp == "grid"})
         second = [r for r in self.runs.values() if len(grid) > 1 and r.trial_id == grid[1]]
         if not self.done.get("canceled") and any(r.reported for r in second):

@@ -222,10 +222,16 @@ class Agents:
                 self.links.drop(link.agent.id, lost=f"silent for more than {timeout:g} s")
                 self.dispatcher.notify("agents")
         for alloc_id, since in list(self.dispatcher.preempting.items()):
-            if now - since > self.settings.preemption_timeout:
+            if now - since <= self.settings.preemption_timeout:
+                continue
+            if self.dispatcher.preempting.pop(alloc_id, None) is None:
+                continue  # another check took it meanwhile: one kill
+            try:
                 await self.dispatcher.run(trial_store.request_kill, alloc_id,
                                           "preemption timeout: it did not exit")
-                self.dispatcher.preempting.pop(alloc_id, None)  # killed: no timeout left
+            except BaseException:
+                self.dispatcher.preempting.setdefault(alloc_id, since)  # timed out still
+                raise
         if now - self._lost_checked > LOST_CHECK_EVERY:
             self._lost_checked = now
             await self.dispatcher.run(unmanaged_store.mark_lost,
