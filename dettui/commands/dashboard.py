@@ -113,6 +113,15 @@ class Dashboard(App[None]):
         super().notify(clean(message, newlines=True), title=clean(title), severity=severity,
                        timeout=timeout, markup=False)
 
+    def action_help_quit(self) -> None:
+        """Ctrl+C does not quit (it copies): say which keys do, in plain words (Textual's own
+        hint is markup, which the plain-text toasts showed as `[b]ctrl+q[/b]`)."""
+        keys = sorted({key for key, active in self.active_bindings.items()
+                       if active.binding.action in ("quit", "app.quit")})
+        if keys:
+            self.notify(f"Press {' or '.join(keys)} to quit the dashboard",
+                        title="Do you want to quit?")
+
     def report_error(self, error: BaseException) -> None:
         if isinstance(error, WorkerFailed):
             error = error.error

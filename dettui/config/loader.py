@@ -331,7 +331,10 @@ def _searcher_problems(s: dict[str, Any]) -> list[str]:
                 "new experiments"]
     if name not in SEARCHERS:
         if isinstance(name, str):
-            return [f"searcher.name: unknown searcher '{name}' (valid: {', '.join(SEARCHERS)})"]
+            close = difflib.get_close_matches(name, list(SEARCHERS), n=1, cutoff=0.6)
+            mean = f"; did you mean '{close[0]}'?" if close else ""
+            return [f"searcher.name: unknown searcher '{name}' "
+                    f"(valid: {', '.join(SEARCHERS)}){mean}"]
         return []
     out = []
     if name in ("random", "adaptive_asha", "async_halving") and s.get("max_trials") is None:

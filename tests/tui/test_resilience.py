@@ -57,3 +57,16 @@ async def test_an_exception_in_a_screen_is_a_toast_and_the_app_goes_on(
         await pilot.press("J")  # and the broken screen's other keys still act
         await pilot.pause(0.3)
         assert app.client.actions, "the queue screen no longer acted"  # type: ignore[union-attr]
+
+
+async def test_ctrl_c_says_in_plain_words_how_to_quit() -> None:
+    """Textual answers Ctrl+C with a hint written in markup; the dashboard's toasts are plain
+    text (they carry user text), so it showed `Press [b]ctrl+q[/b] to quit the app`."""
+    app = FixedDashboard()
+    async with app.run_test(size=(120, 30)) as pilot:
+        await pilot.pause(0.3)
+        await pilot.press("ctrl+c")
+        await pilot.pause(0.2)
+        hints = [n.message for n in app._notifications if n.title == "Do you want to quit?"]
+        assert hints and "[b]" not in hints[-1] and "ctrl+q" in hints[-1], hints
+        assert app.is_running

@@ -89,6 +89,9 @@ SEARCHER_BAD = [
     ("{name: bayes, metric: x}",
      ["searcher.name: unknown searcher 'bayes' (valid: single, random, grid, adaptive_asha, "
       "async_halving)"]),
+    ("{name: singel, metric: x}",  # a typo is named with its likely meaning
+     ["searcher.name: unknown searcher 'singel' (valid: single, random, grid, adaptive_asha, "
+      "async_halving); did you mean 'single'?"]),
     ("{name: random, metric: x}", ["searcher.max_trials: is required by the random searcher"]),
     ("{name: adaptive_asha, metric: x, max_trials: 4}",
      ["searcher: the `adaptive_asha` searcher requires `max_time` and `time_metric` to be "
