@@ -47,4 +47,4 @@ def test_unsupported_features_answer_one_sentence(path: str, sentence: str) -> N
 
 def test_supported_paths_pass() -> None:
     for path in ("/api/v1/experiments", "/api/v1/modelsx", "/info", "/checkpoints/x"):
-        unsupported.check(path)
+        assert unsupported.check(path) is None, path  # no Unimplemented raised
