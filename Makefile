@@ -15,7 +15,7 @@ TORCH_PIN := torch==2.13.0
 
 .PHONY: slurm-packages postgres-packages run serve test test-fast lint bench bench-search bench-scale clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q $(TORCH_PIN) numpy
 	$(PY) -m pip install -q -e '.[test]' $(TORCH_PIN)

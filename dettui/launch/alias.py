@@ -5,7 +5,9 @@ When the real `determined` package is not importable in a trial's Python, `impor
 to dettui's modules: the same module objects, so `determined.core.init is dettui.core.init`.
 `python -m determined.launch.torch_distributed` runs dettui's launcher. When the real package
 is importable, nothing changes. Every process of a trial installs this through the trial's
-`sitecustomize` (dettui/launch/site); the trial harness installs it too.
+`sitecustomize` (dettui/launch/site); the trial harness installs it too; and off-cluster, every
+Python that has dettui installed does, at start-up, through the `.pth` file the package ships
+(setup.py), so `python train.py` runs the same script anywhere.
 """
 
 from __future__ import annotations
@@ -99,11 +101,17 @@ def is_alias(module: ModuleType | None) -> bool:
     return module is not None and getattr(module, "__name__", "") == TOP_TARGET
 
 
+def install_finder() -> None:
+    """Put the finder first on sys.meta_path (once). Cheap enough for every interpreter start:
+    whether `determined` is the real package is decided when it is first imported."""
+    if not any(isinstance(f, Finder) for f in sys.meta_path):
+        sys.meta_path.insert(0, Finder())
+
+
 def install() -> bool:
     """Put the finder first on sys.meta_path (once). True when `determined` is, or will be,
     dettui's (the real package is not importable)."""
-    if not any(isinstance(f, Finder) for f in sys.meta_path):
-        sys.meta_path.insert(0, Finder())
+    install_finder()
     current = sys.modules.get(TOP)
     if current is not None:
         return is_alias(current)
