@@ -21,13 +21,13 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="dettui", description=(
         "A training control plane for the terminal. With no command: the dashboard with an "
         "embedded master and local agent."))
-    p.add_argument("-m", "--master", help="master URL (default: $DET_MASTER or "
-                   "http://127.0.0.1:8080)")
+    p.add_argument("-m", "--master", help="master URL (default: $DET_MASTER, else the master "
+                   "of the state dir, else http://127.0.0.1:8080)")
     p.add_argument("-u", "--user", help="user to act as (default: the logged-in user)")
     p.add_argument("--version", action="version", version=f"dettui {__version__}")
-    p.add_argument("--state-dir", type=Path, help="state directory of the dashboard's master "
-                   "(one master per state dir: a running one is attached to, else one is "
-                   "started in the background)")
+    p.add_argument("--state-dir", type=Path, help="state directory of the master (one master "
+                   "per state dir: the dashboard attaches to a running one, else starts one in "
+                   "the background; commands without -m use its running master)")
     p.add_argument("--port", type=int, default=8080, help="port of the master the dashboard "
                    "starts (default 8080, a free one if that is taken; 0: any free one)")
     p.add_argument("--agent-slots", type=_slots, metavar="N", help="CPU slots of the local "
@@ -89,7 +89,8 @@ def _connection_args(parser: argparse.ArgumentParser) -> None:
     """-m/--master and -u/--user after a subcommand too (`dettui e list -m URL`); given there,
     they win over the ones before it."""
     parser.add_argument("-m", "--master", default=argparse.SUPPRESS,
-                        help="master URL (default: $DET_MASTER or http://127.0.0.1:8080)")
+                        help="master URL (default: $DET_MASTER, else the master of the "
+                        "state dir, else http://127.0.0.1:8080)")
     parser.add_argument("-u", "--user", default=argparse.SUPPRESS,
                         help="user to act as, this once (default: the logged-in user)")
 
@@ -287,9 +288,20 @@ def _trial_args(sub: Any) -> None:
     d.add_argument("--json", action="store_true")
 
 
+def _master(args: argparse.Namespace) -> str:
+    """The master of a client command: -m, $DET_MASTER, the state dir's running master, or
+    the default; when that is not the obvious one, one line on stderr says which."""
+    from dettui import master_address
+
+    choice = master_address.choose(args.master, getattr(args, "state_dir", None))
+    if choice.note:
+        print(choice.note, file=sys.stderr, flush=True)
+    return choice.url
+
+
 async def _with_client(args: argparse.Namespace,
                        fn: Callable[[api.Client], Awaitable[Any]]) -> Any:
-    c = await auth.authenticated(api.master_url(args.master), args.user, plain=True)
+    c = await auth.authenticated(_master(args), args.user, plain=True)
     try:
         return await fn(c)
     finally:
@@ -417,7 +429,7 @@ def _run(args: argparse.Namespace) -> int:
         token = secret.agent_token(args.token, args.token_file)
         agent_id = args.id or socket.gethostname()
         options = AgentOptions(
-            master_url=api.master_url(args.master), agent_id=agent_id, pool=args.pool,
+            master_url=_master(args), agent_id=agent_id, pool=args.pool,
             cpu_slots=args.slots, work_root=args.work_dir or runtime.default_work_root(agent_id),
             address=args.address, **_sandbox_options(args))
         asyncio.run(runtime.run_agent(options, token))
@@ -425,7 +437,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.command == "user" and args.verb == "login":
         from dettui.commands import user
 
-        asyncio.run(user.login(api.master_url(args.master), args.username, args.password))
+        asyncio.run(user.login(_master(args), args.username, args.password))
         return 0
     if args.command is None:
         from dettui.commands.dashboard import run_dashboard

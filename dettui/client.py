@@ -176,8 +176,13 @@ class Client:
                 timeout=aiohttp.ClientTimeout(total=timeout or self._timeout),
             ) as resp:
                 text = await resp.text()
+                kind = resp.headers.get("Content-Type", "")
                 if resp.status != 200:
-                    raise errors.from_response(resp.status, text)
+                    raise errors.from_response(resp.status, text, url=self.url,
+                                               request=f"{method} {path}", content_type=kind)
+                if errors.web_page(kind, text):
+                    raise errors.not_a_master(self.url, f"{method} {path}", resp.status, kind,
+                                              text)
                 return json.loads(text) if text else {}
         except aiohttp.ClientConnectionError as exc:
             raise errors.MasterUnreachable(f"cannot reach the master at {self.url}: {exc}") from exc
@@ -195,16 +200,22 @@ class Client:
         body = data.encode() if isinstance(data, str) else data
         target, headers = plainhttp.target(path, params), self._headers()
 
-        def exchange() -> tuple[int, Any]:  # on its thread: decoded while the next page comes
-            status, answer = pool.call(method, target, body, headers, timeout or self._timeout)
+        request = f"{method} {path}"
+
+        def exchange() -> Any:  # on its thread: decoded while the next page comes
+            status, answer, kind = pool.call(method, target, body, headers,
+                                             timeout or self._timeout)
             if status != 200:
-                return status, answer
-            return status, jsonfast.loads(answer) if answer else {}
+                return errors.from_response(status, answer, url=self.url, request=request,
+                                            content_type=kind)
+            if errors.web_page(kind, answer):
+                return errors.not_a_master(self.url, request, status, kind, answer)
+            return jsonfast.loads(answer) if answer else {}
 
         try:
-            status, answer = await plainhttp.call_off_loop(exchange)
-            if status != 200:
-                raise errors.from_response(status, answer)
+            answer = await plainhttp.call_off_loop(exchange)
+            if isinstance(answer, errors.DettuiError):
+                raise answer
             return answer
         except plainhttp.AnswerTooLarge as exc:
             raise errors.TooLarge(f"the answer from {self.url} to {method} {path} is {exc}: "
@@ -234,7 +245,9 @@ class Client:
                                         timeout=aiohttp.ClientTimeout(total=None,
                                                                       sock_read=300)) as resp:
                 if resp.status != 200:
-                    raise errors.from_response(resp.status, await resp.text())
+                    raise errors.from_response(
+                        resp.status, await resp.text(), url=self.url, request=f"GET {path}",
+                        content_type=resp.headers.get("Content-Type", ""))
                 async for chunk in resp.content.iter_chunked(1 << 20):
                     sink(chunk)
                     total += len(chunk)
@@ -255,7 +268,9 @@ class Client:
             async with self.session.get(self.url + path, params=params, headers=self._headers(),
                                         timeout=aiohttp.ClientTimeout(total=None)) as resp:
                 if resp.status != 200:
-                    raise errors.from_response(resp.status, await resp.text())
+                    raise errors.from_response(
+                        resp.status, await resp.text(), url=self.url, request=f"GET {path}",
+                        content_type=resp.headers.get("Content-Type", ""))
                 async for line in resp.content:
                     if not line.strip():
                         continue

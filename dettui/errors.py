@@ -7,6 +7,7 @@ classes again, CLI -> one red line on stderr and a non-zero exit.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 
 
@@ -164,6 +165,13 @@ class MasterUnreachable(DettuiError):
     http_status = 503
 
 
+class NotAMaster(MasterUnreachable):
+    """What answers at the master's address is a web server of another kind (it sent a web
+    page where a master sends JSON): named as such, instead of printing its page."""
+
+    title = "Not a master"
+
+
 class AddressInUse(DettuiError):
     """The master's port is taken by another process."""
 
@@ -216,6 +224,36 @@ def message_of(status: int, body: bytes | str) -> str:
     return text.strip() or f"HTTP {status}"
 
 
-def from_response(status: int, body: bytes | str) -> DettuiError:
-    """The error a client raises for an error response of the master."""
+_TITLE = re.compile(rb"<title[^>]*>(.{0,400}?)</title", re.IGNORECASE | re.DOTALL)
+
+
+def web_page(content_type: str, body: bytes | str) -> bool:
+    """The answer is a web page (HTML or XML), not a master's JSON."""
+    kind = content_type.partition(";")[0].strip().lower()
+    if kind in ("text/html", "application/xhtml+xml", "text/xml", "application/xml"):
+        return True
+    head = (body.encode("utf-8", "replace") if isinstance(body, str) else body)[:256]
+    return head.lstrip()[:1] == b"<" and not kind.endswith("json")
+
+
+def not_a_master(url: str, request: str, status: int, content_type: str,
+                 body: bytes | str) -> NotAMaster:
+    """`url` answered `request` (`GET /info`) with a web page: it is not a dettui or
+    Determined master. The page's title is named (plain, capped), never the page."""
+    raw = body.encode("utf-8", "replace") if isinstance(body, str) else body
+    found = _TITLE.search(raw[:65536])
+    title = " ".join(found.group(1).decode("utf-8", "replace").split()) if found else ""
+    title = "".join(ch for ch in title if ch.isprintable())[:80]
+    kind = content_type.partition(";")[0].strip() or "a web page"
+    said = f"{kind}, HTTP {status}" + (f': "{title}"' if title else "")
+    return NotAMaster(f"{url} is not a dettui/Determined master (it answered {request} with "
+                      f"{said}); give the master's address with -m or DET_MASTER")
+
+
+def from_response(status: int, body: bytes | str, *, url: str = "", request: str = "",
+                  content_type: str = "") -> DettuiError:
+    """The error a client raises for an error response of the master. Given where the
+    answer came from (`url`, `request`), a web page instead of JSON is NotAMaster."""
+    if url and web_page(content_type, body):
+        return not_a_master(url, request, status, content_type, body)
     return from_status(status, message_of(status, body))

@@ -110,10 +110,12 @@ class Pool:
         conn.close()
 
     def call(self, method: str, target: str, body: bytes | None = None,
-             headers: dict[str, str] | None = None, timeout: float = 60.0) -> tuple[int, bytes]:
-        """Send one request; its status and whole body. Raises OSError (refused, timed out,
-        reset), http.client.HTTPException (a garbled or cut-short answer), AnswerTooLarge or
-        Redirected (a redirect is not followed: the address to use is the user's to give)."""
+             headers: dict[str, str] | None = None,
+             timeout: float = 60.0) -> tuple[int, bytes, str]:
+        """Send one request; its status, whole body and Content-Type. Raises OSError (refused,
+        timed out, reset), http.client.HTTPException (a garbled or cut-short answer),
+        AnswerTooLarge or Redirected (a redirect is not followed: the address to use is the
+        user's to give)."""
         headers = dict(headers or {})
         if body is not None:
             headers.setdefault("Content-Type", "application/json")
@@ -140,7 +142,7 @@ class Pool:
                 self._give_back(conn)
             if 300 <= resp.status < 400:
                 raise Redirected(resp.status, resp.getheader("Location") or "")
-            return resp.status, data
+            return resp.status, data, resp.getheader("Content-Type") or ""
 
     def close(self) -> None:
         with self._lock:

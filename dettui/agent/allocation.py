@@ -8,6 +8,7 @@ import contextlib
 import json
 import logging
 import os
+import shlex
 import shutil
 import sys
 import time
@@ -33,6 +34,7 @@ SHIP_BATCH = 1000
 SHIP_GRACE = 30.0  # seconds to keep trying to ship the last lines before the exit report
 KILL_GRACE = 5.0
 OUTPUT_GRACE = 2.0  # seconds to read the last output after the entrypoint exits
+START_LINE_COMMAND = 200  # characters of the entrypoint the start's log line shows
 MASTER_PATIENCE = 600.0  # seconds to wait for an unreachable master before giving up a start
 
 
@@ -201,9 +203,11 @@ class AllocationRun:
         found = _runnable(argv[0], self.workdir, env["PATH"])
         prefix = lifeline.pdeathsig_prefix() if found else ()
         if found:
-            argv = sandbox.wrap(support, argv, env["DET_WORKDIR"], self.hidden,
-                                self._kept(env), mounts, self.user, self.nproc,
-                                self._reach(env, argv[0]))
+            launch = sandbox.wrap(support, argv, env["DET_WORKDIR"], self.hidden,
+                                  self._kept(env), mounts, self.user, self.nproc,
+                                  self._reach(env, argv[0]), label=f"trial {self.spec.trial_id}")
+            argv = launch.argv
+            env.update(launch.env)
         if not support.on:
             self._system_line(f"note: {support.note}")
         self.proc = await asyncio.create_subprocess_exec(
@@ -212,7 +216,9 @@ class AllocationRun:
             start_new_session=True, preexec_fn=None if prefix else lifeline.die_with_parent,
         )
         self.own_pids.add(self.proc.pid)
-        log.info("allocation %s started pid %d: %s", self.id, self.proc.pid, argv)
+        log.info("%s", self._started())
+        log.debug("allocation %s: pid %d runs %s (sandbox arguments: %s)", self.id,
+                  self.proc.pid, argv, env.get(sandbox.ARGS_VAR, "none"))
         assert self.proc.stdout is not None and self.proc.stderr is not None
         watcher = asyncio.create_task(self._track_tree())
         pumps = asyncio.gather(self._pump(self.proc.stdout, "stdout"),
@@ -235,6 +241,18 @@ class AllocationRun:
         if code and not self.killed:  # the line a user looks for when a trial dies at once
             self._system_line(f"the entrypoint exited with code {code}" if code > 0
                               else f"the entrypoint was ended by signal {-code}")
+
+    def _started(self) -> str:
+        """The one line a trial's start logs: `trial 3 allocation 1.a1b2 started: python3
+        train.py (2 slots, user alice)`, the entrypoint as its config gives it."""
+        entry = self.spec.entrypoint or ""
+        command = one_line(entry if isinstance(entry, str) else shlex.join(entry))
+        if len(command) > START_LINE_COMMAND:
+            command = command[:START_LINE_COMMAND - 1] + "…"
+        slots = len(self.spec.slots)
+        user = self.user.name if self.user is not None else _own_user_name()
+        return (f"trial {self.spec.trial_id} allocation {self.id} started: {command} "
+                f"({slots} slot{'' if slots == 1 else 's'}, user {user})")
 
     def _kept(self, env: dict[str, str]) -> list[Path]:
         """What the trial needs of the hidden paths: its work dir and the master's checkpoint
@@ -439,6 +457,21 @@ def chown_tree(top: Path, uid: int, gid: int) -> None:
         for name in (*dirs, *files):
             with contextlib.suppress(FileNotFoundError):
                 os.chown(os.path.join(root, name), uid, gid, follow_symlinks=False)
+
+
+def one_line(text: str) -> str:
+    """`text` on one line: its control characters (a newline in an entrypoint) as `\\n`."""
+    return text if text.isprintable() else text.encode("unicode_escape").decode("ascii")
+
+
+def _own_user_name() -> str:
+    """This agent's Unix user, by name (its uid where it has none)."""
+    import pwd
+
+    try:
+        return pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
+        return str(os.geteuid())
 
 
 def hook_shell() -> str:

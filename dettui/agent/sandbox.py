@@ -36,6 +36,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -51,10 +52,19 @@ OFF_SWITCH = "DETTUI_NO_SANDBOX"  # set (to anything): as --no-sandbox
 STAGE_TEMPLATE = "/tmp/.dettui-stage.XXXXXX"  # mktemp's template of the dir kept paths wait in
 
 # Run as the init of the new namespaces: place the mounts, stage what is kept, cover what is
-# hidden, put what is kept back, then become the entrypoint. Arguments:
+# hidden, put what is kept back, then become the entrypoint. It comes in the environment, not
+# as an argument, so that `ps` shows a short line (`... sh -c eval "$DETTUI_SANDBOX_SCRIPT"
+# dettui-sandbox trial 3`) instead of 2.5 KB of shell; its arguments, shell-quoted, too:
 # N_HIDDEN hidden... N_MOUNTS (source target)... kept... -- argv...
+SCRIPT_VAR, ARGS_VAR = "DETTUI_SANDBOX_SCRIPT", "DETTUI_SANDBOX_ARGS"
+STAGE_VAR, CWD_VAR = "DETTUI_SANDBOX_STAGE", "DETTUI_SANDBOX_CWD"
+RUN_SCRIPT = f'eval "${SCRIPT_VAR}"'
 SCRIPT = r"""
 set -e
+eval "set -- $DETTUI_SANDBOX_ARGS"
+STAGE=$DETTUI_SANDBOX_STAGE
+CWD=$DETTUI_SANDBOX_CWD
+unset DETTUI_SANDBOX_ARGS DETTUI_SANDBOX_STAGE DETTUI_SANDBOX_CWD
 n=$1; shift
 hidden=""; i=0
 while [ "$i" -lt "$n" ]; do hidden="$hidden
@@ -117,7 +127,7 @@ for h in $hidden; do mount -o remount,ro,bind "$h" 2>/dev/null || true; done
 umount -l "$STAGE"
 rmdir "$STAGE" 2>/dev/null || true
 cd "$CWD"
-unset IFS STAGE TMPSTAGE CWD
+unset IFS STAGE TMPSTAGE CWD DETTUI_SANDBOX_SCRIPT
 umask 077
 exec "$@"
 """
@@ -242,20 +252,31 @@ def covers(hidden: Sequence[Path], kept: Sequence[Path], user: TrialUser | None)
     return [h for h in outermost(out) if h.is_dir() and h != Path("/")]
 
 
+@dataclass(frozen=True)
+class Launch:
+    """A command to start: its argv, and what its environment needs on top of the trial's
+    (the sandbox's script and arguments; set last, so that no variable of a user's replaces
+    them)."""
+
+    argv: list[str]
+    env: dict[str, str]
+
+
 def wrap(support: Support, argv: Sequence[str], cwd: str | Path, hidden: Sequence[Path],
          kept: Sequence[Path], mounts: Sequence[runinfo.Mount] = (),
          user: TrialUser | None = None, nproc: int | None = None,
-         reach: Sequence[Path] = ()) -> list[str]:
+         reach: Sequence[Path] = (), label: str = "") -> Launch:
     """`argv` run in new namespaces with `mounts` placed, `hidden` covered and `kept` (inside
     them) bound back, from `cwd` as seen through the new mounts (a cwd inherited from before
     them would still reach what they cover through `..`), as `user` without capabilities;
     the directories `user` could not pass on the way to `reach` (and this Python) covered too,
     with those bound back (never give it a path a user chose: it would read what it covers);
     without namespaces, `argv` as `user` (a root agent) or unchanged. A mount whose target
-    cannot be made (outside /run, without root) is skipped."""
+    cannot be made (outside /run, without root) is skipped. `label` (`trial 3`) is what `ps`
+    shows of the sandbox after its name."""
     tail = [*become(support, user, nproc), *argv]
     if not support.on:
-        return tail
+        return Launch(tail, {})
     reach = [*reach, *needed_by_python()]
     cover = covers(hidden, reach, user if support.root else None)
     kept = [*kept, *reach]
@@ -264,19 +285,28 @@ def wrap(support: Support, argv: Sequence[str], cwd: str | Path, hidden: Sequenc
         k.mkdir(parents=True, exist_ok=True)  # a bind needs its source
     placed = [m for m in mounts if m.source.is_dir()]
     pairs = [str(x) for m in placed for x in (m.source.resolve(), m.target)]
-    return [*support.prefix, "--", "env", f"STAGE={STAGE_TEMPLATE}", f"CWD={cwd}", "sh", "-c",
-            SCRIPT, "sandbox", str(len(cover)), *map(str, cover), str(len(placed)), *pairs,
-            *map(str, keep), "--", *tail]
+    args = [str(len(cover)), *map(str, cover), str(len(placed)), *pairs, *map(str, keep), "--",
+            *tail]
+    env = {SCRIPT_VAR: SCRIPT, ARGS_VAR: shlex.join(args), STAGE_VAR: STAGE_TEMPLATE,
+           CWD_VAR: str(cwd)}
+    return Launch([*support.prefix, "--", shell(), "-c", RUN_SCRIPT, "dettui-sandbox",
+                   *label.split()], env)
+
+
+def shell() -> str:
+    """The sandbox's shell, by its path on the agent's PATH (not the trial's)."""
+    return shutil.which("sh") or "/bin/sh"
 
 
 def reach(support: Support, user: TrialUser, hidden: Sequence[Path]) -> str | None:
     """Whether `user` can run what every trial needs (this Python, importing dettui.core) in
     the sandbox a trial gets; if not, why, naming the path and the user."""
     argv = [sys.executable, "-c", "import dettui.core"]
-    wrapped = wrap(support, argv, "/", hidden, (), (), user)
+    wrapped = wrap(support, argv, "/", hidden, (), (), user, label="check")
     try:
-        res = subprocess.run(wrapped, capture_output=True, text=True, timeout=120, cwd="/",
-                             stdin=subprocess.DEVNULL, env={"PATH": os.environ.get("PATH", "")})
+        res = subprocess.run(wrapped.argv, capture_output=True, text=True, timeout=120, cwd="/",
+                             stdin=subprocess.DEVNULL,
+                             env={"PATH": os.environ.get("PATH", ""), **wrapped.env})
     except (OSError, subprocess.SubprocessError) as exc:
         return f"could not check what trial user {user.describe()} can run: {exc}"
     if res.returncode == 0:
