@@ -128,7 +128,7 @@ async def test_a_get_on_a_connection_closed_in_flight_is_sent_again(server, monk
     monkeypatch.setattr(plainhttp, "_dropped", lambda conn: False)
     pool = plainhttp.Pool(url)
     pool._idle.append(Stale())  # type: ignore[arg-type]
-    status, body = await plainhttp.call_off_loop(pool.call, "GET", "/echo")
+    status, body, _ = await plainhttp.call_off_loop(pool.call, "GET", "/echo")
     assert status == 200 and len(seen.peers) == 1
     pool._idle.append(Stale())  # type: ignore[arg-type]
     with pytest.raises(http.client.RemoteDisconnected):
