@@ -85,8 +85,8 @@ def insert_trials(conn: sqlite3.Connection, exp_id: int, trial_ids: list[int],
     for start in range(0, len(rows), _ROWS_AT_ONCE):
         chunk = rows[start:start + _ROWS_AT_ONCE]
         conn.execute("INSERT INTO trials (id, experiment_id, request_id, task_id, hparams, seed, "
-                     "state, start_time, search_id) VALUES "
-                     + ",".join(["(?,?,?,?,?,?,?,?,?)"] * len(chunk)),
+                     "state, start_time, search_id, summary_stale) VALUES "  # no report yet: kept
+                     + ",".join(["(?,?,?,?,?,?,?,?,?,0)"] * len(chunk)),
                      [v for row in chunk for v in row])
     return trial_ids
 

@@ -84,7 +84,7 @@ def create_trial(
         trial_id = ids.next_id(conn, "trials")
         conn.execute(
             "INSERT INTO trials (id, experiment_id, request_id, task_id, hparams, seed, state, "
-            "start_time, external_id) VALUES (?,?,?,?,?,0,?,?,?)",
+            "start_time, external_id, summary_stale) VALUES (?,?,?,?,?,0,?,?,?,0)",
             (trial_id, exp_id, request_id,
              f"{exp_id}.{external_id or request_id}", json.dumps(hparams),
              TrialState.PAUSED.value, time.time(), external_id),
