@@ -57,6 +57,18 @@ def _pack(ctx_dir: Path, includes: list[Path]) -> list[dict[str, Any]]:
         return context.pack(ctx_dir, includes, progress=step)
 
 
+def _check_entrypoint(cfg: Any, files: list[dict[str, Any]], config: Path) -> None:
+    """An entrypoint file the context lacks, as a config error before the upload (the master
+    refuses it too, for `det e create`)."""
+    from dettui import context
+    from dettui.launch import entrypoint_files
+
+    why = entrypoint_files.missing(getattr(cfg, "entrypoint", None),
+                                   ((f["path"], f["type"] == context.DIRECTORY) for f in files))
+    if why is not None:
+        raise ConfigError([why], source=str(config))
+
+
 def _progress() -> Progress:
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 
@@ -69,6 +81,7 @@ async def create(c: Client, config: Path, ctx_dir: Path, *, includes: list[Path]
                  dry_run: bool = False) -> int:
     text, cfg = _load(config, overrides)
     files = await asyncio.to_thread(_pack, ctx_dir, includes)
+    _check_entrypoint(cfg, files, config)
     if dry_run:
         return await _dry_run(c, cfg, files)
     with _progress() as bar:

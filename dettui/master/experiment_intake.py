@@ -19,7 +19,8 @@ import yaml
 from dettui import context as ctx
 from dettui.config import load_config, yamlsafe
 from dettui.config.schema import ExperimentSchema
-from dettui.errors import InvalidArgument, TooLarge
+from dettui.errors import ConfigError, InvalidArgument, TooLarge
+from dettui.launch import entrypoint_files
 from dettui.master.http.body import decode_json
 from dettui.master.http.requests import CreateExperimentBody, parse_obj
 from dettui.master.store.search import Opening, opening
@@ -57,6 +58,7 @@ def read_create(raw: bytes, checkpoint_root: str, state_dir: str,
     if ctx.size_of([f for f in files if isinstance(f, dict)]) > ctx.MAX_CONTEXT_SIZE:
         raise TooLarge("model definition exceeds the maximum allowed size 95.0MB")
     files = ctx.validate_v1files(files)
+    check_entrypoint(conf, files)
     first = check_searcher(conf)
     if body.validate_only:
         return Intake(body, conf, warnings, None)
@@ -95,6 +97,16 @@ def unmanaged_config(text: str) -> str:
     data.setdefault("name", f"unmanaged-{uuid.uuid4().hex[:8]}")
     data.setdefault("searcher", {"name": "single", "metric": "unmanaged"})
     return str(yaml.safe_dump(data, sort_keys=False))
+
+
+def check_entrypoint(conf: dict[str, Any], files: list[dict[str, Any]]) -> None:
+    """Refuse an entrypoint that runs a file the context lacks (`python3 trian.py`), as a
+    config error: it would fail on an agent max_restarts + 1 times (entrypoint_files says
+    which entrypoints are surely paths; the rest are left alone)."""
+    why = entrypoint_files.missing(conf.get("entrypoint"),
+                                   ((f["path"], f["type"] == ctx.DIRECTORY) for f in files))
+    if why is not None:
+        raise ConfigError([why], source="config")
 
 
 def check_searcher(conf: dict[str, Any]) -> Opening:

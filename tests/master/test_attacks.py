@@ -213,7 +213,7 @@ async def test_attack_9_a_100001_file_context_is_refused_at_create_as_the_agent_
     """A context of more members than the agent extracts (100,000) passed create and failed on
     the agent; create now refuses it with the agent's limit and sentence, and one of exactly
     100,000 members is taken and would be extracted."""
-    over = [v1file(f"f{i}") for i in range(ctx.MAX_MEMBERS + 1)]
+    over = [v1file("train.py"), *(v1file(f"f{i}") for i in range(ctx.MAX_MEMBERS))]
     for extra in ({}, {"validateOnly": True}):
         answer = await created(api, over, 400, **extra)
         assert ctx.too_many_members() in answer["message"], answer
