@@ -65,6 +65,7 @@ def main(ctx: core.Context, steps: int) -> None:
         opt.load_state_dict(state["optimizer"])
         step = state["steps_completed"]
         print(f"resumed from checkpoint {ctx.info.latest_checkpoint} at step {step}")
+    resumed = step if ctx.info.latest_checkpoint else -1
     net = nn.parallel.DistributedDataParallel(model) if size > 1 else model
     generator = torch.Generator().manual_seed(1000 + step)
     while step < steps:
@@ -82,12 +83,13 @@ def main(ctx: core.Context, steps: int) -> None:
             print(f"step {step}: validation_loss={metrics['validation_loss']:.4f} "
                   f"accuracy={metrics['accuracy']:.3f}")
         ctx.train.report_progress(step / steps)
-    # A sharded checkpoint: every rank writes its own file into the same directory.
-    metadata = {"steps_completed": step, f"rank_{rank}": "ok"}
-    with ctx.checkpoint.store_path(metadata, shard=True) as (path, uuid):
-        torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(),
-                    "steps_completed": step}, path / f"state_rank{rank}.pt")
-    print(f"checkpoint {uuid} at step {step}")
+    if step > resumed:  # (resumed at the end: its checkpoint is this step's already)
+        # A sharded checkpoint: every rank writes its own file into the same directory.
+        metadata = {"steps_completed": step, f"rank_{rank}": "ok"}
+        with ctx.checkpoint.store_path(metadata, shard=True) as (path, uuid):
+            torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(),
+                        "steps_completed": step}, path / f"state_rank{rank}.pt")
+        print(f"checkpoint {uuid} at step {step}")
     if rank == 0:
         exp_id = ctx.info.trial.experiment_id
         print(f"experiment {exp_id} trial {ctx.info.trial.trial_id}: done after {step} steps; "

@@ -79,7 +79,13 @@ def main(ctx: core.Context) -> None:
             step = state["steps_completed"]
         print(f"resumed from checkpoint {latest} at step {step}")
 
+    saved = step if latest else None  # the latest checkpoint's step: one per step, not two
+
     def save() -> None:
+        nonlocal saved
+        if saved == step:
+            return  # resumed here, or saved here already (a preemption at a checkpoint step)
+        saved = step
         with ctx.checkpoint.store_path({"steps_completed": step}) as (path, uuid):
             torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(),
                         "steps_completed": step}, path / "state.pt")

@@ -177,6 +177,16 @@ async def download_experiment(c: Client, exp_id: int, output_dir: Path, *, top: 
         raise InvalidArgument("--top must be at least 1")
     best = await c.checkpoints(exp_id, sort_by="SORT_BY_SEARCHER_METRIC",
                                states=("STATE_COMPLETED",), limit=top)
+    if best and not any(ck["training"].get("searcherMetric") is not None for ck in best):
+        # Ranked by nothing: none has a validation with the searcher metric. Said, and the
+        # newest taken instead (not whichever the sort left first).
+        name = ((best[0]["training"].get("experimentConfig") or {}).get("searcher")
+                or {}).get("metric") or ""
+        output.warn(f"no checkpoint of experiment {exp_id} has a validation with its "
+                    f"searcher metric '{name}': none is best; downloading the newest "
+                    f"{'one' if top == 1 else top} instead")
+        best = await c.checkpoints(exp_id, newest_first=True, states=("STATE_COMPLETED",),
+                                   limit=top)
     paths = []
     for ck in best:
         paths.append(await download(c, ck["uuid"], Path(output_dir) / ck["uuid"], mode=mode))

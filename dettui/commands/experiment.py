@@ -156,7 +156,7 @@ async def list_(c: Client, *, show_all: bool, as_json: bool) -> None:
     if as_json:
         output.print_json(exps)
         return
-    rows = [(e["id"], e["username"], e["name"], output.state(e["state"]),
+    rows = [(e["id"], e["username"], e["name"], output.state(e["state"]) + _marker(e),
              f"{(e.get('progress') or 0) * 100:.0f}%" if e.get("progress") is not None
              and output.state(e["state"]) not in ("ERROR", "CANCELED") else "",
              e["numTrials"], _held(e), output.when(e["startTime"]),
@@ -186,6 +186,7 @@ async def describe(c: Client, exp_id: int, *, as_json: bool) -> None:
                    exp["searcherType"], name, "" if best is None else f"{best:.6g}",
                    len(trials), _held(exp), output.when(exp["startTime"]),
                    output.when(exp.get("endTime")), exp.get("resourcePool", ""))])
+    _show_warnings(exp)
     output.table("Trials (best first)", ["Trial ID", "State", f"Best {name}".strip(),
                                          "Hyperparameters", "Steps", "Restarts",
                                          "Latest training", "Latest validation",
@@ -201,6 +202,19 @@ async def describe(c: Client, exp_id: int, *, as_json: bool) -> None:
                  [(ck["training"]["trialId"], ck["uuid"], ck["metadata"].get("steps_completed"),
                    output.when(ck["reportTime"]), output.state(ck["state"]), _size(ck),
                    ck["training"].get("searcherMetric")) for ck in ckpts])
+
+
+def _marker(exp: dict[str, Any]) -> str:
+    """` !` after the state of an experiment with warnings (`e describe` says which)."""
+    return " !" if exp.get("warnings") else ""
+
+
+def _show_warnings(exp: dict[str, Any]) -> None:
+    """The experiment's warnings (search sanity: what its validations lack), one a line."""
+    from rich.text import Text
+
+    for warning in exp.get("warnings") or ():
+        output.console.print(Text.assemble(("warning:", "yellow"), " ", str(warning)))
 
 
 def _best_value(trial: dict[str, Any], name: str) -> float | None:

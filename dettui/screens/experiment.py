@@ -149,7 +149,7 @@ class ExperimentScreen(ApiScreen):
         progress = progress_text(e.get("state"), e.get("progress"))
         self.show("#title", f"Experiment {self.exp_id} {e.get('name', '')}: ",
                   state_text(e.get("state")), f", {progress} done" if progress else "",
-                  f" — metric {self.metric or '?'} ({self.group})")
+                  f" — metric {self.metric or '?'} ({self.group})", *_warned(e))
 
     @work(exclusive=True, group="header")
     async def refresh_header(self) -> None:
@@ -331,3 +331,12 @@ class ExperimentScreen(ApiScreen):
             ticker.stop()
             self.refresh_checkpoints()
         self.notify(f"{done[0] / 2**20:.1f} MiB in {path}", title=f"checkpoint {uuid[:8]}")
+
+
+def _warned(e: dict[str, Any]) -> tuple[str, ...]:
+    """The header's note of the experiment's warnings (search sanity), as plain text."""
+    warnings = [str(w) for w in e.get("warnings") or ()]
+    if not warnings:
+        return ()
+    more = f" (+{len(warnings) - 1} more: dettui e describe)" if len(warnings) > 1 else ""
+    return (f"\n! warning: {warnings[0]}{more}",)

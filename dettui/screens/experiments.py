@@ -29,12 +29,16 @@ COLUMNS = [  # priority: the narrower the screen, the sooner the higher numbers 
 ]
 
 
+WARNED = " !"  # after the state of an experiment with warnings (its screen's header says them)
+
+
 def experiment_rows(exps: list[dict[str, Any]]) -> list[Row]:
     rows = []
     for e in exps:
         best = e.get("bestTrialSearcherMetric")
         rows.append((str(e["id"]), {
-            "id": int(e["id"]), "name": e.get("name", ""), "state": state_text(e.get("state")),
+            "id": int(e["id"]), "name": e.get("name", ""),
+            "state": state_text(e.get("state")) + WARNED * bool(e.get("warnings")),
             "progress": progress_text(e.get("state"), e.get("progress")),
             "trials": e.get("numTrials", 0), "searcher": e.get("searcherType", ""),
             "best": f"{best:.5g}" if isinstance(best, int | float) else "",
@@ -114,7 +118,7 @@ class ExperimentsScreen(ApiScreen):
         if exp_id is not None:
             row = self.table.row(str(exp_id)) or {}
             await self.control(exp_id, verb, str(row.get("name") or ""),
-                               str(row.get("state") or ""))
+                               str(row.get("state") or "").removesuffix(WARNED))
 
     async def action_archive(self) -> None:
         exp_id = self._selected()

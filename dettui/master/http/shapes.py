@@ -9,6 +9,7 @@ import yaml
 
 from dettui import DETERMINED_VERSION
 from dettui.master.http.wire import encode_metrics, ts
+from dettui.master.searcher import sanity
 from dettui.master.store.records import (
     Checkpoint,
     Experiment,
@@ -72,6 +73,8 @@ def _experiment(e: Experiment | ListedExperiment, hyperparameters: Any,
         "bestTrialId": e.best_trial_id,
         "searcherMetric": searcher_metric,
         "bestTrialSearcherMetric": e.best,
+        "warnings": sanity.shown(e.warnings, e.state, e.best, e.num_trials, e.unmanaged,
+                                 searcher_metric),  # dettui's: what the search lacks
     }
 
 

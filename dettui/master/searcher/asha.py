@@ -217,6 +217,21 @@ class AdaptiveASHA(Searcher):
                 return [self._new(i)]
         return []
 
+    def reopen(self, request_id: int) -> None:
+        """A continued trial that had ended before the searcher stopped it: its end (and the
+        worst score it took in its rung) is undone, to be applied again when it ends."""
+        was_closed = request_id in self.closed
+        super().reopen(request_id)
+        i = self.bracket_of.get(request_id)
+        if i is None or not was_closed:
+            return
+        b = self.brackets[i]
+        b.completed = max(b.completed - 1, 0)
+        rung = b.trial_rung.get(request_id, 0)
+        if (request_id, EXITED_METRIC) in b.metrics[rung]:
+            b.metrics[rung].remove((request_id, EXITED_METRIC))
+            b.stopped.discard(request_id)
+
     def progress(self, trial_progress: dict[int, float]) -> float:
         return sum(b.progress() for b in self.brackets) / len(self.brackets)
 

@@ -91,6 +91,10 @@ class Searcher:
             self.invalid.add(request_id)
         return []
 
+    def reopen(self, request_id: int) -> None:
+        """The trial runs again (its experiment was continued): open, as before it ended."""
+        self.closed.discard(request_id)
+
     def progress(self, trial_progress: dict[int, float]) -> float:
         raise NotImplementedError
 

@@ -138,6 +138,7 @@ def continue_experiment(conn: sqlite3.Connection, exp_id: int,
     """`det e continue` (ContinueExperiment): an ended experiment runs again with `config`; a
     single-searcher trial (or, for grid and random, each trial that did not complete) is
     queued again with its restarts zeroed, to resume from its latest checkpoint."""
+    from dettui.master.store import search as search_store
     from dettui.master.store import trials as trial_store
 
     with transaction(conn):
@@ -156,6 +157,7 @@ def continue_experiment(conn: sqlite3.Connection, exp_id: int,
                                      "experiment")
         conn.executemany("UPDATE trials SET state=?, restarts=0, end_time=NULL WHERE id=?",
                          [(TrialState.QUEUED.value, t.id) for t in again])
+        search_store.reopen(conn, exp, [t.id for t in again])  # its progress counts them again
         conn.execute("UPDATE experiments SET state=?, end_time=NULL, progress=0, config=?, "
                      "slots_per_trial=?, gc_pending=0 WHERE id=?",
                      (ExperimentState.ACTIVE.value, json.dumps(config),

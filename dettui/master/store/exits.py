@@ -272,6 +272,8 @@ def finish_experiment(conn: sqlite3.Connection, exp_id: int, state: ExperimentSt
     transitions.require(exp_store.get(conn, exp_id).state, state)
     conn.execute("UPDATE experiments SET state=?, end_time=?, gc_pending=1 WHERE id=?",
                  (state.value, end_time or time.time(), exp_id))
+    if state is ExperimentState.COMPLETED:  # as Determined: 1 on COMPLETED only
+        conn.execute("UPDATE experiments SET progress=1 WHERE id=?", (exp_id,))
 
 
 @command

@@ -35,7 +35,8 @@ FROM_TRIALS = f"SELECT {columns(Trial.COLUMNS)} FROM trials"
 COLUMNS = ("id", "name", "description", "labels", "state", "archived", "owner_id", "config",
            "original_config", "searcher_type", "job_id", "resource_pool", "priority", "weight",
            "max_slots", "queue_position", "start_time", "end_time", "progress", "unmanaged",
-           "external_id", "best_value", "best_trial_id", "checkpoint_size", "checkpoint_count")
+           "external_id", "best_value", "best_trial_id", "checkpoint_size", "checkpoint_count",
+           "warnings")
 E = TypeVar("E", Experiment, ListedExperiment)
 _PIECE = 4 * 2**20  # bytes of a large context written into its row at a time
 NUM_TRIALS = "(SELECT COUNT(*) FROM trials t WHERE t.experiment_id = e.id)"

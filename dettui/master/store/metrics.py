@@ -22,9 +22,12 @@ from dettui import jsonfast, metric
 from dettui.errors import DettuiError, InvalidArgument, NotFound
 from dettui.master import summary
 from dettui.master.effects import Done, Effects, experiment_changed, notify
-from dettui.master.store import exits
+from dettui.master.searcher import sanity
+from dettui.master.store import control, exits
+from dettui.master.store import search as search_store
 from dettui.master.store.records import IN_CHUNK, Metric, columns, in_chunks, typed_config
 from dettui.master.store.tx import command, step, transaction
+from dettui.models import ExperimentState
 
 FROM_METRICS = f"SELECT {columns(Metric.COLUMNS)} FROM metrics"
 STALE_BUDGET = 0.05  # seconds of the store thread a chunk of a start-up backfill takes
@@ -128,10 +131,11 @@ def report_many(conn: sqlite3.Connection,
                 _report(conn, r)
                 told = notify(f"metrics:{r.trial_id}")
                 if r.group == "validation":
+                    told |= search_store.check_validation(conn, r.trial_id, r.steps, r.metrics)
                     fed = exits.validation(conn, r.trial_id, r.steps, r.metrics)
                     told |= fed.effects
                     if fed.value:
-                        told |= Effects(said=(f"trial {r.trial_id}: {fed.value}",))
+                        told |= _cannot_rank(conn, r.trial_id, fed.value)
             except DettuiError as exc:
                 conn.execute("ROLLBACK TO report")
                 errors.append(exc)
@@ -140,6 +144,26 @@ def report_many(conn: sqlite3.Connection,
                 effects |= told | _trial_changed(conn, r.trial_id)
             conn.execute("RELEASE report")
     return Done(errors, effects)
+
+
+_RUNS = (ExperimentState.ACTIVE.value, ExperimentState.PAUSED.value)
+
+
+def _cannot_rank(conn: sqlite3.Connection, trial_id: int, error: str) -> Effects:
+    """The searcher could not use a validation (an adaptive search without its metric or
+    time metric): as Determined's master, the experiment stops in ERROR, the reason on it and
+    in the trial's logs."""
+    row = conn.execute("SELECT t.experiment_id, t.task_id, e.state, e.unmanaged FROM trials t "
+                       "JOIN experiments e ON e.id = t.experiment_id WHERE t.id=?",
+                       (trial_id,)).fetchone()
+    reason = sanity.cannot_rank(error)
+    told = Effects(said=(f"trial {trial_id}: {error}",))
+    if row is None or row["unmanaged"] or row["state"] not in _RUNS:
+        return told
+    exp_id = int(row["experiment_id"])
+    return (told | search_store.add_warning(conn, exp_id, reason)
+            | search_store.trial_log(conn, trial_id, row["task_id"], f"ERROR: {reason}\n")
+            | control.stop_in(conn, exp_id, ExperimentState.STOPPING_ERROR))
 
 
 def _trial_changed(conn: sqlite3.Connection, trial_id: int) -> Effects:

@@ -96,6 +96,7 @@ class Experiment:
     best_trial_id: int | None = None  # the trial that reported it
     checkpoint_size: int = 0  # bytes of its checkpoints that hold files (store.checkpoints)
     checkpoint_count: int = 0  # ...and how many they are
+    warnings: list[str] = field(default_factory=list)  # search sanity (searcher/sanity.py)
 
     @classmethod
     def from_row(cls, r: sqlite3.Row) -> Experiment:
@@ -113,6 +114,7 @@ class Experiment:
             external_id=r["external_id"], config_text=r["config"],
             best=r["best_value"], best_trial_id=r["best_trial_id"],
             checkpoint_size=r["checkpoint_size"], checkpoint_count=r["checkpoint_count"],
+            warnings=loads(r["warnings"]) if r["warnings"] else [],
         )
 
     @property
@@ -169,6 +171,7 @@ class ListedExperiment(NamedTuple):
     searcher_metric: str | None
     checkpoint_size: int
     checkpoint_count: int
+    warnings: list[str]
 
     @classmethod
     def from_row(cls, r: sqlite3.Row) -> ListedExperiment:
@@ -182,7 +185,8 @@ class ListedExperiment(NamedTuple):
             r["external_id"], r["best_value"], r["best_trial_id"],
             config.get("hyperparameters", {}),
             searcher.get("metric") if isinstance(searcher, dict) else None,
-            r["checkpoint_size"], r["checkpoint_count"])
+            r["checkpoint_size"], r["checkpoint_count"],
+            loads(r["warnings"]) if r["warnings"] else [])
 
 
 def _with_columns(config: dict[str, Any], r: sqlite3.Row) -> dict[str, Any]:

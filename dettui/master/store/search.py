@@ -17,9 +17,12 @@ from typing import Any
 
 from dettui.config.schema import ExperimentSchema
 from dettui.master import searcher as search
+from dettui.master.effects import Effects, experiment_changed, notify
+from dettui.master.searcher import sanity
 from dettui.master.store import ids
+from dettui.master.store import logs as log_store
 from dettui.master.store import trials as trial_store
-from dettui.master.store.records import Experiment, Trial
+from dettui.master.store.records import Experiment, Trial, typed_config
 from dettui.master.store.tx import step
 from dettui.models import AllocationState, ExperimentState, TrialState
 
@@ -60,10 +63,18 @@ def _state(conn: sqlite3.Connection,
 
 
 def _save(conn: sqlite3.Connection, exp_id: int, s: search.Searcher,
-          extra: dict[str, Any]) -> None:
-    progress = s.progress(_trial_progress(conn, exp_id))
+          extra: dict[str, Any], *, progress: bool = False) -> None:
+    """The searcher's state; with `progress`, the experiment's progress from it. As
+    Determined's master, progress is computed when a trial reports its own (not when one
+    ends: an ERROR or CANCELED experiment keeps what it had reached), is 1 once the
+    experiment COMPLETED (`exits.finish_experiment`) and 0 again when it is continued."""
+    if not progress:
+        conn.execute("UPDATE experiments SET searcher_state=? WHERE id=?",
+                     (json.dumps({**s.snapshot(), **extra}), exp_id))
+        return
+    value = s.progress(_trial_progress(conn, exp_id))
     conn.execute("UPDATE experiments SET searcher_state=?, progress=? WHERE id=?",
-                 (json.dumps({**s.snapshot(), **extra}), progress, exp_id))
+                 (json.dumps({**s.snapshot(), **extra}), value, exp_id))
 
 
 def _trial_progress(conn: sqlite3.Connection, exp_id: int) -> dict[int, float]:
@@ -253,4 +264,67 @@ def refresh_progress(conn: sqlite3.Connection, exp: Experiment) -> None:
     if exp.unmanaged:
         return
     s, extra = _searcher(conn, exp)
+    _save(conn, exp.id, s, extra, progress=True)
+
+
+@step
+def reopen(conn: sqlite3.Connection, exp: Experiment, trial_ids: list[int]) -> None:
+    """An experiment continued: its trials that run again are open to its searcher again
+    (their ends are applied anew when they end), so its progress counts them as running,
+    not done (inside the caller's transaction)."""
+    if exp.unmanaged:
+        return
+    s, extra = _searcher(conn, exp)
+    rows = [trial_store.get(conn, t) for t in trial_ids]
+    again = {int(t.search_id) for t in rows if t.search_id is not None}
+    for rid in again:
+        s.reopen(rid)
+    extra[ENDED] = [r for r in extra[ENDED] if int(r) not in again]
     _save(conn, exp.id, s, extra)
+
+
+@step
+def check_validation(conn: sqlite3.Connection, trial_id: int, steps: int,
+                     metrics: dict[str, Any]) -> Effects:
+    """Search sanity for a validation of a managed trial (inside its report's transaction):
+    one that lacks what its searcher reads warns on its experiment and, the first time for
+    this trial, in the trial's logs."""
+    row = conn.execute(
+        "SELECT t.experiment_id, t.task_id, t.metric_warned, e.config, e.unmanaged "
+        "FROM trials t JOIN experiments e ON e.id = t.experiment_id WHERE t.id=?",
+        (trial_id,)).fetchone()
+    if row is None or row["unmanaged"]:
+        return Effects()
+    config = typed_config(row["config"]).searcher
+    what = sanity.missing(config, metrics)
+    if not what:
+        return Effects()
+    warning = sanity.lacking(config, metrics, what)
+    told = add_warning(conn, int(row["experiment_id"]), warning)
+    if row["metric_warned"]:
+        return told
+    conn.execute("UPDATE trials SET metric_warned=1 WHERE id=?", (trial_id,))
+    return told | trial_log(conn, trial_id, row["task_id"],
+                            sanity.trial_line(trial_id, steps, warning))
+
+
+@step
+def add_warning(conn: sqlite3.Connection, exp_id: int, text: str) -> Effects:
+    """Keep `text` among the experiment's warnings (once; at most sanity.MAX_WARNINGS)."""
+    row = conn.execute("SELECT warnings FROM experiments WHERE id=?", (exp_id,)).fetchone()
+    if row is None:
+        return Effects()
+    now = sanity.added(json.loads(row[0]) if row[0] else [], text)
+    if now is None:
+        return Effects()
+    conn.execute("UPDATE experiments SET warnings=? WHERE id=?", (json.dumps(now), exp_id))
+    return experiment_changed(exp_id)
+
+
+@step
+def trial_log(conn: sqlite3.Connection, trial_id: int, task_id: str, line: str) -> Effects:
+    """A warning from the master in the trial's logs (where `det t logs` shows it)."""
+    log_store.insert_in(conn, [{"trial_id": trial_id, "task_id": task_id,
+                                "stdtype": "stderr", "source": "master", "level": "WARNING",
+                                "timestamp": time.time(), "log": line}])
+    return notify(f"logs:{trial_id}")

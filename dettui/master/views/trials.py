@@ -7,13 +7,15 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
+from dettui import metric
 from dettui.master.http import shapes
 from dettui.master.store import Database
 from dettui.master.store import checkpoints as ckpt_store
 from dettui.master.store import experiments as exp_store
 from dettui.master.store import metrics as metric_store
 from dettui.master.store import trials as trial_store
-from dettui.master.store.records import Experiment, Trial
+from dettui.master.store.records import Checkpoint, Experiment, Trial
+from dettui.models import CheckpointState
 
 
 def trial_views(conn: sqlite3.Connection, exp: Experiment, trials: list[Trial]) -> list[Any]:
@@ -28,10 +30,7 @@ def trial_views(conn: sqlite3.Connection, exp: Experiment, trials: list[Trial]) 
                 if name and best_steps is not None else None)
         latest_validation = metric_store.latest(conn, t.id, "validation")
         ckpts = ckpt_store.for_trial(conn, t.id)
-        best_ckpt = None
-        if best is not None:
-            best_ckpt = next((c for c in ckpts if c.steps_completed == best.steps_completed),
-                             None)
+        best_ckpt = _best_checkpoint(conn, exp, t.id, ckpts) if name else None
         out.append(shapes.trial(
             t, latest_validation=latest_validation, best_validation=best,
             latest_training=metric_store.latest(conn, t.id, "training"),
@@ -40,6 +39,28 @@ def trial_views(conn: sqlite3.Connection, exp: Experiment, trials: list[Trial]) 
             summary_metrics=summary_metrics, checkpoints=ckpts,
         ))
     return out
+
+
+def _best_checkpoint(conn: sqlite3.Connection, exp: Experiment, trial_id: int,
+                     ckpts: list[Checkpoint]) -> Checkpoint | None:
+    """Determined's `bestCheckpoint`: of the trial's COMPLETED checkpoints with a validation
+    at their step that has the searcher metric, the one whose metric is best (not only one at
+    the best validation's step: a trial that validated more often than it checkpointed has a
+    best checkpoint too). None when no checkpoint has such a validation."""
+    done = [c for c in ckpts if c.state is CheckpointState.COMPLETED
+            and c.steps_completed is not None]
+    if not done:
+        return None
+    name, smaller = exp.searcher_metric, exp.conf.searcher.smaller_is_better
+    found = metric_store.at_steps_many(conn, [(trial_id, c.steps_completed or 0) for c in done],
+                                       ["validation"])
+    ranked = []
+    for i, c in enumerate(done):
+        m = found.get((trial_id, "validation", c.steps_completed or 0))
+        value = metric.number(m.metrics, name) if m is not None and name else None
+        if value is not None:
+            ranked.append((metric.score(value, smaller), i, c))
+    return min(ranked, key=lambda r: (r[0], r[1]))[2] if ranked else None
 
 
 async def trial_objects(db: Database, exp_id: int,
