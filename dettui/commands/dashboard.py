@@ -22,7 +22,7 @@ from textual.binding import Binding, BindingType
 from textual.message import Message
 from textual.worker import WorkerFailed
 
-from dettui import auth, statedir
+from dettui import auth, master_address, statedir
 from dettui import client as api
 from dettui.errors import DettuiError, MasterUnreachable
 from dettui.screens.cluster import ClusterScreen
@@ -63,9 +63,12 @@ class Dashboard(App[None]):
     ]
 
     def __init__(self, master: str, state_dir: Path, *,
-                 local: statedir.Holder | None = None) -> None:
+                 local: statedir.Holder | None = None, user: str | None = None,
+                 note: str | None = None) -> None:
         super().__init__()
         self.master = master
+        self.user = user  # -u: act as this user (default: the CLI's logged-in user)
+        self.note = note  # which master is used, when that is not the obvious one
         self.state_dir = state_dir
         self.local = local  # the master of this state dir, when that is the one used
         self.client: api.Client | None = None
@@ -88,18 +91,19 @@ class Dashboard(App[None]):
         await self.switch_mode("queue")
 
     async def connect(self) -> api.Client:
-        """The API client. On a master of this machine's state dir, as `admin` when its
-        password is empty (the owner of the state dir owns the master); else as the CLI is."""
-        if self.local is not None:
-            client = api.Client(self.master)
-            try:
-                await client.login("admin", "")
-                self.sub_title = f"{self.master} (pid {self.local.pid})"
-                return client
-            except DettuiError:
-                await client.close()
-        client = await auth.authenticated(self.master)
-        self.sub_title = self.master
+        """The API client, signed in as the CLI is (its saved login, else Determined's default
+        `determined`), so what the dashboard creates the CLI controls, and the other way
+        round. The header names the master and the user."""
+        client = await auth.authenticated(self.master, self.user)
+        try:
+            name = str((await client.me()).get("username", ""))
+        except DettuiError:
+            await client.close()
+            raise
+        pid = f" (pid {self.local.pid})" if self.local is not None else ""
+        self.sub_title = f"{self.master}{pid} as {name}"
+        if self.note:
+            self.notify(self.note, title="which master", timeout=20)
         return client
 
     def format_title(self, title: str, sub_title: str) -> Any:
@@ -285,7 +289,6 @@ def ensure_master(state_dir: Path, *, port: int, slots: int | None) -> statedir.
         return found
     state_dir.mkdir(parents=True, exist_ok=True)
     logfile = state_dir / "master.log"
-    print(f"starting the master of {state_dir} (its log: {logfile})", file=sys.stderr)
     cmd = [sys.executable, "-m", "dettui.cli", "serve", "--background", "--state-dir",
            str(state_dir), "--port", str(port)]
     if slots is not None:
@@ -293,7 +296,9 @@ def ensure_master(state_dir: Path, *, port: int, slots: int | None) -> statedir.
     with open(logfile, "ab") as out:
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
                                 start_new_session=True)
-    _spawned.append(proc)
+    _spawned.append(proc)  # before anything a Ctrl-C can interrupt: abandon_start stops it
+    print(f"starting the master of {state_dir} (its log: {logfile})", file=sys.stderr,
+          flush=True)
     deadline = time.monotonic() + START_SECONDS
     while time.monotonic() < deadline:
         found = statedir.holder(state_dir, wait=0.2)
@@ -309,6 +314,28 @@ def ensure_master(state_dir: Path, *, port: int, slots: int | None) -> statedir.
     raise MasterUnreachable(f"the master did not start in {START_SECONDS:.0f} s; see {logfile}")
 
 
+def abandon_start(state_dir: Path, timeout: float = 20.0) -> None:
+    """Ctrl-C before the dashboard opened: the master this process was starting stops (with
+    SIGUSR1: a master not yet listening exits at once, one that is lets any trial checkpoint
+    first, as `dettui serve --stop`); said on stderr, and what is left if it does not."""
+    for proc in [p for p in _spawned if p.poll() is None]:
+        print(f"\nCtrl-C: stopping the master this dashboard was starting (pid {proc.pid})",
+              file=sys.stderr, flush=True)
+        try:
+            proc.send_signal(signal.SIGUSR1)
+            proc.wait(timeout)
+            print("the master has stopped", file=sys.stderr)
+        except subprocess.TimeoutExpired:
+            print(f"a master is still running in the background (pid {proc.pid}, state dir "
+                  f"{state_dir}); `dettui serve --stop --state-dir {state_dir}` stops it",
+                  file=sys.stderr)
+        except KeyboardInterrupt:
+            print(f"a master may still run in the background (pid {proc.pid}, state dir "
+                  f"{state_dir}); `dettui serve --stop --state-dir {state_dir}` stops it",
+                  file=sys.stderr)
+        reap()
+
+
 def _last_line(path: Path) -> str:
     try:
         lines = [ln for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
@@ -317,22 +344,30 @@ def _last_line(path: Path) -> str:
     return lines[-1].strip() if lines else ""
 
 
-async def _probe(url: str) -> None:
-    client = await auth.authenticated(url)
+async def _probe(url: str, user: str | None) -> None:
+    client = await auth.authenticated(url, user)
     await client.close()
 
 
 def run_dashboard(args: argparse.Namespace) -> int:
+    """The master is -m or $DET_MASTER when given (as for every command), else the state
+    dir's, started when none runs; a different port than 8080 is said (stderr, and a
+    notification in the dashboard)."""
     state_dir = args.state_dir or statedir.default_dir()
     _log_to_file(state_dir / "dettui.log")
-    local = None
-    if args.master:
-        url = api.master_url(args.master)
-    else:
-        local = ensure_master(state_dir, port=args.port, slots=args.agent_slots)
-        url = local.url
-    asyncio.run(_probe(url))  # an unreachable master is one line on stderr, not a traceback
-    app = Dashboard(url, state_dir, local=local)
+    local, note = None, None
+    url = master_address.explicit(args.master)
+    try:
+        if url is None:
+            local = ensure_master(state_dir, port=args.port, slots=args.agent_slots)
+            url, note = local.url, master_address.note_for(local.url, state_dir)
+            if note:
+                print(note, file=sys.stderr, flush=True)
+        asyncio.run(_probe(url, args.user))  # unreachable: one line on stderr, no traceback
+    except KeyboardInterrupt:
+        abandon_start(state_dir)
+        raise
+    app = Dashboard(url, state_dir, local=local, user=args.user, note=note)
     app.run()
     if app.failure is not None:
         raise app.failure

@@ -42,18 +42,37 @@ log = logging.getLogger("dettui")
 DRAIN_SECONDS = 60.0  # how long running trials get to checkpoint and stop on `serve --stop`
 
 
-def _on_signals(stop: asyncio.Event, drain: asyncio.Event | None = None) -> None:
-    """SIGINT and SIGTERM stop at once; SIGUSR1 (sent by `dettui serve --stop` and the
-    dashboard's "stop everything") lets running trials checkpoint and stop first."""
+def _on_signals(stop: asyncio.Event, drain: asyncio.Event | None = None,
+                force: asyncio.Event | None = None) -> None:
+    """SIGTERM stops at once. SIGUSR1 (sent by `dettui serve --stop` and the dashboard's "stop
+    everything") lets running trials checkpoint and stop first; so does SIGINT (Ctrl-C) when
+    the master drains (`drain` given): a second SIGINT stops at once (sets `force`). Without
+    `drain` (an agent), SIGINT stops at once too."""
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    with contextlib.suppress(NotImplementedError):
+        loop.add_signal_handler(signal.SIGTERM, stop.set)
+    if drain is None:
         with contextlib.suppress(NotImplementedError):
-            loop.add_signal_handler(sig, stop.set)
-    if drain is not None:
-        def graceful() -> None:
-            drain.set()
-            stop.set()
-        loop.add_signal_handler(signal.SIGUSR1, graceful)
+            loop.add_signal_handler(signal.SIGINT, stop.set)
+        return
+
+    def graceful() -> None:
+        drain.set()
+        stop.set()
+
+    def interrupted() -> None:
+        if not drain.is_set():
+            print("\nstopping: running trials checkpoint and stop first (Ctrl-C again to stop "
+                  "now)", file=sys.stderr, flush=True)
+            graceful()
+        elif force is not None and not force.is_set():
+            print("\nstopping now: running trials are stopped without a checkpoint",
+                  file=sys.stderr, flush=True)
+            force.set()
+
+    loop.add_signal_handler(signal.SIGUSR1, graceful)
+    with contextlib.suppress(NotImplementedError):
+        loop.add_signal_handler(signal.SIGINT, interrupted)
 
 
 async def serve(settings: MasterSettings, *, agent: bool, agent_slots: int | None,
@@ -82,8 +101,8 @@ async def _serve_locked(settings: MasterSettings, lock: statedir.StateLock, *, a
     print(f"dettui master listening on {url} (state in {settings.state_dir}"
           f"{'' if settings.db_url is None else ', store in ' + redact(settings.db_url)})",
           flush=True)
-    stop, drain = asyncio.Event(), asyncio.Event()
-    _on_signals(stop, drain)
+    stop, drain, force = asyncio.Event(), asyncio.Event(), asyncio.Event()
+    _on_signals(stop, drain, force)
     local: Agent | None = None
     agent_task = None
     pool = local_pool(settings, agent_pool) if agent else None
@@ -100,8 +119,7 @@ async def _serve_locked(settings: MasterSettings, lock: statedir.StateLock, *, a
     try:
         await stop.wait()
         if drain.is_set():
-            n = await runner.app[appkeys.CLUSTER].drain(drain_seconds)
-            log.info("stopped on request; %d running trial(s) checkpointed and requeued", n)
+            await _drain(runner, drain_seconds, force)
     finally:
         if local is not None and agent_task is not None:
             local.stop()
@@ -109,6 +127,23 @@ async def _serve_locked(settings: MasterSettings, lock: statedir.StateLock, *, a
                 await asyncio.wait_for(agent_task, 20)
             await local.client.close()
         await runner.cleanup()
+
+
+async def _drain(runner: web.AppRunner, seconds: float, force: asyncio.Event) -> None:
+    """Running trials checkpoint and stop (up to `seconds`), unless `force` is set first (a
+    second Ctrl-C): then the master stops at once, as on SIGTERM."""
+    draining = asyncio.ensure_future(runner.app[appkeys.CLUSTER].drain(seconds))
+    forced = asyncio.ensure_future(force.wait())
+    await asyncio.wait([draining, forced], return_when=asyncio.FIRST_COMPLETED)
+    forced.cancel()
+    if draining.done():
+        log.info("stopped on request; %d running trial(s) checkpointed and requeued",
+                 draining.result())
+        return
+    draining.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await draining
+    log.warning("stopped at once on a second Ctrl-C: running trials did not checkpoint")
 
 
 def local_pool(settings: MasterSettings, asked: str | None) -> str | None:

@@ -305,30 +305,3 @@ async def test_escape_then_a_key_in_a_filter_never_acts_on_a_row(served: Served,
         states = {e["state"] for e in served.api("GET", "/api/v1/experiments")["experiments"]}
         assert states == {"STATE_PAUSED"}, states
         assert app.errors == []
-
-
-async def test_on_its_own_state_dirs_master_the_dashboard_is_admin(served: Served,
-                                                                   monkeypatch: pytest.MonkeyPatch
-                                                                   ) -> None:
-    """A master found through the state dir's lock is this user's own: the dashboard acts as
-    admin there (E/D on the cluster work), and `q` leaves a `dettui serve` master running."""
-    from dettui import statedir
-
-    monkeypatch.setenv("DETTUI_CONFIG_DIR", str(served.config_dir))
-    local = statedir.holder(served.state_dir)
-    assert local is not None and local.mode == statedir.SERVE
-    app = Dashboard(local.url, served.state_dir, local=local)
-    async with app.run_test(size=(120, 40)) as pilot:
-        await pilot.press("3")
-        await until_async(has_rows(app, "#agents", 1), "the agent")
-        await pilot.press("D")
-        await until_async(lambda: not served.api("GET", "/api/v1/agents")["agents"][0]["enabled"],
-                    "agent disabled")
-        await pilot.press("E")
-        await until_async(lambda: served.api("GET", "/api/v1/agents")["agents"][0]["enabled"],
-                    "agent enabled")
-        assert f"pid {local.pid}" in app.sub_title
-        await pilot.press("q")
-        await pilot.pause(0.5)
-    assert app.errors == []
-    assert served.proc is not None and served.proc.poll() is None, "serve's master goes on"
