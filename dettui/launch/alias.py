@@ -69,6 +69,8 @@ class Finder(importlib.abc.MetaPathFinder):
     """First on sys.meta_path: answers for `determined` only when no other finder can, and for
     its submodules only while `determined` is the alias."""
 
+    stands_in_for_determined = True  # real_package_importable asks no finder so marked
+
     def find_spec(self, fullname: str, path: Sequence[str] | None = None,
                   target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
         if not fullname.startswith(TOP) or fullname[len(TOP):len(TOP) + 1] not in ("", "."):
@@ -88,8 +90,8 @@ class Finder(importlib.abc.MetaPathFinder):
 
 def real_package_importable() -> bool:
     """Whether a finder other than this one finds `determined` (the real package)."""
-    for finder in sys.meta_path:
-        if isinstance(finder, Finder):
+    for finder in list(sys.meta_path):
+        if getattr(finder, "stands_in_for_determined", False):  # this alias, or alias_at_start's
             continue
         find = getattr(finder, "find_spec", None)
         if find is not None and find(TOP, None) is not None:

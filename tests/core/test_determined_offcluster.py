@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from dettui.launch import sitedir
 from tests.conftest import REPO
 
 DET_VENV = os.environ.get("DETTUI_DET_VENV")
@@ -50,6 +51,17 @@ def test_the_projects_venv_runs_a_determined_script_off_cluster(tmp_path: Path) 
     assert "core is dettui.core" in res.stdout
 
 
+def test_with_the_trials_sitecustomize_too(tmp_path: Path) -> None:
+    """In a trial both hooks are there (the agent's sitecustomize and the installed `.pth`):
+    one answer, and the harness's alias check still says the alias is in place."""
+    res = run_script(sys.executable, tmp_path, pythonpath=sitedir.DIRECTORY)
+    assert res.returncode == 0 and "core is dettui.core" in res.stdout, res.stderr
+    check = subprocess.run([sys.executable, "-c", "from dettui.launch import harness; "
+                            "print(harness.alias_determined())"],
+                           cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert check.stdout.strip() == "True", check.stderr
+
+
 def test_a_real_determined_package_is_left_alone(tmp_path: Path) -> None:
     fake = tmp_path / "lib" / "determined"
     (fake / "core").mkdir(parents=True)
@@ -58,6 +70,11 @@ def test_a_real_determined_package_is_left_alone(tmp_path: Path) -> None:
         "def init():\n    raise SystemExit('the real one')\n")
     res = run_script(sys.executable, tmp_path, pythonpath=str(tmp_path / "lib"))
     assert res.returncode == 1 and "the real one" in res.stderr, (res.stdout, res.stderr)
+    check = subprocess.run([sys.executable, "-c", "from dettui.launch import alias; "
+                            "print(alias.install())"], cwd=tmp_path, capture_output=True,
+                           text=True, timeout=120, env={**os.environ,
+                                                         "PYTHONPATH": str(tmp_path / "lib")})
+    assert check.stdout.strip() == "False", check.stderr
 
 
 @pytest.mark.skipif(not DET_VENV, reason="run through `make test` (needs the determined venv)")
