@@ -33,7 +33,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--agent-slots", type=_slots, metavar="N", help="CPU slots of the local "
                    "agent the dashboard starts when no GPU is found (default: one per core)")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
-    _serve_args(sub.add_parser("serve", help="run the master headless (plus a local agent)"))
+    _serve_args(sub.add_parser("serve", help="run the master headless (plus a local agent)",
+                               description="Run the master (and a local agent) in the "
+                               "foreground. Ctrl-C stops it as --stop does: running trials "
+                               "checkpoint and go back to the queue first; a second Ctrl-C "
+                               "stops at once."))
     _agent_args(sub.add_parser("agent", help="run an agent, or list agents"))
     _experiment_args(sub)
     _trial_args(sub)
