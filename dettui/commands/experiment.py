@@ -156,7 +156,7 @@ async def list_(c: Client, *, show_all: bool, as_json: bool) -> None:
     if as_json:
         output.print_json(exps)
         return
-    rows = [(e["id"], e["username"], e["name"], output.state(e["state"]) + _marker(e),
+    rows = [(e["id"], e["username"], e["name"], _marker(e) + output.state(e["state"]),
              f"{(e.get('progress') or 0) * 100:.0f}%" if e.get("progress") is not None
              and output.state(e["state"]) not in ("ERROR", "CANCELED") else "",
              e["numTrials"], _held(e), output.when(e["startTime"]),
@@ -205,8 +205,9 @@ async def describe(c: Client, exp_id: int, *, as_json: bool) -> None:
 
 
 def _marker(exp: dict[str, Any]) -> str:
-    """` !` after the state of an experiment with warnings (`e describe` says which)."""
-    return " !" if exp.get("warnings") else ""
+    """`! ` before the state of an experiment with warnings (`e describe` says which): in
+    front, so that a narrow table's ellipsis does not cut it off."""
+    return "! " if exp.get("warnings") else ""
 
 
 def _show_warnings(exp: dict[str, Any]) -> None:
