@@ -39,6 +39,10 @@ async def list_(c: Client, exp_id: int, *, best: int | None, as_json: bool) -> N
     if ckpts:
         metric = ((ckpts[0]["training"].get("experimentConfig") or {}).get("searcher")
                   or {}).get("metric") or ""
+    if best and ckpts and not any(c["training"].get("searcherMetric") is not None
+                                  for c in ckpts):
+        output.warn(f"no checkpoint of experiment {exp_id} has a validation with its searcher "
+                    f"metric '{metric}': none is best, they are listed in no order of merit")
     rows = [[c["training"]["trialId"], c["metadata"].get("steps_completed"),
              output.state(c["state"]), _metric(c, metric), c["uuid"], _size(c),
              output.when(c["reportTime"])] for c in ckpts]

@@ -51,6 +51,8 @@ def test_a_searcher_metric_never_reported_is_said_everywhere(served: Served,
     assert "no trial was ranked" in described
     listed = served.cli("e", "list").stdout
     assert "! COMPL" in listed, listed  # (a narrow table may cut the state's end)
+    best = served.cli("checkpoint", "list", str(exp_id), "--best", "1")
+    assert "searcher metric 'val_acc': none is best" in best.stderr
     got = served.cli("e", "download", str(exp_id), "-o", str(tmp_path / "dl"))
     assert "searcher metric 'val_acc': none is best; downloading the newest" in got.stderr
     newest = served.api("GET", f"/api/v1/experiments/{exp_id}/checkpoints"
