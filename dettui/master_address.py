@@ -40,11 +40,15 @@ def choose(flag: str | None, state_dir: Path | None = None, *, wait: float = 3.0
     if given is not None:
         return Choice(given)
     state_dir = state_dir or statedir.default_dir()
-    found = statedir.holder(state_dir, wait=wait)
+    try:
+        found = statedir.holder(state_dir, wait=wait)
+        had_one = (state_dir / statedir.LOCK).exists()
+    except OSError:  # a state dir this user may not read (another user's master): not its own
+        found, had_one = None, False
     if found is not None:
         return Choice(found.url, note_for(found.url, state_dir), found)
     default = client.DEFAULT_MASTER
-    if (state_dir / statedir.LOCK).exists() and answers(default):
+    if had_one and answers(default):
         return Choice(default, f"no master runs on {state_dir}; using the one at {default} "
                                "(-m URL picks another)")
     return Choice(default)
