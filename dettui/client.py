@@ -280,20 +280,25 @@ class Client:
                     yield item["result"]
         except aiohttp.ClientConnectionError as exc:
             raise errors.MasterUnreachable(f"cannot reach the master at {self.url}: {exc}") from exc
+        except aiohttp.ClientPayloadError as exc:  # the master went away mid-stream
+            raise errors.MasterUnreachable(f"the stream from {self.url} broke: {exc}") from exc
 
-    async def stream(self, topics: list[str]) -> AsyncIterator[dict[str, Any]]:
+    async def stream(self, topics: list[str], *,
+                     heartbeat: float = 30.0) -> AsyncIterator[dict[str, Any]]:
         """The master's push stream (WebSocket /api/v1/stream) for `topics`: yields each server
         message as a dict — per topic a snapshot, then diffs; `{"error": ...}` messages are
         yielded too (an unknown topic does not end the stream). Ends when the master closes
         the stream; raises Unauthenticated/PermissionDenied for a bad token and
-        MasterUnreachable when the master cannot be reached or the connection breaks."""
+        MasterUnreachable when the master cannot be reached or the connection breaks (also
+        when, after `heartbeat` s without a message, a ping gets no pong in `heartbeat`/2 s:
+        a master that hangs with its socket open)."""
         import aiohttp
 
         await self._confirmed()
 
         try:
             async with self.session.ws_connect(
-                self.url + "/api/v1/stream", headers=self._headers(), heartbeat=30,
+                self.url + "/api/v1/stream", headers=self._headers(), heartbeat=heartbeat,
                 max_msg_size=0,  # a snapshot of a big queue is one message
             ) as ws:
                 await ws.send_json({"subscribe": topics})
@@ -311,17 +316,23 @@ class Client:
             raise errors.MasterUnreachable(
                 f"the master at {self.url} did not answer in time") from exc
 
-    async def changes(self, topics: list[str]) -> AsyncIterator[dict[str, Any]]:
-        """`stream(topics)` that reconnects (with a fresh snapshot per topic) whenever the
-        connection ends or breaks; a bad token still raises."""
+    async def changes(self, topics: list[str], *, heartbeat: float = 30.0,
+                      lost: Callable[[str], None] | None = None,
+                      ) -> AsyncIterator[dict[str, Any]]:
+        """`stream(topics)` that reconnects (with a fresh snapshot per topic, backing off up to
+        5 s) whenever the connection ends or breaks, calling `lost(why)` each time before it
+        waits; a bad token still raises."""
         waits = retry.delays(first=0.5)
         while True:
+            why = f"the master at {self.url} closed the stream"
             try:
-                async for message in self.stream(topics):
+                async for message in self.stream(topics, heartbeat=heartbeat):
                     waits = retry.delays(first=0.5)
                     yield message
-            except errors.MasterUnreachable:
-                pass
+            except errors.MasterUnreachable as exc:
+                why = exc.message
+            if lost is not None:
+                lost(why)
             await asyncio.sleep(next(waits))
 
     # --- typed helpers -----------------------------------------------------------------
@@ -445,6 +456,14 @@ class Client:
         """The experiment's newest `limit` checkpoints, and how many it has."""
         return await self.page(f"/api/v1/experiments/{exp_id}/checkpoints", "checkpoints",
                                _checkpoint_params(True, None, ()), limit=limit)
+
+    async def trial_checkpoints(self, trial_id: int, *, limit: int, newest_first: bool = False,
+                                sort_by: str | None = None,
+                                states: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+        """One trial's first `limit` checkpoints, in the order `checkpoints` gives."""
+        return (await self.page(f"/api/v1/trials/{trial_id}/checkpoints", "checkpoints",
+                                _checkpoint_params(newest_first, sort_by, states),
+                                limit=limit))[0]
 
     async def checkpoint(self, uuid: str) -> dict[str, Any]:
         return dict((await self.request("GET", f"/api/v1/checkpoints/{uuid}"))["checkpoint"])

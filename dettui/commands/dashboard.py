@@ -20,12 +20,14 @@ from typing import Any, ClassVar
 from textual.app import App
 from textual.binding import Binding, BindingType
 from textual.message import Message
+from textual.signal import Signal
 from textual.worker import WorkerFailed
 
 from dettui import auth, master_address, statedir
 from dettui import client as api
 from dettui.errors import DettuiError, MasterUnreachable
 from dettui.screens.cluster import ClusterScreen
+from dettui.screens.connection import Connection, Outage
 from dettui.screens.experiments import ExperimentsScreen
 from dettui.screens.guard import describe
 from dettui.screens.help import HelpScreen, describe_keys
@@ -78,6 +80,11 @@ class Dashboard(App[None]):
         self._last_error: tuple[str, float] = ("", 0.0)
         self._hold: statedir.DashboardLock | None = None
         self.shown_screen: Any = None  # the last section screen shown (toasts stay with it)
+        # The screens' feeds report their streams here; each screen follows the signal (a
+        # banner, stale rows, a fresh read when the master is back).
+        self.connection = Connection(master, self._connection_changed)
+        self.connection_changed: Signal[tuple[Outage | None, bool]] = Signal(
+            self, "connection-changed")
 
     async def on_mount(self) -> None:
         try:
@@ -105,6 +112,13 @@ class Dashboard(App[None]):
         if self.note:
             self.notify(self.note, title="which master", timeout=20)
         return client
+
+    def _connection_changed(self, outage: Outage | None, came_back: bool) -> None:
+        if outage is not None:
+            log.warning("%s", outage.text())
+        elif came_back:
+            log.warning("the master at %s answers again", self.master)
+        self.connection_changed.publish((outage, came_back))
 
     def format_title(self, title: str, sub_title: str) -> Any:
         return super().format_title(clean(title), clean(sub_title))

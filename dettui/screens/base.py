@@ -1,5 +1,6 @@
 """What every dashboard screen shares: the API client, actions that report their errors as
-notifications, a one-line prompt, and a live feed of one stream topic into a RowTable."""
+notifications, a one-line prompt, a live feed of one stream topic into a RowTable, and the
+connection banner (with its rows marked stale) while the master cannot be reached."""
 
 from __future__ import annotations
 
@@ -7,14 +8,16 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
-from textual import on
+from textual import events, on
 from textual.screen import Screen
-from textual.widgets import Input, Static
+from textual.widgets import Header, Input, Static
 
 from dettui.client import Client
 from dettui.errors import DettuiError
+from dettui.screens.connection import HEARTBEAT, Connection, Outage
 from dettui.screens.dialogs import ConfirmScreen, PathPrompt, PromptScreen
 from dettui.screens.guard import Guarded
+from dettui.widgets.banner import Banner
 from dettui.widgets.rowtable import RowTable
 from dettui.widgets.safe import PlainInput, plain
 
@@ -67,11 +70,14 @@ class ApiScreen(Guarded, Screen[None]):
     DEFAULT_CSS = """
     ApiScreen #filter { display: none; }
     ApiScreen #filter.shown { display: block; }
+    ApiScreen.-stale RowTable { text-opacity: 55%; }
     """
 
     TABLE: ClassVar[str] = ""  # selector of the table that sort and filter keys act on
     WINDOW: ClassVar[int] = 500  # rows a windowed feed (a long list) reads at first and more
     window = WINDOW  # rows the windowed feed asks for now (`more_rows` adds WINDOW)
+    fed = False  # what the screen shows came from the master at least once
+    title_parts: tuple[object, ...] | None = None  # the title as last shown, before its marker
 
     @property
     def totals(self) -> dict[str, int]:
@@ -120,8 +126,61 @@ class ApiScreen(Guarded, Screen[None]):
             shown(self)
 
     def show(self, selector: str, *parts: object) -> None:
-        """Put text in a Static: user text included, never read as markup."""
+        """Put text in a Static: user text included, never read as markup. The title says
+        when what the screen shows is stale (the master cannot be reached)."""
+        if selector == "#title":
+            self.title_parts = parts
+            outage = self.connection.outage if self.connection is not None else None
+            if outage is not None:  # on the title's first line
+                at = next((i for i, p in enumerate(parts) if str(p).startswith("\n")),
+                          len(parts))
+                state = "STALE" if self.fed else "NOT READ YET"
+                parts = (*parts[:at], f" — {state}: master unreachable since {outage.clock()}",
+                         *parts[at:])
         self.query_one(selector, Static).update(plain(*parts))
+
+    # -- the connection: a banner and stale rows while the master cannot be reached ------
+
+    @property
+    def connection(self) -> Connection | None:
+        return getattr(self.app, "connection", None)
+
+    @on(events.Mount)
+    def _follow_connection(self) -> None:
+        """Put the banner under the header; follow the dashboard's connection to the master."""
+        anchor = next((c for c in self.children if not isinstance(c, Header)), None)
+        outage = self.connection.outage if self.connection is not None else None
+        banner = Banner(outage.text() if outage else "", id="connection")
+        banner.set_class(outage is not None, "shown")
+        self.set_class(outage is not None, "-stale")
+        if anchor is None:
+            self.mount(banner)
+        else:
+            self.mount(banner, before=anchor)
+        signal = getattr(self.app, "connection_changed", None)
+        if signal is not None:
+            signal.subscribe(self, self._connection_changed)
+        if outage is not None:  # the title says so too, once composed
+            self.call_after_refresh(self._connection_changed, (outage, False))
+
+    def _connection_changed(self, change: tuple[Outage | None, bool]) -> None:
+        outage, came_back = change
+        if not self.live:
+            return
+        for banner in self.query("#connection").results(Banner):
+            banner.say(outage.text() if outage else "")
+        self.set_class(outage is not None, "-stale")
+        titles = self.query("#title")
+        if self.title_parts is None and titles:  # the title it was composed with
+            self.title_parts = (str(titles.first(Static).content),)
+        if self.title_parts is not None:
+            self.show("#title", *self.title_parts)
+        if came_back:
+            self.reconnected()
+
+    def reconnected(self) -> None:
+        """The master answers again after an outage: the feeds have fresh snapshots; a
+        screen reads again what it read outside them (e.g. a header, a list of pools)."""
 
     def action_sort_next(self) -> None:
         self.table.cycle_sort()
@@ -217,8 +276,23 @@ class ApiScreen(Guarded, Screen[None]):
 
     async def feed(self, topic: str, table: RowTable, rows: Callable[[list[dict[str, Any]]],
                                                                        list[Row]]) -> None:
-        """Apply the master's push stream for `topic` to `table` until the screen goes."""
-        async for message in self.client.changes([topic]):
+        """Apply the master's push stream for `topic` to `table` until the screen goes;
+        tell the dashboard's connection when the stream breaks and when it is heard again."""
+        link = self.connection
+        feed = link.open() if link is not None else 0
+        try:
+            await self._feed(topic, table, rows, link, feed)
+        finally:
+            if link is not None:
+                link.close(feed)
+
+    async def _feed(self, topic: str, table: RowTable,
+                    rows: Callable[[list[dict[str, Any]]], list[Row]],
+                    link: Connection | None, feed: int) -> None:
+        lost = (lambda why: link.lost(feed, why)) if link is not None else None
+        async for message in self.client.changes([topic], heartbeat=HEARTBEAT, lost=lost):
+            if link is not None:
+                link.heard(feed)
             if "error" in message:
                 self.notify(str(message["error"]), severity="error")
                 continue
@@ -231,6 +305,7 @@ class ApiScreen(Guarded, Screen[None]):
             upsert = rows(list(message.get("upsert") or []))
             if message.get("kind") == "snapshot":
                 table.set_rows(_ordered(upsert, message.get("order")))
+                self.fed = True
             else:
                 table.apply(upsert=upsert, remove=[str(k) for k in message.get("remove") or []],
                             order=[str(k) for k in message["order"]]

@@ -132,6 +132,9 @@ class ClusterScreen(ApiScreen):
     def on_feed(self, topic: str) -> None:
         self.show_detail()
 
+    def reconnected(self) -> None:
+        self.load_pools()
+
     @on(RowTable.CursorMoved, "#agents")
     def _moved(self, _: RowTable.CursorMoved) -> None:
         self.show_detail()

@@ -90,7 +90,8 @@ class ExperimentScreen(ApiScreen):
         super().__init__()
         self.exp_id = exp_id
         self.experiment: dict[str, Any] = {}
-        self.metric = ""
+        self.metric = ""  # the metric chosen (`m`), else the searcher's
+        self.charted = ""  # the metric the chart shows: the chosen one, else the group's first
         self.group = "validation"
         self.names: list[str] = []
         # The chart's data: per metric, its points so far (downsampled to the chart's width),
@@ -149,7 +150,8 @@ class ExperimentScreen(ApiScreen):
         progress = progress_text(e.get("state"), e.get("progress"))
         self.show("#title", f"Experiment {self.exp_id} {e.get('name', '')}: ",
                   state_text(e.get("state")), f", {progress} done" if progress else "",
-                  f" — metric {self.metric or '?'} ({self.group})", *_warned(e))
+                  f" — metric {self.charted or self.metric or '?'} ({self.group})",
+                  *_warned(e))
 
     @work(exclusive=True, group="header")
     async def refresh_header(self) -> None:
@@ -161,6 +163,16 @@ class ExperimentScreen(ApiScreen):
         if self.live:
             self.experiment = experiment
             self._title()
+
+    def reconnected(self) -> None:
+        """After an outage: read the experiment again (all of it, if it was never read), and
+        its checkpoints (the feed's snapshot brings the trials and the chart)."""
+        if not self.experiment:
+            self.load()
+            return
+        self.ckpt_shown = None
+        self.refresh_checkpoints()
+        self.refresh_header()
 
     def on_feed(self, topic: str) -> None:
         if self.table.cursor_key is not None:
@@ -230,6 +242,8 @@ class ExperimentScreen(ApiScreen):
         names = sorted(self.points)
         self.names = names
         metric = self.metric if self.metric in names else (names[0] if names else "")
+        self.charted = metric
+        self._title()  # the header names the metric the chart shows
         xs = [p[0] for p in self.points.get(metric, [])]
         ys = [p[1] for p in self.points.get(metric, [])]
         chart = self.query_one("#chart", PlotextPlot)
@@ -304,25 +318,66 @@ class ExperimentScreen(ApiScreen):
         self.refresh_header()
 
 
-    def action_download(self) -> None:
-        """The checkpoint under the cursor of the checkpoints table (else its first row) into
-        ./checkpoints/<uuid>, from storage or through the master, with progress."""
-        table = self.query_one("#checkpoints", RowTable)
-        uuid = table.cursor_key or next(iter(table.keys), None)
-        if uuid is None:
-            self.notify("no checkpoint to download", severity="warning")
+    @work(group="dialog")
+    async def action_download(self) -> None:
+        """The checkpoint the user sees selected: the checkpoints table's row when that table
+        has the focus, else the highlighted trial's best (by the searcher's metric; its
+        latest when none has one). Into a folder the user confirms, by default
+        ./checkpoints/exp-<id>-trial-<id>-step-<n>-<uuid8> (shown in full)."""
+        ckpts = self.query_one("#checkpoints", RowTable)
+        try:
+            if ckpts.has_focus:
+                if ckpts.cursor_key is None:
+                    self.notify("no checkpoint selected", severity="warning")
+                    return
+                ckpt, what = await self.client.checkpoint(ckpts.cursor_key), "checkpoint"
+            else:
+                key = self.table.cursor_key
+                if key is None:
+                    self.notify("no trial selected", severity="warning")
+                    return
+                ckpt, what = await self._trial_checkpoint(int(key))
+        except DettuiError as exc:
+            self.notify(exc.message, title="cannot download", severity="error")
             return
-        self.download(uuid)
+        if ckpt is None:
+            self.notify(what, severity="warning")
+            return
+        name = folder_name(self.exp_id, ckpt)
+        answer = await self.ask_path(f"Download {what} {ckpt['uuid']} into the folder "
+                                     "(Enter downloads, Escape cancels):",
+                                     str(Path.cwd() / "checkpoints" / name), files=False)
+        if not answer:
+            self.notify("download canceled", timeout=2)
+            return
+        dest = Path(answer).expanduser()
+        if dest.is_dir() and any(dest.iterdir()):
+            dest = dest / name  # a folder picked in the tree: the checkpoint goes inside it
+        self.download(str(ckpt["uuid"]), dest)
+
+    async def _trial_checkpoint(self, trial_id: int) -> tuple[dict[str, Any] | None, str]:
+        """The trial's best completed checkpoint and a few words saying which ("trial 3's
+        best checkpoint"), else its latest; None and why when it has none."""
+        done = ("STATE_COMPLETED",)
+        best = await self.client.trial_checkpoints(
+            trial_id, limit=1, sort_by="SORT_BY_SEARCHER_METRIC", states=done)
+        if best and (best[0].get("training") or {}).get("searcherMetric") is not None:
+            return best[0], f"trial {trial_id}'s best checkpoint"
+        latest = await self.client.trial_checkpoints(trial_id, limit=1, newest_first=True,
+                                                     states=done)
+        if latest:
+            return latest[0], f"trial {trial_id}'s latest checkpoint"
+        return None, f"trial {trial_id} has no completed checkpoint to download"
 
     @work(exclusive=True, group="download")
-    async def download(self, uuid: str) -> None:
+    async def download(self, uuid: str, dest: Path) -> None:
         from dettui.commands.checkpoint import fetch
 
         done = [0]
         ticker = self.set_interval(0.2, lambda: self.show(
             "#gc", f"Downloading {uuid[:8]}: {done[0] / 2**20:.1f} MiB"))
         try:
-            path = await fetch(self.client, uuid, Path("checkpoints") / uuid,
+            path = await fetch(self.client, uuid, dest,
                                progress=lambda n, _total: done.__setitem__(0, n))
         except Exception as exc:  # noqa: BLE001 - shown, not raised
             self.notify(str(exc), title=f"checkpoint {uuid[:8]}", severity="error")
@@ -331,6 +386,15 @@ class ExperimentScreen(ApiScreen):
             ticker.stop()
             self.refresh_checkpoints()
         self.notify(f"{done[0] / 2**20:.1f} MiB in {path}", title=f"checkpoint {uuid[:8]}")
+
+
+def folder_name(exp_id: int, ckpt: dict[str, Any]) -> str:
+    """A checkpoint's download folder, readable and unique: exp-1-trial-3-step-400-6b8f2ab8."""
+    trial = (ckpt.get("training") or {}).get("trialId")
+    steps = (ckpt.get("metadata") or {}).get("steps_completed")
+    parts = [f"exp-{exp_id}"] + ([f"trial-{int(trial)}"] if isinstance(trial, int) else [])
+    parts += [f"step-{int(steps)}"] if isinstance(steps, int) else []
+    return "-".join([*parts, str(ckpt["uuid"])[:8]])
 
 
 def _warned(e: dict[str, Any]) -> tuple[str, ...]:

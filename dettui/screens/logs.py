@@ -14,8 +14,10 @@ from typing import Any, ClassVar
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
+from textual.timer import Timer
 from textual.widgets import Header, Input, Log
 
+from dettui.errors import MasterUnreachable
 from dettui.screens.base import ApiScreen
 from dettui.terminal_text import safe_line
 from dettui.widgets.keybar import KeyBar
@@ -53,6 +55,8 @@ class LogsScreen(ApiScreen):
         self.position = -1  # the line the last search or error jump went to
         self.follow = True
         self.pending: list[str] = []
+        self.last_id = -1  # of the last line read (a stream after an outage goes on from it)
+        self.flusher: Timer | None = None
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -72,16 +76,32 @@ class LogsScreen(ApiScreen):
 
     @work(exclusive=True, group="logs")
     async def stream_logs(self) -> None:
-        self.set_interval(0.1, self._flush)
+        if self.flusher is None:
+            self.flusher = self.set_interval(0.1, self._flush)
+        try:
+            await self._follow()
+        except MasterUnreachable:
+            return  # the banner says so; `reconnected` follows on from the last line read
+        if self.live:
+            self._flush()
+
+    def reconnected(self) -> None:
+        self.stream_logs()
+
+    async def _follow(self) -> None:
         async for item in self.client.trial_logs(self.trial_id, follow=True):
+            self.fed = True
+            line_id = _line_id(item)
+            if line_id is not None:
+                if line_id <= self.last_id:
+                    continue  # read before the master went away
+                self.last_id = line_id
             rank, text = _line(item)
             self.lines.append((rank, text))
             if rank is not None:
                 self.ranks.add(rank)
             if self.rank is None or rank == self.rank:
                 self.pending.append(text)
-        if self.live:
-            self._flush()
 
     def _flush(self) -> None:
         """Write what arrived since the last flush in one go (10 times a second)."""
@@ -185,6 +205,13 @@ class LogsScreen(ApiScreen):
             self.log_widget.focus()
             return
         self.app.pop_screen()
+
+
+def _line_id(item: dict[str, Any]) -> int | None:
+    try:
+        return int(item["id"])
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def _line(item: dict[str, Any]) -> tuple[int | None, str]:

@@ -66,7 +66,7 @@ class FixedClient:
         self.agent_list = agents or [AGENT]  # (`agents()` is the API call)
         self.actions: list[tuple[Any, ...]] = []
 
-    async def changes(self, topics: list[str]) -> AsyncIterator[dict[str, Any]]:
+    async def changes(self, topics: list[str], **_: Any) -> AsyncIterator[dict[str, Any]]:
         data = {"jobs": ([job(1, "STATE_RUNNING", "1/1"), job(2, "STATE_QUEUED", "0/2"),
                           job(3, "STATE_QUEUED", "0/1")], "jobId"),
                 "experiments": (EXPERIMENTS, "id"), "agents": (self.agent_list, "id"),

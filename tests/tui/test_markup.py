@@ -59,7 +59,7 @@ AGENT = {"id": H, "hostname": H, "resourcePools": [H], "enabled": True, "noGpuRe
 class Hostile(FixedClient):
     """Every string the master sends is hostile; every action fails with a hostile message."""
 
-    async def changes(self, topics: list[str]) -> AsyncIterator[dict[str, Any]]:
+    async def changes(self, topics: list[str], **_: Any) -> AsyncIterator[dict[str, Any]]:
         data = {"jobs": ([_job(1), _job(2)], "jobId"), "experiments": ([EXPERIMENT], "id"),
                 "agents": ([AGENT], "id"), "experiment:1": ([TRIAL], "id")}
         for topic in topics:  # a windowed topic (`jobs?limit=500`) is the list's first rows
