@@ -73,6 +73,9 @@ def _parser() -> argparse.ArgumentParser:
     for parser in _subparsers(p):
         if parser.prog != "dettui serve":
             _connection_args(parser)
+        if any("--json" in a.option_strings for a in parser._actions):  # a command of tables
+            parser.add_argument("--wide", action="store_true", help="tables show every column "
+                                "and every cell whole, however wide (default: fit the terminal)")
     return p
 
 
@@ -449,6 +452,10 @@ def _run(args: argparse.Namespace) -> int:
         return run_dashboard(args)
     action = _dispatch(args)
     assert action is not None
+    if getattr(args, "wide", False):
+        from dettui.commands import output
+
+        output.set_wide(True)
     result = asyncio.run(_with_client(args, action))
     return int(result) if isinstance(result, int) else 0
 

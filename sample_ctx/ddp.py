@@ -20,7 +20,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from dettui import core
 
-MAX_BATCHES = 60
+MAX_BATCHES = 60  # unless hyperparameters.max_batches says otherwise
 CHECKPOINT_EVERY = 20
 
 
@@ -49,7 +49,8 @@ def main(ctx: core.Context) -> None:
     x, y = data(rank, size)
     run = ctx.info.trial.trial_run_id if ctx.info else 1
     step_sleep = float(hp.get("step_sleep", 0))
-    while step < MAX_BATCHES:
+    max_batches = int(hp.get("max_batches", MAX_BATCHES))
+    while step < max_batches:
         if step_sleep:
             time.sleep(step_sleep)
         idx = torch.randint(0, len(x), (32,))
@@ -66,7 +67,7 @@ def main(ctx: core.Context) -> None:
             dist.all_reduce(total)
             if rank == 0:
                 ctx.train.report_training_metrics(step, {"loss": total.item() / size})
-        if step % CHECKPOINT_EVERY == 0 or step == MAX_BATCHES:
+        if step % CHECKPOINT_EVERY == 0 or step == max_batches:
             state = {"model": model.state_dict(), "optimizer": opt.state_dict()}
             metadata = {"steps_completed": step, f"rank_{rank}": "ok"}
             with ctx.checkpoint.store_path(metadata, shard=True) as (path, uuid):
@@ -74,6 +75,7 @@ def main(ctx: core.Context) -> None:
             if rank == 0:
                 ctx.train.report_validation_metrics(step, {"validation_loss": loss.item()})
                 print(f"sharded checkpoint {uuid} at step {step}", flush=True)
+                ctx.train.report_progress(step / max_batches)
         if ctx.preempt.should_preempt():
             return
     print(f"rank {rank} of {size} done after {step} steps (pid {os.getpid()})", flush=True)

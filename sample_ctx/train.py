@@ -49,13 +49,17 @@ def validate(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> dict[str, fl
 
 
 def lengths(ctx: core.Context) -> tuple[int, int, int]:
-    """(batches to train, validate every, checkpoint every) from the experiment config:
-    searcher.max_length or max_time (ASHA) in batches, and the min_*_period keys."""
+    """(batches to train, validate every, checkpoint every) from the experiment config: the
+    `max_batches` hyperparameter, else the searcher's max_time (ASHA, in batches); a
+    searcher.max_length (deprecated, but Determined's older examples set it) wins over both;
+    and the min_*_period keys."""
     if ctx.info is None:
         return MAX_BATCHES, VALIDATE_EVERY, CHECKPOINT_EVERY
     config = ctx.info.trial.config
     searcher = config.get("searcher") or {}
-    length = (searcher.get("max_length") or {}).get("batches") or searcher.get("max_time")
+    legacy = searcher.get("max_length")
+    length = ((legacy.get("batches") if isinstance(legacy, dict) else legacy)
+              or ctx.info.trial.hparams.get("max_batches") or searcher.get("max_time"))
     val = (config.get("min_validation_period") or {}).get("batches") or VALIDATE_EVERY
     ckpt = (config.get("min_checkpoint_period") or {}).get("batches") or CHECKPOINT_EVERY
     return int(length or MAX_BATCHES), int(val), int(ckpt)

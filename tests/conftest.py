@@ -87,6 +87,8 @@ class Served:
         if self.password:
             env["DET_PASS"] = self.password
         env["DETTUI_LOG_LEVEL"] = "INFO"
+        # tables fit $COLUMNS (pytest-xdist's workers have COLUMNS=80): a test reads them whole
+        env.pop("COLUMNS", None)
         return env
 
     def start(self, port: int = 0) -> None:

@@ -48,7 +48,7 @@ async def list_(c: Client, exp_id: int, *, best: int | None, as_json: bool) -> N
              output.when(c["reportTime"])] for c in ckpts]
     output.table(f"Checkpoints of experiment {exp_id}",
                  ["Trial", "Batches", "State", metric or "Metric", "UUID", "Size", "Reported"],
-                 rows)
+                 rows, least_needed=["Reported", "Size", "Batches"])
 
 
 async def delete(c: Client, uuids: list[str], *, yes: bool) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from dettui.client import Client
@@ -30,7 +31,8 @@ async def job_list(c: Client, *, pool: str | None, as_json: bool) -> None:
                      j["username"]))
     output.table(f"Job queue: {chosen['name']}", [
         "#", "ID", "Type", "Job Name", "Priority" if priority else "Weight", "Submitted",
-        "Slots (acquired/needed)", "State", "User"], rows)
+        "Slots (acquired/needed)", "State", "User"], rows,
+        least_needed=["Submitted", "Type", "User"])
 
 
 def job_state(job: dict[str, Any]) -> str:
@@ -45,20 +47,37 @@ def job_state(job: dict[str, Any]) -> str:
 
 
 async def agent_list(c: Client, *, as_json: bool) -> None:
-    agents = await c.agents()
     if as_json:
-        output.print_json(agents)
+        output.print_json(await c.agents())
         return
+    agents, tasks = await asyncio.gather(c.agents(), c.tasks())
+    running = running_on(tasks)
     rows = []
     for a in agents:
         slots = a["slots"].values()
         used = sum(1 for s in slots if s.get("container"))
         types = sorted({s["device"]["type"].removeprefix("TYPE_") for s in slots})
         rows.append((a["id"], a.get("hostname", ""), output.when(a["registeredTime"]),
-                     len(a["slots"]), used, ",".join(types), ",".join(a["resourcePools"]),
+                     f"{used} of {len(a['slots'])}", ", ".join(running.get(a["id"], [])) or "-",
+                     ",".join(types), ",".join(a["resourcePools"]),
                      "yes" if a["enabled"] else "no", a.get("sandbox") or "-"))
-    output.table("Agents", ["Agent ID", "Host", "Registered Time", "Slots", "Slots in use",
-                            "Slot type", "Resource Pool", "Enabled", "Trials run"], rows)
+    output.table("Agents", ["Agent ID", "Host", "Registered Time", "Slots used", "Running",
+                            "Slot type", "Resource Pool", "Enabled", "Trials run"],
+                 rows, least_needed=["Registered Time", "Slot type", "Host", "Enabled",
+                                     "Resource Pool"])
+
+
+def running_on(tasks: list[dict[str, Any]]) -> dict[str, list[str]]:
+    """What runs on each agent, by agent id: `exp 3 trial 7 (2 slots)` per allocation part
+    there, in the order the allocations started."""
+    out: dict[str, list[str]] = {}
+    for t in sorted(tasks, key=lambda t: (t.get("registeredTime") or "", t["allocationId"])):
+        for part in t.get("resources") or []:
+            n = len(part.get("slots") or [])
+            out.setdefault(part["agentId"], []).append(
+                f"exp {t.get('experimentId')} trial {t.get('trialId')} "
+                f"({n} slot{'' if n == 1 else 's'})")
+    return out
 
 
 async def resolve_job(c: Client, ref: str) -> str:

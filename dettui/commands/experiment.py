@@ -185,23 +185,29 @@ async def describe(c: Client, exp_id: int, *, as_json: bool) -> None:
                    f"{progress * 100:.0f}%" if progress is not None else "", exp["username"],
                    exp["searcherType"], name, "" if best is None else f"{best:.6g}",
                    len(trials), _held(exp), output.when(exp["startTime"]),
-                   output.when(exp.get("endTime")), exp.get("resourcePool", ""))])
+                   output.when(exp.get("endTime")), exp.get("resourcePool", ""))],
+                 record=True)
     _show_warnings(exp)
+    hp_heads, hp_cells = output.hparam_columns([t["hparams"] for t in trials])
     output.table("Trials (best first)", ["Trial ID", "State", f"Best {name}".strip(),
-                                         "Hyperparameters", "Steps", "Restarts",
+                                         *hp_heads, "Steps", "Restarts",
                                          "Latest training", "Latest validation",
                                          "Best validation"],
                  [(t["id"], output.state(t["state"]),
                    "" if _best_value(t, name) is None else f"{_best_value(t, name):.6g}",
-                   _hp(t["hparams"]), t["totalBatchesProcessed"], t["restarts"],
+                   *hp, t["totalBatchesProcessed"], t["restarts"],
                    output.metrics_text(t.get("latestTraining")),
                    output.metrics_text(t.get("latestValidation")),
-                   output.metrics_text(t.get("bestValidation"))) for t in trials])
+                   output.metrics_text(t.get("bestValidation")))
+                  for t, hp in zip(trials, hp_cells, strict=True)],
+                 least_needed=["Latest training", "Best validation", "Restarts",
+                               "Latest validation"])
     output.table("Checkpoints", ["Trial ID", "UUID", "Steps", "Report Time", "State",
                                  "Size", f"Validation {name}".strip()],
                  [(ck["training"]["trialId"], ck["uuid"], ck["metadata"].get("steps_completed"),
                    output.when(ck["reportTime"]), output.state(ck["state"]), _size(ck),
-                   ck["training"].get("searcherMetric")) for ck in ckpts])
+                   ck["training"].get("searcherMetric")) for ck in ckpts],
+                 least_needed=["Report Time", "Size", "Steps"])
 
 
 def _marker(exp: dict[str, Any]) -> str:
@@ -229,10 +235,6 @@ def _rank(trial: dict[str, Any], name: str, smaller_is_better: bool) -> tuple[in
     if value is None:
         return (1, 0.0, int(trial["id"]))
     return (0, metric.score(value, smaller_is_better), int(trial["id"]))
-
-
-def _hp(hparams: dict[str, Any]) -> str:
-    return ", ".join(f"{k}={v}" for k, v in hparams.items())
 
 
 def _size(ck: dict[str, Any]) -> str:

@@ -1,8 +1,12 @@
-"""Shared CLI output: rich tables, JSON, times.
+"""Shared CLI output: tables, JSON, times.
 
-Rich is imported when something is printed through it (`console`, `err_console`, a table too
-wide to lay out here): a table that fits, which the 10,000-job list is, goes out without it
-(0.02 s of a command's start)."""
+Tables fit the terminal's width (COLUMNS, else the terminal's, else 240 columns when piped):
+a table too wide shows a lone row as field/value lines, and otherwise gives way column by
+column (the ones a command names as least needed first, then from the right, each named
+below the table) and cuts long cells with an ellipsis; `--wide` shows every cell whole, and
+`--json` every field. Tables are laid out here, a line per row (Rich's layout took 1.3 s for
+10,000 rows); Rich is imported when something is printed through it (`console`,
+`err_console`)."""
 
 from __future__ import annotations
 
@@ -22,6 +26,22 @@ if TYPE_CHECKING:
     err_console: Console
 
 PIPED_WIDTH = 240  # piped output keeps whole rows (ids, uuids) on one line
+NARROWEST = 10  # columns a cell keeps before its column is left out of a table too wide
+WIDE = False  # --wide: every column and every cell whole, however wide the table
+
+
+def set_wide(on: bool) -> None:
+    """`--wide`: tables show every cell whole instead of fitting the terminal."""
+    global WIDE
+    WIDE = on
+
+
+def screen_width() -> int:
+    """Columns a table may take: $COLUMNS if set, else the terminal's (240 when piped)."""
+    columns = os.environ.get("COLUMNS", "")
+    if columns.isdigit() and int(columns) > 0:
+        return int(columns)
+    return shutil.get_terminal_size().columns if sys.stdout.isatty() else PIPED_WIDTH
 
 
 def __getattr__(name: str) -> Any:
@@ -32,8 +52,7 @@ def __getattr__(name: str) -> Any:
     from rich.console import Console
 
     if name == "console":
-        made = Console(highlight=False, soft_wrap=False, markup=False,
-                       width=None if sys.stdout.isatty() else PIPED_WIDTH)
+        made = Console(highlight=False, soft_wrap=False, markup=False, width=screen_width())
     else:  # messages are lines the terminal wraps, never broken mid-sentence by us
         made = Console(stderr=True, highlight=False, markup=False, soft_wrap=True)
     globals()[name] = made
@@ -52,10 +71,12 @@ def _screen() -> tuple[TextIO, int, bool]:
     if made is not None:
         return made.file, made.width, made.is_terminal and made.color_system is not None
     if not sys.stdout.isatty():
-        return sys.stdout, PIPED_WIDTH, False
+        return sys.stdout, screen_width(), False
     term = os.environ.get("TERM", "")
-    return sys.stdout, shutil.get_terminal_size().columns, term not in ("dumb", "unknown")
+    return sys.stdout, screen_width(), term not in ("dumb", "unknown")
 
+
+_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 # RFC 3339 in UTC as the master writes it (`wire.ts`): a valid one's date and time are read
 # off the text (days 29-31 go through datetime, which knows the months' lengths).
@@ -146,27 +167,142 @@ def _width(text: str) -> int:
     return cell_len(text)
 
 
-def table(title: str | None, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-    """A table in Rich's heavy-head style. One that fits the width is laid out here, a line per
-    row (Rich's layout took 1.3 s for 10,000 rows); a wider one goes to Rich, which folds cells."""
+def hparams_text(hparams: dict[str, Any] | None) -> str:
+    """Hyperparameters as `key=value, ...` (a nested one as `outer.inner=value`)."""
+    return ", ".join(f"{k}={v}" for k, v in _flat_pairs(hparams))
+
+
+HPARAM_COLUMNS = 6  # more hyperparameters than this share one `key=value, ...` column
+
+
+def hparam_columns(hparams: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    """Trials' hyperparameters as table columns: one per hyperparameter (a nested one named
+    `outer.inner`) when there are at most HPARAM_COLUMNS, else one `Hyperparameters` column of
+    `key=value` pairs. Returns the heads and each trial's cells."""
+    flat = [dict(_flat_pairs(h)) for h in hparams]
+    names = list(dict.fromkeys(k for f in flat for k in f))
+    if not names or len(names) > HPARAM_COLUMNS:
+        return ["Hyperparameters"], [[hparams_text(h)] for h in hparams]
+    return names, [[f.get(k, "") for k in names] for f in flat]
+
+
+def _flat_pairs(hparams: dict[str, Any] | None) -> list[tuple[str, str]]:
+    """(name, value text) of each hyperparameter, a nested one's name `outer.inner`."""
+    def flat(prefix: str, value: Any) -> list[tuple[str, str]]:
+        if isinstance(value, dict) and value:
+            return [p for k, v in value.items() for p in flat(f"{prefix}{k}.", v)]
+        return [(prefix[:-1], _num(value))]
+
+    return [p for k, v in (hparams or {}).items() for p in flat(f"{k}.", v)]
+
+
+def table(title: str | None, columns: Sequence[str], rows: Sequence[Sequence[Any]],
+          least_needed: Sequence[str] = (), record: bool = False) -> None:
+    """A table in Rich's heavy-head style, as wide as the screen allows (`fit`); the columns
+    named in `least_needed` give way first when it is too narrow. A `record` (one thing
+    described: `e describe`'s experiment) too wide for its columns shows a field per line."""
     cells = [_cells(row) for row in rows]
     heads = [cell(c) for c in columns]
     widths = [_width(h) for h in heads]
-    ascii_rows = True
     for i, column in enumerate(zip(*cells, strict=True)):  # a column measured at once
         if "".join(column).isascii():
             widths[i] = max(widths[i], *map(len, column))
         else:
             widths[i] = max(widths[i], *map(_width, column))
-            ascii_rows = False
     file, width, bold = _screen()
-    if sum(widths) + 3 * len(widths) + 1 > width:
-        _rich_table(title, heads, cells)
-        return
-    out: list[str] = []
-    if title:
-        out.append(title)
+    notes: list[str] = []
+    if not WIDE and _room(widths) > width:
+        if record and len(cells) == 1 and len(heads) > 2:  # one thing: a field per line
+            heads, cells = ["Field", "Value"], [[h, v] for h, v in zip(heads, cells[0],
+                                                                        strict=True)]
+            widths = [max(map(_width, c)) for c in zip(heads, *cells, strict=True)]
+        heads, cells, widths, left_out = fit(heads, cells, widths, width, least_needed)
+        if left_out:
+            notes = _wrapped(f"({len(left_out)} more column{'s' if len(left_out) > 1 else ''}"
+                             f": {', '.join(left_out)}; --wide shows every column)", width)
+    file.write("\n".join([*([title] if title else []), *_drawn(heads, cells, widths, bold),
+                          *notes]) + "\n")
+    file.flush()
 
+
+def _room(widths: Sequence[int]) -> int:
+    """Columns a table of these column widths takes, borders and padding included."""
+    return sum(widths) + 3 * len(widths) + 1
+
+
+def fit(heads: list[str], cells: list[list[str]], widths: list[int], width: int,
+        least_needed: Sequence[str] = ()) -> tuple[list[str], list[list[str]], list[int],
+                                                    list[str]]:
+    """The table cut to `width` columns: the columns in `least_needed` are left out first, in
+    that order, until the rest fits whole; then, while the columns left cannot all keep
+    NARROWEST characters (a column of UUIDs all of them), the rightmost (never the first, nor
+    a column of UUIDs while another can go); then the widest are narrowed alike until it fits,
+    their cells cut with an ellipsis. Returns the heads, cells and widths kept and the heads
+    left out."""
+    keep = list(range(len(heads)))
+    for name in least_needed:
+        if _room([widths[i] for i in keep]) <= width:
+            break
+        if name in heads and heads.index(name) in keep[1:]:
+            keep.remove(heads.index(name))
+    whole = [bool(cells) and all(_UUID.fullmatch(row[i]) for row in cells)
+             for i in range(len(heads))]  # ids to copy (checkpoints') are never cut
+    floor = [w if whole[i] else min(w, NARROWEST) for i, w in enumerate(widths)]
+    while len(keep) > 1 and _room([floor[i] for i in keep]) > width:
+        cut = [i for i in keep[1:] if not whole[i]]
+        keep.remove(cut[-1] if cut else keep[-1])
+    room = max(width - _room([0] * len(keep)), len(keep))
+    shown = _narrowed([widths[i] for i in keep], [floor[i] for i in keep], room)
+    clipped = [[_clip(row[i], w) for i, w in zip(keep, shown, strict=True)] for row in cells]
+    return ([_clip(heads[i], w) for i, w in zip(keep, shown, strict=True)], clipped, shown,
+            [h for i, h in enumerate(heads) if i not in keep])
+
+
+def _narrowed(widths: list[int], floor: list[int], room: int) -> list[int]:
+    """Widths that add up to at most `room`: the widest cut to one cap, none below its floor
+    (nor below 1), the cap as high as fits; columns left under their width get what is over."""
+    if sum(widths) <= room:
+        return widths
+    cap = min(max(widths), room)
+    while cap > 1 and sum(min(w, max(cap, f)) for w, f in zip(widths, floor, strict=True)) > room:
+        cap -= 1
+    out = [max(1, min(w, max(cap, f))) for w, f in zip(widths, floor, strict=True)]
+    spare = room - sum(out)
+    for i, w in enumerate(widths):
+        more = min(spare, w - out[i])
+        if more > 0:
+            out[i] += more
+            spare -= more
+    return out
+
+
+def _clip(text: str, width: int) -> str:
+    """`text` in at most `width` terminal columns: a longer one cut, ending in an ellipsis."""
+    if _width(text) <= width:
+        return text
+    if text.isascii():
+        return text[:max(width - 1, 0)] + "…"
+    from rich.cells import cell_len
+
+    out, used = [], 0
+    for char in text:
+        size = cell_len(char)
+        if used + size > width - 1:
+            break
+        out.append(char)
+        used += size
+    return "".join(out) + "…"
+
+
+def _wrapped(text: str, width: int) -> list[str]:
+    import textwrap
+
+    return textwrap.wrap(text, width=max(width, 20)) or [text]
+
+
+def _drawn(heads: Sequence[str], cells: Sequence[Sequence[str]], widths: Sequence[int],
+           bold: bool) -> list[str]:
+    """The lines of a table whose cells fit their widths."""
     def rule(left: str, mid: str, right: str, fill: str) -> str:
         return left + mid.join(fill * (w + 2) for w in widths) + right
 
@@ -177,30 +313,15 @@ def table(title: str | None, columns: Sequence[str], rows: Sequence[Sequence[Any
             parts.append(f" \x1b[1m{text}\x1b[0m{pad} " if style else f" {text}{pad} ")
         return bar + bar.join(parts) + bar
 
-    out.append(rule("┏", "┳", "┓", "━"))
-    out.append(line(heads, "┃", bold))
-    out.append(rule("┡", "╇", "┩", "━"))
+    out = [rule("┏", "┳", "┓", "━"), line(heads, "┃", bold), rule("┡", "╇", "┩", "━")]
     inner = " │ "
     for row in cells:  # an ASCII row (most) is padded by str.ljust: a third of the time
-        if ascii_rows or "".join(row).isascii():
+        if "".join(row).isascii():
             out.append("│ " + inner.join(map(str.ljust, row, widths)) + " │")
         else:
             out.append(line(row, "│"))
     out.append(rule("└", "┴", "┘", "─"))
-    file.write("\n".join(out) + "\n")
-    file.flush()
-
-
-def _rich_table(title: str | None, columns: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
-    from rich.table import Table
-    from rich.text import Text
-
-    t = Table(title=title, title_justify="left", show_lines=False, header_style="bold")
-    for col in columns:
-        t.add_column(col, overflow="fold")
-    for row in rows:
-        t.add_row(*(Text(v) for v in row))  # never markup
-    _console().print(t)
+    return out
 
 
 def when(value: str | None) -> str:

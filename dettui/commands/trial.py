@@ -75,4 +75,5 @@ async def describe(c: Client, trial_id: int, *, as_json: bool) -> None:
     output.table(f"Trial {trial_id}", ["Experiment", "State", "Steps", "Restarts",
                                        "Hyperparameters", "Latest validation"],
                  [(t["experimentId"], output.state(t["state"]), t["totalBatchesProcessed"],
-                   t["restarts"], t["hparams"], output.metrics_text(t.get("latestValidation")))])
+                   t["restarts"], output.hparams_text(t["hparams"]),
+                   output.metrics_text(t.get("latestValidation")))], record=True)

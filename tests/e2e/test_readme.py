@@ -1,5 +1,6 @@
 """The README's `dettui` commands, copied from README.md by this test and run as printed
-(against a real `dettui serve`: DET_MASTER says where it is, as `make serve &` would). Only
+(against a real `dettui serve`: DET_MASTER says where it is, as `make serve &` would), in an
+80-column terminal: no warning, no line of a table wider than the terminal. Only
 the README's own placeholders are filled in (MASTER:8080, TOKEN, ID). Every `dettui ...`
 command the README shows is either run here or listed in NOT_RUN with the reason, so a new
 one cannot slip by untested."""
@@ -17,6 +18,7 @@ import pytest
 
 from tests.conftest import REPO, Served
 from tests.e2e.test_lab import lab_commands
+from tests.poll import until
 
 pytestmark = pytest.mark.slow
 
@@ -77,11 +79,23 @@ def inline() -> list[str]:
             and not c.startswith("dettui.")]
 
 
+WIDTH = 80  # the tour is followed in a terminal this wide
+TABLE = "┏┃┡│└"  # how a line of a table starts (a trial's log lines, a dry run's commands: as long
+# as they are)
+
+
 def run(served: Served, command: str, timeout: float = 300) -> str:
+    """`command` as a user types it in an 80-column terminal: it succeeds, warns of nothing
+    (the tour's first command said "searcher.max_length is deprecated"), and its tables fit
+    the width (at 80 columns, `e describe` wrapped every cell onto 4-7 lines)."""
     res = subprocess.run([sys.executable, "-m", "dettui.cli", *shlex.split(command)[1:]],
-                         cwd=REPO, env=served.env(), capture_output=True, text=True,
-                         timeout=timeout)
+                         cwd=REPO, env={**served.env(), "COLUMNS": str(WIDTH)},
+                         capture_output=True, text=True, timeout=timeout)
     assert res.returncode == 0, f"{command}:\n{res.stdout}\n{res.stderr}"
+    said = res.stdout + res.stderr
+    assert "deprecated" not in said and "warning" not in said.lower(), f"{command}:\n{said}"
+    wide = [line for line in res.stdout.splitlines() if line[:1] in TABLE and len(line) > WIDTH]
+    assert not wide, f"{command}: table lines wider than {WIDTH} columns:\n{res.stdout}"
     return res.stdout
 
 
@@ -103,6 +117,10 @@ def test_the_readme_commands_run_as_printed(served: Served, tmp_path: Path) -> N
     describe = "dettui e describe ID"
     assert f"`{describe}`" in README
     assert "adaptive_asha" in run(served, describe.replace("ID", "2"))
+    until(lambda: run(served, "dettui agent list"), "the search's trials on the agent",
+          timeout=120, done=lambda out: "exp 2 trial" in out)  # what runs on them
+    for command in ("dettui t describe 1", "dettui checkpoint list 1", "dettui task list"):
+        run(served, command)  # the other tables fit the terminal as well
     served.cli("e", "kill", "2")  # the search itself is tests/e2e/test_search.py's
     done |= {dry, search, describe}
 

@@ -1,5 +1,6 @@
-"""The CLI's tables: laid out by hand when they fit (the 10,000-row job list), by Rich when they
-do not, the same to the eye either way, and never a control character of the data on screen."""
+"""The CLI's tables: laid out by hand as Rich draws them (the 10,000-row job list), as wide as
+the screen (a lone row as field/value lines, columns left out and named, long cells cut with an
+ellipsis; `--wide` shows everything), and never a control character of the data on screen."""
 
 from __future__ import annotations
 
@@ -23,14 +24,16 @@ def screen(monkeypatch: pytest.MonkeyPatch) -> io.StringIO:
 
 
 def _by_rich(title: str, rows: list[tuple[object, ...]], width: int = 120) -> str:
+    from rich.table import Table
+    from rich.text import Text
+
     out = io.StringIO()
-    console = output.console
-    try:
-        output.console = Console(file=out, width=width, highlight=False, soft_wrap=False,
-                                 markup=False)
-        output._rich_table(title, COLUMNS, [[output.cell(v) for v in r] for r in rows])
-    finally:
-        output.console = console
+    t = Table(title=title, title_justify="left", show_lines=False, header_style="bold")
+    for col in COLUMNS:
+        t.add_column(col, overflow="fold")
+    for row in rows:
+        t.add_row(*(Text(output.cell(v)) for v in row))
+    Console(file=out, width=width, highlight=False, soft_wrap=False, markup=False).print(t)
     return out.getvalue()
 
 
@@ -52,12 +55,71 @@ def test_control_characters_never_reach_the_terminal(screen: io.StringIO) -> Non
     assert "a b c" in shown
 
 
-def test_a_table_wider_than_the_screen_folds_its_cells(screen: io.StringIO) -> None:
+def _narrow(monkeypatch: pytest.MonkeyPatch, width: int) -> io.StringIO:
+    out = io.StringIO()
+    monkeypatch.setattr(output, "console", Console(file=out, width=width, highlight=False,
+                                                   soft_wrap=False, markup=False))
+    return out
+
+
+def test_a_long_cell_is_cut_with_an_ellipsis(screen: io.StringIO) -> None:
     long = "x" * 300
-    output.table(None, COLUMNS, [(1, long, "QUEUED")])
+    output.table(None, COLUMNS, [(1, long, "QUEUED"), (2, "日本語" * 60, "PAUSED")])
     lines = screen.getvalue().splitlines()
-    assert max(len(line) for line in lines) <= 120
-    assert "".join(line.split("│")[2].strip() for line in lines if line.startswith("│")) == long
+    assert all(output._width(line) <= 120 for line in lines), lines
+    assert len(lines) == 6  # a line per row: nothing folds
+    assert "x" * 100 + "…" in lines[3] and "QUEUED" in lines[3]
+    assert "日本語…" in lines[4] or "日本…" in lines[4]
+
+
+def test_a_lone_row_too_wide_reads_as_fields(monkeypatch: pytest.MonkeyPatch) -> None:
+    out = _narrow(monkeypatch, 40)
+    heads = ["ID", "Name", "State", "Progress", "Owner", "Hyperparameters"]
+    output.table("Experiment 1", heads, [(1, "spirals", "ACTIVE", "40%", "determined",
+                                          "learning_rate=0.03, hidden=64, batch_size=64")],
+                 record=True)
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "Experiment 1" and all(output._width(line) <= 40 for line in lines)
+    assert "│ State           │ ACTIVE" in out.getvalue()
+    assert any(line.startswith("│ Hyperparameters │ learning_rate=0") and "…" in line
+               for line in lines), lines
+
+
+def test_columns_give_way_and_are_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    out = _narrow(monkeypatch, 60)
+    heads = ["ID", "Name", "State", "Submitted", "Slots", "Pool", "User"]
+    rows = [(i, f"experiment-{i}", "QUEUED", "2026-11-27 16:00:18", "0/1", "default",
+             "determined") for i in range(3)]
+    output.table(None, heads, rows, least_needed=["Submitted"])
+    lines = out.getvalue().splitlines()
+    assert all(output._width(line) <= 60 for line in lines), lines
+    assert "State" in lines[1] and "Submitted" not in lines[1]
+    note = " ".join(lines[-2:])
+    assert "Submitted" in note and "--wide" in note
+    assert len([line for line in lines if line.startswith("│")]) == 3
+
+
+def test_wide_shows_every_cell_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+    out = _narrow(monkeypatch, 40)
+    monkeypatch.setattr(output, "WIDE", True)
+    long = "y" * 100
+    output.table(None, COLUMNS, [(1, long, "QUEUED"), (2, "b", "PAUSED")])
+    assert long in out.getvalue() and "…" not in out.getvalue()
+
+
+def test_the_width_is_columns_when_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    assert output.screen_width() == 80
+    monkeypatch.delenv("COLUMNS")
+    monkeypatch.setattr("sys.stdout", io.StringIO())
+    assert output.screen_width() == output.PIPED_WIDTH
+
+
+def test_hyperparameters_read_as_key_value() -> None:
+    text = output.hparams_text({"lr": 0.000123456, "layers": {"n": 2, "act": "relu"}, "e": {}})
+    assert text == "lr=0.0001235, layers.n=2, layers.act=relu, e={}"
+    heads, cells = output.hparam_columns([{"lr": 0.1, "layers": {"n": 2}}, {"lr": 0.2}])
+    assert heads == ["lr", "layers.n"] and cells == [["0.1", "2"], ["0.2", ""]]
 
 
 def test_times_read_off_the_text_agree_with_datetime() -> None:
@@ -83,3 +145,13 @@ def test_times_read_off_the_text_agree_with_datetime() -> None:
     assert output.when("2024-02-29T23:59:59.5Z") == "2024-02-29 23:59:59"
     assert output.when("2023-02-29T10:00:00Z") == "2023-02-29T10:00:00Z"  # no such day
     assert output.when(None) == "" and output.when("") == ""
+
+
+def test_a_column_of_uuids_is_never_cut(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A checkpoint's UUID is what `checkpoint download` takes: other columns give way."""
+    out = _narrow(monkeypatch, 60)
+    uuid = "d41ba23c-090f-4054-90b3-6ab242690af2"
+    output.table(None, ["Trial", "State", "Metric", "UUID", "Size", "Reported"],
+                 [(3, "COMPLETED", 0.660912, uuid, "10.7 KiB", "2026-11-27 16:08:25")])
+    lines = out.getvalue().splitlines()
+    assert uuid in out.getvalue() and all(output._width(line) <= 60 for line in lines), lines
