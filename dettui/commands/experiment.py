@@ -190,12 +190,12 @@ async def describe(c: Client, exp_id: int, *, as_json: bool) -> None:
     _show_warnings(exp)
     hp_heads, hp_cells = output.hparam_columns([t["hparams"] for t in trials])
     output.table("Trials (best first)", ["Trial ID", "State", f"Best {name}".strip(),
-                                         *hp_heads, "Steps", "Restarts",
+                                         "Steps", *hp_heads, "Restarts",
                                          "Latest training", "Latest validation",
                                          "Best validation"],
                  [(t["id"], output.state(t["state"]),
                    "" if _best_value(t, name) is None else f"{_best_value(t, name):.6g}",
-                   *hp, t["totalBatchesProcessed"], t["restarts"],
+                   t["totalBatchesProcessed"], *hp, t["restarts"],
                    output.metrics_text(t.get("latestTraining")),
                    output.metrics_text(t.get("latestValidation")),
                    output.metrics_text(t.get("bestValidation")))

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
 PIPED_WIDTH = 240  # piped output keeps whole rows (ids, uuids) on one line
 NARROWEST = 10  # columns a cell keeps before its column is left out of a table too wide
+HEAD_KEPT = 14  # and of its heading (`learning_rate`), so that what a column is stays readable
 WIDE = False  # --wide: every column and every cell whole, however wide the table
 
 
@@ -235,7 +236,8 @@ def fit(heads: list[str], cells: list[list[str]], widths: list[int], width: int,
                                                     list[str]]:
     """The table cut to `width` columns: the columns in `least_needed` are left out first, in
     that order, until the rest fits whole; then, while the columns left cannot all keep
-    NARROWEST characters (a column of UUIDs all of them), the rightmost (never the first, nor
+    NARROWEST characters, or their heading's up to HEAD_KEPT (a column of UUIDs all of them),
+    the rightmost (never the first, nor
     a column of UUIDs while another can go); then the widest are narrowed alike until it fits,
     their cells cut with an ellipsis. Returns the heads, cells and widths kept and the heads
     left out."""
@@ -247,7 +249,8 @@ def fit(heads: list[str], cells: list[list[str]], widths: list[int], width: int,
             keep.remove(heads.index(name))
     whole = [bool(cells) and all(_UUID.fullmatch(row[i]) for row in cells)
              for i in range(len(heads))]  # ids to copy (checkpoints') are never cut
-    floor = [w if whole[i] else min(w, NARROWEST) for i, w in enumerate(widths)]
+    floor = [w if whole[i] else min(w, max(NARROWEST, min(_width(heads[i]), HEAD_KEPT)))
+             for i, w in enumerate(widths)]
     while len(keep) > 1 and _room([floor[i] for i in keep]) > width:
         cut = [i for i in keep[1:] if not whole[i]]
         keep.remove(cut[-1] if cut else keep[-1])
