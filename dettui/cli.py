@@ -255,6 +255,7 @@ def _experiment_args(sub: Any) -> None:
     gc.add_argument("--save-trial-best", type=int, required=True)
     gc.add_argument("--save-trial-latest", type=int, required=True)
     gc.add_argument("--yes", action="store_true", help="apply without previewing")
+    gc.add_argument("--json", action="store_true", help="the preview as JSON")
     dl = ev.add_parser("download", help="download the best checkpoints (by the searcher metric)")
     dl.add_argument("id", type=int)
     dl.add_argument("--top", type=int, default=1, help="how many (default 1)")
@@ -385,7 +386,7 @@ def _experiment_action(args: argparse.Namespace,
         return lambda c: experiment.set_gc_policy(
             c, args.id, experiment_best=args.save_experiment_best,
             trial_best=args.save_trial_best, trial_latest=args.save_trial_latest,
-            yes=args.yes)
+            yes=args.yes, as_json=args.json)
     return lambda c: experiment.action(c, args.id, verb)
 
 

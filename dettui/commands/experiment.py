@@ -289,10 +289,13 @@ async def set_priority(c: Client, exp_id: int, priority: int) -> None:
 
 
 async def set_gc_policy(c: Client, exp_id: int, *, experiment_best: int, trial_best: int,
-                        trial_latest: int, yes: bool) -> None:
+                        trial_latest: int, yes: bool, as_json: bool = False) -> None:
     policy = GcPolicy(experiment_best, trial_best, trial_latest)
     if not yes:
         doomed = await c.preview_gc(exp_id, policy)
+        if as_json:
+            output.print_json(doomed)
+            return
         output.table(f"This policy deletes {len(doomed)} checkpoint(s) of experiment {exp_id}",
                      ["Trial ID", "UUID", "Steps", "Report Time"],
                      [(ck["TrialID"], ck["UUID"], ck["StepsCompleted"],
