@@ -63,7 +63,7 @@ def lacking(config: SearcherConfig, metrics: Mapping[str, Any], what: list[str])
 
 def trial_line(trial_id: int, steps: int, warning: str) -> str:
     """The trial's log line for its first validation that lacks what the searcher reads."""
-    return f"WARNING: trial {trial_id}, validation at step {steps}: {warning}\n"
+    return f"trial {trial_id}, validation at step {steps}: {warning}\n"
 
 
 def never_reported(name: str | None) -> str:

@@ -162,7 +162,8 @@ def _cannot_rank(conn: sqlite3.Connection, trial_id: int, error: str) -> Effects
         return told
     exp_id = int(row["experiment_id"])
     return (told | search_store.add_warning(conn, exp_id, reason)
-            | search_store.trial_log(conn, trial_id, row["task_id"], f"ERROR: {reason}\n")
+            | search_store.trial_log(conn, trial_id, row["task_id"], f"{reason}\n",
+                                     level="ERROR")
             | control.stop_in(conn, exp_id, ExperimentState.STOPPING_ERROR))
 
 

@@ -322,9 +322,10 @@ def add_warning(conn: sqlite3.Connection, exp_id: int, text: str) -> Effects:
 
 
 @step
-def trial_log(conn: sqlite3.Connection, trial_id: int, task_id: str, line: str) -> Effects:
-    """A warning from the master in the trial's logs (where `det t logs` shows it)."""
+def trial_log(conn: sqlite3.Connection, trial_id: int, task_id: str, line: str, *,
+              level: str = "WARNING") -> Effects:
+    """A line from the master in the trial's logs (where `det t logs` shows it)."""
     log_store.insert_in(conn, [{"trial_id": trial_id, "task_id": task_id,
-                                "stdtype": "stderr", "source": "master", "level": "WARNING",
+                                "stdtype": "stderr", "source": "master", "level": level,
                                 "timestamp": time.time(), "log": line}])
     return notify(f"logs:{trial_id}")
