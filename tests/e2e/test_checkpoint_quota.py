@@ -15,6 +15,7 @@ import pytest
 
 from dettui import byte_size
 from tests.conftest import Served
+from tests.poll import until
 
 pytestmark = pytest.mark.slow
 
@@ -75,7 +76,9 @@ def test_trial_over_quota_ends_in_error_with_the_message(quota_served: Served,
     held = sorted(c["uuid"] for c in ckpts if c["state"] == "STATE_COMPLETED")
     assert held and set(held) <= set(kept)
     storage = served.state_dir / "checkpoints"
-    assert sorted(p.name for p in storage.iterdir()) == held
+    # The GC marks checkpoints deleted in its transaction and removes their files after it.
+    until(lambda: sorted(p.name for p in storage.iterdir()) == held,
+          lambda: f"only the held checkpoints on disk: {sorted(storage.iterdir())} vs {held}")
     size = int(json.loads(served.cli("e", "describe", "1", "--json").stdout)["experiment"][
         "checkpointSize"])
     assert size == sum(p.stat().st_size for uuid in held for p in (storage / uuid).iterdir())
