@@ -61,7 +61,8 @@ async def _lifetime(app: web.Application) -> AsyncIterator[None]:
                 os.chmod(f"{settings.db_path}{suffix}", 0o600)  # state nor tokens
         # Before the runtime (and its dispatcher) exists: these commands leave nothing to do.
         made = await db.command(users.ensure_default_users, settings.admin_password)
-        check_exposure(settings.host, await db.run(users.has_password, "admin"))
+        check_exposure(settings.host, [u.username for u in await db.run(users.list_, True)
+                                       if not u.password_hash])
         known = await db.command(agent_store.cluster_value, "cluster_id", str(uuid.uuid4()))
         assert not made and not known.effects, "a start-up command left effects undone"
         cluster_id = known.value

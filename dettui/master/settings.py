@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import socket
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -99,15 +100,23 @@ def is_loopback(host: str) -> bool:
             return False
 
 
-def check_exposure(host: str, admin_has_password: bool) -> None:
-    """Refuse to listen beyond loopback while `admin` can log in with an empty password."""
-    if is_loopback(host) or admin_has_password:
+def check_exposure(host: str, passwordless: Sequence[str]) -> None:
+    """Refuse to listen beyond loopback while an active user (`passwordless`, their names) can
+    log in with an empty password: anyone who reaches the address could run code as them."""
+    if is_loopback(host) or not passwordless:
         return
+    names = ", ".join(f"'{name[:64]}'" for name in list(passwordless)[:10])
+    if len(passwordless) > 10:
+        names += f" and {len(passwordless) - 10} more"
+    have = "has an empty password" if len(passwordless) == 1 else "have empty passwords"
     raise InvalidArgument(
-        f"refusing to listen on {host}: the 'admin' and 'determined' users have empty "
-        "passwords, so anyone who can reach this address could run code on your agents. "
-        "Set a password first (dettui serve --admin-password ... or DETTUI_ADMIN_PASSWORD), "
-        "or listen on 127.0.0.1 and reach the master through an SSH tunnel."
+        f"refusing to listen on {host}: user{'s' if len(passwordless) > 1 else ''} {names} "
+        f"{have}, so anyone who can reach this address could log in and run code on your "
+        "agents. Set a password first, with the master on 127.0.0.1: "
+        "`dettui user change-password NAME` (or `dettui user deactivate NAME`); "
+        "`dettui serve --admin-password ...` (or DETTUI_ADMIN_PASSWORD) sets admin's, and "
+        "determined's while it has none. "
+        "Or listen on 127.0.0.1 and reach the master through an SSH tunnel."
     )
 
 

@@ -1,13 +1,15 @@
 """/info, login, users, and the master's identity.
 
 Passwords are hashed and checked off the event loop (`offload.cpu`: scrypt takes ~0.1 s); a
-login with a hash of an older form replaces it. A user's linked agent user (Determined's
-`agentUserGroup`) is set by admins only: a uid and gid in 0..2^31-1 and Unix-safe names of at
-most 32 characters, all four, or all four null to unlink.
+login with a hash of an older form replaces it. A user without a password (Determined's fresh
+`determined` and `admin`) logs in only from the master's own host. A user's linked agent user
+(Determined's `agentUserGroup`) is set by admins only: a uid and gid in 0..2^31-1 and Unix-safe
+names of at most 32 characters, all four, or all four null to unlink.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
 
 from aiohttp import web
@@ -111,6 +113,11 @@ async def login(request: web.Request) -> web.Response:
     stored = user.password_hash if user is not None else None
     if not await offload.cpu(_matches, stored, hashed) or user is None:
         raise Unauthenticated("invalid credentials")
+    if hashed == "" and not _from_this_host(request):
+        raise Unauthenticated(
+            f"user '{user.username}' has no password, and a login without one is only taken "
+            "from this host (127.0.0.1): set one first (dettui user change-password "
+            f"{user.username}, on the master's host)")
     if not user.active:
         raise PermissionDenied("user is not active")
     run = request.app[appkeys.CLUSTER].dispatcher.run
@@ -119,6 +126,19 @@ async def login(request: web.Request) -> web.Response:
         await run(users.rehash, user.id, user.password_hash, new)
     token = await run(users.new_session, user.id, request.app[appkeys.SETTINGS].session_lifetime)
     return json_response({"token": token, "user": user_json(user)})
+
+
+def _from_this_host(request: web.Request) -> bool:
+    """Whether the caller is on the master's own host: a loopback peer, not relaying for
+    another (a proxy's Forwarded / X-Forwarded-For header counts as a remote caller)."""
+    if any(h in request.headers for h in ("Forwarded", "X-Forwarded-For", "X-Real-IP")):
+        return False
+    try:
+        peer = ipaddress.ip_address(request.remote or "")
+    except ValueError:
+        return False
+    mapped = getattr(peer, "ipv4_mapped", None)  # ::ffff:127.0.0.1
+    return (mapped or peer).is_loopback
 
 
 def _matches(stored: str | None, hashed: str) -> bool:
