@@ -8,6 +8,7 @@ import random
 import time
 import types
 import typing
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from dettui.config import hyperparameters as hp
 from dettui.config import yamlsafe
 from dettui.config.schema import DEFAULT_LOG_POLICIES, ExperimentSchema
 from dettui.errors import ConfigError, TooLarge
+from dettui.launch.spec import LEGACY_TRIAL
 
 SEARCHERS = ("single", "random", "grid", "adaptive_asha", "async_halving")
 RETIRED = ("custom", "adaptive", "adaptive_simple", "sync_halving")
@@ -378,7 +380,23 @@ def _warnings(data: dict[str, Any]) -> list[str]:
         out.append("bind_mounts are accepted but not used: dettui runs no containers, so "
                    "trials see the agent's filesystem directly")
     searcher = data.get("searcher")
-    if isinstance(searcher, dict) and "max_length" in searcher:
+    if isinstance(searcher, dict) and "max_length" in searcher and not runs_trial_class(
+            data.get("entrypoint")):
         out.append("searcher.max_length is deprecated: report progress with "
                    "core.train.report_progress and exit when done")
     return out
+
+
+def runs_trial_class(entrypoint: object) -> bool:
+    """Whether the entrypoint runs a legacy trial class (`model_def:Trial`, or a launcher's
+    `--trial model_def:Trial`): its harness trains to searcher.max_length, as Determined's
+    does, so the length is what the experiment needs, not a deprecated habit."""
+    if isinstance(entrypoint, str):
+        words = entrypoint.split()
+    elif isinstance(entrypoint, list):
+        words = [str(w) for w in entrypoint]
+    else:
+        return False
+    if len(words) == 1 and LEGACY_TRIAL.match(words[0]):
+        return True
+    return any(w == "--trial" and LEGACY_TRIAL.match(nxt) for w, nxt in pairwise(words))

@@ -122,6 +122,9 @@ def test_the_readme_commands_run_as_printed(served: Served, tmp_path: Path) -> N
     for command in ("dettui t describe 1", "dettui checkpoint list 1", "dettui task list"):
         run(served, command)  # the other tables fit the terminal as well
     served.cli("e", "kill", "2")  # the search itself is tests/e2e/test_search.py's
+    trial_class = "dettui e create sample_ctx/trial.yaml sample_ctx"  # the README's trial class
+    assert "Created experiment 3" in run(served, trial_class)  # no max_length warning
+    served.cli("e", "kill", "3")  # tests/e2e/test_trial_class.py runs it
     done |= {dry, search, describe}
 
     done |= join_an_agent(served, tmp_path)
