@@ -123,6 +123,11 @@ async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         err.grpc_code = 5 if exc.status == 404 else 3
         err.grpc_reason = "NotFound" if exc.status == 404 else "InvalidArgument"
         return error_response(err, request)
+    except ConnectionResetError:  # aiohttp's ClientConnectionResetError too
+        # The client went away while its response was written (Ctrl-C on `t logs -f`, a
+        # closed dashboard): normal, not the master's error. Nobody reads what is returned.
+        log.info("client left during %s %s", request.method, one_line(request.path))
+        return web.Response(status=499)
     except Exception as exc:  # noqa: BLE001 - the master never crashes on a request
         log.exception("internal error on %s %s", request.method, request.path)
         return error_response(DettuiError(f"internal error: {exc}"), request)

@@ -6,6 +6,7 @@ Determined's detached log shipper (`POST /task-logs`)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from collections.abc import Callable
@@ -66,13 +67,23 @@ async def task_logs(request: web.Request) -> web.StreamResponse:
 
 async def _stream(request: web.Request, trial_id: int,
                   line_json: Serializer) -> web.StreamResponse:
-    db = request.app[appkeys.DB]
     flt = _filter(request)
     limit = query_int(request, "limit", 0)
     follow = request.query.get("follow", "false").lower() == "true"
     descending = request.query.get("orderBy") == "ORDER_BY_DESC"
     resp = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
     await resp.prepare(request)
+    # The reader may leave at any line (Ctrl-C on `t logs -f`): the stream just ends.
+    with contextlib.suppress(ConnectionResetError):
+        await _lines(request, resp, trial_id, flt, line_json, limit, follow, descending)
+    return resp
+
+
+async def _lines(request: web.Request, resp: web.StreamResponse, trial_id: int,
+                 flt: log_store.LogFilter, line_json: Serializer, limit: int, follow: bool,
+                 descending: bool) -> None:
+    """Write the lines asked for to `resp`, following the trial's new ones while `follow`."""
+    db = request.app[appkeys.DB]
     if descending:
         lines = await db.read(log_store.fetch, trial_id, flt, limit=limit, descending=True)
         await _write(resp, lines, line_json)
@@ -82,7 +93,6 @@ async def _stream(request: web.Request, trial_id: int,
     if follow:
         await _follow(request, resp, trial_id, flt, line_json, last)
     await resp.write_eof()
-    return resp
 
 
 async def _write(resp: web.StreamResponse, lines: list[Any], line_json: Serializer) -> None:
@@ -112,7 +122,7 @@ async def _follow(request: web.Request, resp: web.StreamResponse, trial_id: int,
                   flt: log_store.LogFilter, line_json: Serializer, last: int) -> None:
     db = request.app[appkeys.DB]
     notifier = request.app[appkeys.NOTIFIER]
-    while True:
+    while not _gone(request):
         last = await _drain(request, resp, trial_id, flt, line_json, last)
         trial = await db.read(trial_store.get, trial_id)
         if trial.state.is_terminal():
@@ -120,6 +130,11 @@ async def _follow(request: web.Request, resp: web.StreamResponse, trial_id: int,
             await _drain(request, resp, trial_id, flt, line_json, last)
             return
         await notifier.wait(f"logs:{trial_id}", 1.0)
+
+
+def _gone(request: web.Request) -> bool:
+    """Whether the reader has closed its connection (a quiet trial writes nothing to notice)."""
+    return request.transport is None or request.transport.is_closing()
 
 
 @task_route
