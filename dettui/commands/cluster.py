@@ -25,23 +25,26 @@ async def job_list(c: Client, *, pool: str | None, as_json: bool) -> None:
     for j in jobs:
         ahead = j["summary"]["jobsAhead"]
         name = f"{j['name']} ({j['entityId']})" if j["type"] == "TYPE_EXPERIMENT" else j["name"]
-        rows.append((ahead if ahead >= 0 else "N/A", j["jobId"][:8], j["type"], name,
+        rows.append((ahead if ahead >= 0 else "N/A", j["jobId"][:8],
+                     str(j["type"]).removeprefix("TYPE_"), name,
                      j["priority"] if priority else j["weight"], output.when(j["submissionTime"]),
                      f"{j['allocatedSlots']}/{j['requestedSlots']}", job_state(j),
                      j["username"]))
     output.table(f"Job queue: {chosen['name']}", [
         "#", "ID", "Type", "Job Name", "Priority" if priority else "Weight", "Submitted",
-        "Slots (acquired/needed)", "State", "User"], rows,
+        "Slots", "State", "User"], rows,  # Slots: acquired/needed
         least_needed=["Submitted", "Type", "User"])
 
 
 def job_state(job: dict[str, Any]) -> str:
-    """The queue's state, unless the experiment's says more (STATE_PAUSED, not STATE_QUEUED;
-    STATE_STOPPING_CANCELED, not STATE_SCHEDULED); else with why it cannot be scheduled."""
-    state = str(job["summary"]["state"])
-    if job.get("experimentState") not in (None, "STATE_ACTIVE"):
-        return str(job["experimentState"])
-    if job.get("unschedulableReason"):
+    """The queue's state in plain words, as the dashboard shows it, unless the experiment's
+    says more (PAUSED, not QUEUED; STOPPING_CANCELED, not SCHEDULED); a job that waits says
+    why."""
+    state = output.state(job["summary"]["state"])
+    experiment = output.state(job.get("experimentState"))
+    if experiment and experiment != "ACTIVE":
+        state = experiment
+    if job.get("unschedulableReason") and state == "QUEUED":
         state += f" ({job['unschedulableReason']})"
     return state
 
@@ -57,14 +60,13 @@ async def agent_list(c: Client, *, as_json: bool) -> None:
         slots = a["slots"].values()
         used = sum(1 for s in slots if s.get("container"))
         types = sorted({s["device"]["type"].removeprefix("TYPE_") for s in slots})
-        rows.append((a["id"], a.get("hostname", ""), output.when(a["registeredTime"]),
-                     f"{used} of {len(a['slots'])}", ", ".join(running.get(a["id"], [])) or "-",
-                     ",".join(types), ",".join(a["resourcePools"]),
-                     "yes" if a["enabled"] else "no", a.get("sandbox") or "-"))
-    output.table("Agents", ["Agent ID", "Host", "Registered Time", "Slots used", "Running",
-                            "Slot type", "Resource Pool", "Enabled", "Trials run"],
-                 rows, least_needed=["Registered Time", "Slot type", "Host", "Enabled",
-                                     "Resource Pool"])
+        rows.append((a["id"], "yes" if a["enabled"] else "no", a.get("hostname", ""),
+                     ",".join(a["resourcePools"]), f"{used} of {len(a['slots'])}",
+                     ", ".join(running.get(a["id"], [])) or "-", ",".join(types),
+                     output.when(a["registeredTime"]), a.get("sandbox") or "-"))
+    output.table("Agents", ["Agent ID", "Enabled", "Host", "Pool", "Slots", "Running",
+                            "Slot type", "Registered Time", "Trials run"],
+                 rows, least_needed=["Registered Time", "Slot type"])
 
 
 def running_on(tasks: list[dict[str, Any]]) -> dict[str, list[str]]:

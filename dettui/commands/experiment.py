@@ -162,7 +162,8 @@ async def list_(c: Client, *, show_all: bool, as_json: bool) -> None:
              e["numTrials"], _held(e), output.when(e["startTime"]),
              output.when(e.get("endTime")), e.get("resourcePool", "")) for e in exps]
     output.table(None, ["ID", "Owner", "Name", "State", "Progress", "Trials", "Checkpoints",
-                        "Start Time", "End Time", "Resource Pool"], rows)
+                        "Start Time", "End Time", "Resource Pool"], rows,
+                 least_needed=["Resource Pool", "End Time", "Start Time", "Owner"])
 
 
 async def describe(c: Client, exp_id: int, *, as_json: bool) -> None:
@@ -203,11 +204,11 @@ async def describe(c: Client, exp_id: int, *, as_json: bool) -> None:
                  least_needed=["Latest training", "Best validation", "Restarts",
                                "Latest validation"])
     output.table("Checkpoints", ["Trial ID", "UUID", "Steps", "Report Time", "State",
-                                 "Size", f"Validation {name}".strip()],
+                                 "Size", name or "Metric"],
                  [(ck["training"]["trialId"], ck["uuid"], ck["metadata"].get("steps_completed"),
                    output.when(ck["reportTime"]), output.state(ck["state"]), _size(ck),
-                   ck["training"].get("searcherMetric")) for ck in ckpts],
-                 least_needed=["Report Time", "Size", "Steps"])
+                   output.number(ck["training"].get("searcherMetric"))) for ck in ckpts],
+                 least_needed=["Report Time", "Size", "State"])
 
 
 def _marker(exp: dict[str, Any]) -> str:

@@ -28,6 +28,8 @@ if TYPE_CHECKING:
 PIPED_WIDTH = 240  # piped output keeps whole rows (ids, uuids) on one line
 NARROWEST = 10  # columns a cell keeps before its column is left out of a table too wide
 HEAD_KEPT = 14  # and of its heading (`learning_rate`), so that what a column is stays readable
+SHORT_WHOLE = {"State": 20}  # short columns a table is read for, kept whole up to this many
+# characters (`! COMPLETED`, `STOPPING_CANCELED`); only a longer cell (a reason) is cut
 WIDE = False  # --wide: every column and every cell whole, however wide the table
 
 
@@ -236,21 +238,23 @@ def fit(heads: list[str], cells: list[list[str]], widths: list[int], width: int,
                                                     list[str]]:
     """The table cut to `width` columns: the columns in `least_needed` are left out first, in
     that order, until the rest fits whole; then, while the columns left cannot all keep
-    NARROWEST characters, or their heading's up to HEAD_KEPT (a column of UUIDs all of them),
-    the rightmost (never the first, nor
-    a column of UUIDs while another can go); then the widest are narrowed alike until it fits,
-    their cells cut with an ellipsis. Returns the heads, cells and widths kept and the heads
-    left out."""
+    NARROWEST characters, or their heading's up to HEAD_KEPT (a column of UUIDs all of them, a
+    State column up to SHORT_WHOLE's), the rightmost (never the first, nor a column of UUIDs or
+    a State while another can go); then the widest are narrowed alike until it fits, their
+    cells cut with an ellipsis. Returns the heads, cells and widths kept and the heads left
+    out."""
     keep = list(range(len(heads)))
     for name in least_needed:
         if _room([widths[i] for i in keep]) <= width:
             break
         if name in heads and heads.index(name) in keep[1:]:
             keep.remove(heads.index(name))
-    whole = [bool(cells) and all(_UUID.fullmatch(row[i]) for row in cells)
+    uuids = [bool(cells) and all(_UUID.fullmatch(row[i]) for row in cells)
              for i in range(len(heads))]  # ids to copy (checkpoints') are never cut
-    floor = [w if whole[i] else min(w, max(NARROWEST, min(_width(heads[i]), HEAD_KEPT)))
+    floor = [w if uuids[i] else min(w, SHORT_WHOLE[heads[i]]) if heads[i] in SHORT_WHOLE
+             else min(w, max(NARROWEST, min(_width(heads[i]), HEAD_KEPT)))
              for i, w in enumerate(widths)]
+    whole = [uuids[i] or heads[i] in SHORT_WHOLE for i in range(len(heads))]
     while len(keep) > 1 and _room([floor[i] for i in keep]) > width:
         cut = [i for i in keep[1:] if not whole[i]]
         keep.remove(cut[-1] if cut else keep[-1])
@@ -350,6 +354,11 @@ def metrics_text(workload: dict[str, Any] | None, limit: int = 4) -> str:
     avg = (workload.get("metrics") or {}).get("avgMetrics") or {}
     parts = [f"{k}={_num(v)}" for k, v in list(avg.items())[:limit]]
     return ", ".join(parts)
+
+
+def number(v: Any) -> str:
+    """A metric's value as tables show it: a float to 4 significant digits (None: blank)."""
+    return "" if v is None else _num(v)
 
 
 def _num(v: Any) -> str:

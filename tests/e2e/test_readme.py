@@ -106,6 +106,7 @@ def test_the_readme_commands_run_as_printed(served: Served, tmp_path: Path) -> N
     assert "ended: COMPLETED" in outputs[commands[0]]
     assert "validation_loss" in outputs["dettui t logs 1 --rank 0"]
     assert "spirals-mlp" in outputs["dettui e list"]
+    assert "COMPLETED" in outputs["dettui e list"]  # a State is never cut (`COMPLET…`)
     done = set(commands)
 
     dry = "dettui e create sample_ctx/ddp.yaml sample_ctx --dry-run"
