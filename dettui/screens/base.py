@@ -19,7 +19,7 @@ from dettui.screens.dialogs import ConfirmScreen, PathPrompt, PromptScreen
 from dettui.screens.guard import Guarded
 from dettui.widgets.banner import Banner
 from dettui.widgets.rowtable import RowTable
-from dettui.widgets.safe import PlainInput, plain
+from dettui.widgets.safe import PlainInput, plain_lines
 
 Row = tuple[str, dict[str, Any]]
 
@@ -126,8 +126,9 @@ class ApiScreen(Guarded, Screen[None]):
             shown(self)
 
     def show(self, selector: str, *parts: object) -> None:
-        """Put text in a Static: user text included, never read as markup. The title says
-        when what the screen shows is stale (the master cannot be reached)."""
+        """Put text in a Static: user text included, never read as markup; a part that
+        starts with a newline starts a line (`plain_lines`). The title says when what the
+        screen shows is stale (the master cannot be reached)."""
         if selector == "#title":
             self.title_parts = parts
             outage = self.connection.outage if self.connection is not None else None
@@ -137,7 +138,7 @@ class ApiScreen(Guarded, Screen[None]):
                 state = "STALE" if self.fed else "NOT READ YET"
                 parts = (*parts[:at], f" — {state}: master unreachable since {outage.clock()}",
                          *parts[at:])
-        self.query_one(selector, Static).update(plain(*parts))
+        self.query_one(selector, Static).update(plain_lines(*parts))
 
     # -- the connection: a banner and stale rows while the master cannot be reached ------
 

@@ -40,6 +40,15 @@ def plain(*parts: object, newlines: bool = False) -> Text:
     return Text("".join(clean(p, newlines=newlines) for p in parts), end="")
 
 
+def plain_lines(*parts: object) -> Text:
+    """`plain` of the parts, where a part that starts with a newline starts a line of its own
+    (the caller's line break, as a header's warning line); a newline anywhere else, as in
+    user text, is still shown as �."""
+    texts = [str(p) for p in parts]
+    return Text("".join(("\n" + clean(t[1:])) if t.startswith("\n") else clean(t)
+                        for t in texts), end="")
+
+
 class Plain(Static):
     """A Static that shows text as it is: strings are never parsed as markup and lose their
     control characters (`plain`), whatever a screen passes in."""
