@@ -20,6 +20,7 @@ from dettui.screens.base import ApiScreen, Row, progress_text, state_text
 from dettui.widgets.keybar import KeyBar
 from dettui.widgets.rowtable import Column, RowTable
 from dettui.widgets.safe import Plain
+from dettui.widgets.ticks import axis
 
 TRIAL_COLUMNS = [  # priority: the narrower the screen, the sooner the higher numbers go
     Column("id", "Trial", width=6, align="right"),
@@ -30,6 +31,7 @@ TRIAL_COLUMNS = [  # priority: the narrower the screen, the sooner the higher nu
     Column("latest", "Latest", width=10, align="right", priority=2),
     Column("hparams", "Hyperparameters", priority=1),
 ]
+CHART_FRAME = 4  # rows of the chart that are not the plot's: its borders, x labels, x title
 CKPT_ROWS = 200  # checkpoints listed (the newest); the header says how many there are
 CHART_MIN_POINTS = 20  # points per metric a chart reads at least (else its width)
 CKPT_COLUMNS = [
@@ -255,6 +257,9 @@ class ExperimentScreen(ApiScreen):
         plt.xlabel("batches")
         if xs:
             plt.plot(xs, ys, marker="braille")
+            y = axis(min(ys), max(ys), rows=chart.size.height - CHART_FRAME)
+            plt.ylim(y.low, y.high)  # round ticks, the same number of rows apart
+            plt.yticks(y.ticks, y.labels)
         chart.refresh()
 
     @work(exclusive=True, group="checkpoints")
