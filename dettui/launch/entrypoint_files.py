@@ -15,10 +15,11 @@ entrypoint of a context with a startup hook (it may make the file). Pure.
 from __future__ import annotations
 
 import difflib
+import heapq
 import posixpath
 import re
 import shlex
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from dettui.launch.spec import LEGACY_TRIAL
@@ -35,47 +36,72 @@ LAUNCHERS = {f"{top}.launch.{name}" for top in ("determined", "dettui")
              for name in ("torch_distributed", "deepspeed", "horovod", "tensorflow")}
 MODULE_SUFFIXES = (".py", ".pyc", ".so", ".pyd")
 MAX_DEPTH = 4  # launchers within launchers
-MAX_SUGGESTION_CANDIDATES = 5000
+MAX_SUGGESTION_CANDIDATES = 500  # names a did-you-mean compares (difflib is slow)
+MAX_SUGGESTED = 256  # characters of a name a did-you-mean compares or suggests
 MAX_SHOWN = 200  # characters of a name the message shows
 
 
 @dataclass(frozen=True)
 class Context:
-    """The paths of a model context: its files, and its directories (given or implied)."""
+    """The paths of a model context (relative to its root): its files, and its directories
+    (given; those a file's path implies are found by its prefix).
 
-    files: frozenset[str]
-    dirs: frozenset[str]
+    No index is built: the largest context (100,000 paths of 1 KB) is 100 MB of names, which
+    hashing alone takes a fifth of a second; a lookup compares them instead. A path is taken in
+    normal form, but for a leading `./` or a trailing `/` (normalised here, cheaply); a nested
+    name missing from the normal forms is looked for among the other odd forms (`a//b.py`,
+    `a/./b.py`) before it is called missing."""
+
+    files: tuple[str, ...]
+    dirs: tuple[str, ...]
 
     @classmethod
     def of(cls, entries: Iterable[tuple[str, bool]]) -> Context:
         """From (path, is_directory) pairs, paths relative to the context's root."""
-        files, dirs = set(), set()
+        files: list[str] = []
+        dirs: list[str] = []
         for path, is_dir in entries:
-            norm = posixpath.normpath(path)
-            (dirs if is_dir else files).add(norm)
-            parent = posixpath.dirname(norm)
-            while parent and parent not in dirs:
-                dirs.add(parent)
-                parent = posixpath.dirname(parent)
-        return cls(frozenset(files), frozenset(dirs))
+            if path.startswith(("./", "/")) or path.endswith(("/", "/.")):
+                path = posixpath.normpath(path)
+            (dirs if is_dir else files).append(path)
+        return cls(tuple(files), tuple(dirs))
+
+    def has_file(self, path: str) -> bool:
+        return path in self.files or self._found(self.files, path, lambda p: p == path)
 
     def has_path(self, path: str) -> bool:
-        return path in self.files or path in self.dirs
+        inside = f"{path}/"
+        return path in self.files or path in self.dirs or self._found(
+            self.files + self.dirs, path, lambda p: p == path or p.startswith(inside))
+
+    def has_dir(self, path: str) -> bool:
+        """A directory given, or one that a path inside it implies."""
+        inside = f"{path}/"
+        return self._found(self.dirs, path, lambda p: p == path) or \
+            self._found(self.files + self.dirs, path, lambda p: p.startswith(inside))
 
     def has_module(self, module: str) -> bool:
         """Whether `import module` finds it here: a module file, a package or a directory."""
         path = module.replace(".", "/")
-        if path in self.dirs:
+        if self.has_dir(path):
             return True
         parent, name = posixpath.split(path)
-        return any(f.startswith(f"{name}.") and f.endswith(MODULE_SUFFIXES)
-                   and posixpath.dirname(p) == parent
-                   for p in self._siblings(parent) for f in (posixpath.basename(p),))
+        prefix = f"{parent}/{name}." if parent else f"{name}."
+        return self._found(self.files, path,
+                           lambda p: p.startswith(prefix) and p.endswith(MODULE_SUFFIXES)
+                           and "/" not in p[len(prefix):])
 
-    def _siblings(self, parent: str) -> list[str]:
-        prefix = f"{parent}/" if parent else ""
-        return [f for f in self.files
-                if f.startswith(prefix) and "/" not in f[len(prefix):]]
+    @staticmethod
+    def _found(paths: tuple[str, ...], sought: str, test: Callable[[str], bool]) -> bool:
+        """Whether `test` holds for one of `paths`. Any other form of a path that passes holds
+        `sought`'s last part: for a nested `sought`, those paths are normalised and tested."""
+        if any(map(test, paths)):
+            return True
+        if "/" not in sought:  # a root-level name's odd forms start `./` or end `/`: done
+            return False
+        part = posixpath.basename(sought)
+        return any(test(posixpath.normpath(p)) for p in paths
+                   if part in p and ("//" in p or "/." in p))
 
 
 @dataclass(frozen=True)
@@ -94,7 +120,7 @@ def missing(entrypoint: str | Sequence[str] | None,
     context = Context.of(entries)
     if not context.files and not context.dirs:
         return None  # no context at all (an API client's experiment): nothing to check against
-    if STARTUP_HOOK in context.files:
+    if context.has_file(STARTUP_HOOK):
         return None
     for need in _needs(entrypoint):
         if need.module:
@@ -201,26 +227,48 @@ def _context_path(token: str) -> str | None:
 
 def _say_path(path: str, context: Context) -> str:
     suffix = posixpath.splitext(path)[1]
-    candidates = [f for f in context.files if f.endswith(suffix)] if suffix else \
-        list(context.files)
+    candidates = (f for f in _short(context.files, 0) if f.endswith(suffix))
     return (f"entrypoint names {_shown(path)}, which is not in the context"
             f"{_did_you_mean(path, candidates)}")
 
 
 def _say_module(module: str, context: Context) -> str:
     path = module.replace(".", "/")
-    candidates = [f[:-3].replace("/", ".").removesuffix(".__init__")
-                  for f in context.files if f.endswith(".py")]
+    candidates = (f[:-3].replace("/", ".").removesuffix(".__init__")
+                  for f in _short(context.files, len(".__init__.py")) if f.endswith(".py"))
     return (f"entrypoint names module {_shown(module)} ({_shown(path)}.py or "
             f"{_shown(path)}/__init__.py), which is not in the context"
             f"{_did_you_mean(module, candidates)}")
 
 
-def _did_you_mean(name: str, candidates: list[str]) -> str:
-    if len(candidates) > MAX_SUGGESTION_CANDIDATES:  # a huge context: the closest by length
-        candidates = sorted(candidates, key=lambda c: abs(len(c) - len(name)))
-        candidates = candidates[:MAX_SUGGESTION_CANDIDATES]
-    close = difflib.get_close_matches(name, candidates, n=1, cutoff=0.6)
+def _short(paths: Iterable[str], extra: int) -> Iterator[str]:
+    """The paths that may be suggested (`extra`: characters they lose on the way), normal."""
+    for p in paths:
+        if len(p) <= MAX_SUGGESTED + extra:
+            yield posixpath.normpath(p)
+
+
+def suggestion_candidates(name: str, names: Iterable[str]) -> list[str]:
+    """The few of `names` worth comparing with `name` for a did-you-mean (difflib's ratio is
+    slow on many or long names): none if `name` is longer than MAX_SUGGESTED; else those no
+    longer, of a length that can reach the 0.6 cutoff (the shorter at least 3/7 of the longer
+    one), at most MAX_SUGGESTION_CANDIDATES, those in `name`'s directory first, then those
+    nearest its length."""
+    size = len(name)
+    if size > MAX_SUGGESTED:
+        return []
+    low, high = (3 * size + 6) // 7, min(MAX_SUGGESTED, (7 * size) // 3)
+    fit = [n for n in names if low <= len(n) <= high and n != name]
+    if len(fit) <= MAX_SUGGESTION_CANDIDATES:
+        return fit
+    folder = name.rpartition("/")[0]
+    return heapq.nsmallest(MAX_SUGGESTION_CANDIDATES, fit,
+                           key=lambda n: (n.rpartition("/")[0] != folder, abs(len(n) - size)))
+
+
+def _did_you_mean(name: str, names: Iterable[str]) -> str:
+    candidates = suggestion_candidates(name, names)
+    close = candidates and difflib.get_close_matches(name, candidates, n=1, cutoff=0.6)
     return f" (did you mean {_shown(close[0])}?)" if close else ""
 
 
