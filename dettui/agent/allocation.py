@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import json
 import logging
 import os
@@ -19,7 +20,7 @@ from typing import Any
 import psutil
 
 from dettui import context, lifeline, paths, retry
-from dettui.agent import logship, process, runinfo, sandbox, spool, trialuser
+from dettui.agent import logship, process, runinfo, sandbox, spool, trial_exec, trialuser
 from dettui.agent.trialuser import TrialUser
 from dettui.client import Client
 from dettui.errors import ContextError, DettuiError, MasterUnreachable
@@ -136,7 +137,8 @@ class AllocationRun:
 
     def _env(self, mounted: bool) -> dict[str, str]:
         """The trial's environment: the allow-listed part of the agent's (never its secrets),
-        then the master's DET_* variables and the experiment's own."""
+        then the master's DET_* variables and the experiment's own. Only the trial's exec gets
+        it (trial_exec.py): what runs before, as root, gets `_stage_env`."""
         env = {k: v for k, v in os.environ.items() if allowed(k)}
         env.update(self.spec.env)
         env.update(runinfo.environment(self.run_dir, self.workdir, mounted))
@@ -165,6 +167,15 @@ class AllocationRun:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(d) for d in cuda)
         return env
 
+    def _stage_env(self) -> dict[str, str]:
+        """The environment of what runs before the trial (the sandbox's setup, setpriv): the
+        system's PATH and the marks by which the allocation's processes are found."""
+        marks = {process.MARK: self.id, process.AGENT_MARK: self.agent_id,
+                 process.INSTANCE_MARK: process.instance()}
+        if process.TEST_MARK in os.environ:
+            marks[process.TEST_MARK] = os.environ[process.TEST_MARK]
+        return sandbox.stage_environment(marks)
+
     def _identity(self, workdir: str) -> dict[str, str]:
         """USER, LOGNAME and HOME of the trial's user: its home when it owns one, else the work
         dir (`nobody`'s /nonexistent would fail every cache write)."""
@@ -190,35 +201,41 @@ class AllocationRun:
 
     async def _execute(self) -> None:
         argv = self._argv()
-        # The parent-death signal through setpriv rather than a preexec_fn keeps the spawn a
-        # vfork (see lifeline.pdeathsig_prefix); a program exec cannot find keeps the old way,
-        # so that it still fails to spawn instead of exiting 127.
         support = sandbox.probe()
         env = self._env(support.on)
         self._check_storage(env)
+        if not _runnable(argv[0], self.workdir, env["PATH"]):  # the start's error, as exec's
+            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), argv[0])
         await asyncio.to_thread(runinfo.write, self.run_dir, env, self.workdir, support.on)
         mounts = self._mounts(env)
         (self.run_dir / "tmp").mkdir(exist_ok=True)
+        # The trial's environment waits in its run dir for its exec, after setpriv: nothing
+        # before it (root) runs with a user's PATH or LD_PRELOAD.
+        await asyncio.to_thread(trial_exec.write, self.run_dir / trial_exec.FILE_NAME, env)
         await asyncio.to_thread(self._hand_over)
-        found = _runnable(argv[0], self.workdir, env["PATH"])
-        prefix = lifeline.pdeathsig_prefix() if found else ()
-        if found:
-            launch = sandbox.wrap(support, argv, env["DET_WORKDIR"], self.hidden,
-                                  self._kept(env), mounts, self.user, self.nproc,
-                                  self._reach(env, argv[0]), label=f"trial {self.spec.trial_id}")
-            argv = launch.argv
-            env.update(launch.env)
+        entry = trial_exec.command(sys.executable,
+                                   os.path.join(env["DET_RUN_DIR"], trial_exec.FILE_NAME), argv)
+        launch = sandbox.wrap(support, entry, env["DET_WORKDIR"], self.hidden, self._kept(env),
+                              mounts, self.user, self.nproc, self._reach(env, argv[0]),
+                              label=f"trial {self.spec.trial_id}")
+        stage_env = {**self._stage_env(), **launch.env}
+        # The parent-death signal through setpriv rather than a preexec_fn keeps the spawn a
+        # vfork (see lifeline.pdeathsig_prefix); by its absolute path, never from the work dir.
+        prefix = lifeline.pdeathsig_prefix()
+        if prefix and not os.path.isabs(prefix[0]):
+            prefix = ()
         if not support.on:
             self._system_line(f"note: {support.note}")
         self.proc = await asyncio.create_subprocess_exec(
-            *prefix, *argv, cwd=self.workdir, env=env, stdin=asyncio.subprocess.DEVNULL,
+            *prefix, *launch.argv, cwd=self.workdir, env=stage_env,
+            stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
             start_new_session=True, preexec_fn=None if prefix else lifeline.die_with_parent,
         )
         self.own_pids.add(self.proc.pid)
         log.info("%s", self._started())
         log.debug("allocation %s: pid %d runs %s (sandbox arguments: %s)", self.id,
-                  self.proc.pid, argv, env.get(sandbox.ARGS_VAR, "none"))
+                  self.proc.pid, launch.argv, stage_env.get(sandbox.ARGS_VAR, "none"))
         assert self.proc.stdout is not None and self.proc.stderr is not None
         watcher = asyncio.create_task(self._track_tree())
         pumps = asyncio.gather(self._pump(self.proc.stdout, "stdout"),
@@ -430,10 +447,12 @@ def allowed(name: str) -> bool:
 
 
 def _runnable(program: str, cwd: Path, path: str) -> bool:
-    """Whether exec will find `program` (a relative path is relative to the work dir)."""
+    """Whether exec will find `program` (a relative path, or PATH entry, is relative to the
+    work dir, as for the trial's exec)."""
     if os.sep in program:
         return os.access(cwd / program, os.X_OK)
-    return shutil.which(program, path=path) is not None
+    dirs = os.pathsep.join(str(cwd / d) for d in path.split(os.pathsep))
+    return shutil.which(program, path=dirs) is not None
 
 
 def venv_of(program: str) -> list[Path]:

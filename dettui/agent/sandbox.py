@@ -24,6 +24,11 @@
   capabilities the trial cannot undo a mount, and the state dir, keys and other users' run dirs
   are closed to it by their modes (0700, 0600) as well: a mount is not a boundary against root.
 
+The sandbox runs with a fixed environment (`stage_environment`: the system's PATH, the
+allocation's marks, the script and its arguments), never the trial's: its setup runs as root,
+and a user's PATH or LD_PRELOAD would run the user's files there. The trial's environment is
+applied at the entrypoint's exec, after `setpriv` (trial_exec.py).
+
 A non-root agent makes the namespaces inside a user namespace of its own (the trial is "root"
 there, with no capabilities, and its mounts locked). Where no namespace can be made, the agent
 refuses to run trials unless started with `--no-sandbox` (or DETTUI_NO_SANDBOX set), which it
@@ -40,7 +45,7 @@ import shlex
 import shutil
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,6 +54,10 @@ from dettui.agent.trialuser import TrialUser, readable, unreachable
 from dettui.launch import sitedir
 
 OFF_SWITCH = "DETTUI_NO_SANDBOX"  # set (to anything): as --no-sandbox
+# Where the sandbox's setup (as root) finds mount, mkdir, setpriv...: the system's own
+# directories, never a PATH of the agent's or a user's (relative entries would resolve in the
+# work dir, which holds the user's context).
+SYSTEM_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
 STAGE_TEMPLATE = "/tmp/.dettui-stage.XXXXXX"  # mktemp's template of the dir kept paths wait in
 
 # Run as the init of the new namespaces: place the mounts, stage what is kept, cover what is
@@ -152,9 +161,10 @@ def probe() -> Support:
     """Try `unshare` once: as root, or in a user namespace of its own when not root."""
     root = os.geteuid() == 0
     unshare, setpriv = shutil.which("unshare"), shutil.which("setpriv")
-    if unshare is None or setpriv is None:
+    if unshare is None or setpriv is None or not os.path.isabs(unshare):
         return Support((), "util-linux's unshare and setpriv are not both installed", root)
     base = (unshare, "--mount", "--pid", "--fork", "--kill-child", "--mount-proc")
+    env = stage_environment({})
     tries = [base] if root else []
     tries.append((unshare, "--user", "--map-root-user", *base[1:]))
     last = ""
@@ -163,7 +173,7 @@ def probe() -> Support:
             res = subprocess.run([*prefix, "--", "sh", "-c", "mount -t tmpfs t /mnt 2>/dev/null "
                                   f"|| mount -t tmpfs t /tmp; exec {' '.join(DROP)} true"],
                                  capture_output=True, timeout=10, stdin=subprocess.DEVNULL,
-                                 text=True)
+                                 text=True, env=env)
         except (OSError, subprocess.SubprocessError) as exc:
             last = str(exc)
             continue
@@ -252,11 +262,17 @@ def covers(hidden: Sequence[Path], kept: Sequence[Path], user: TrialUser | None)
     return [h for h in outermost(out) if h.is_dir() and h != Path("/")]
 
 
+def stage_environment(marks: Mapping[str, str]) -> dict[str, str]:
+    """The whole environment of what runs before the trial (the sandbox's setup as root, the
+    agent's setpriv and prlimit): the system's PATH and `marks` (the allocation's, by which
+    its processes are found), nothing of a user's and nothing else of the agent's."""
+    return {"PATH": SYSTEM_PATH, **marks}
+
+
 @dataclass(frozen=True)
 class Launch:
-    """A command to start: its argv, and what its environment needs on top of the trial's
-    (the sandbox's script and arguments; set last, so that no variable of a user's replaces
-    them)."""
+    """A command to start: its argv, and what its environment needs on top of
+    `stage_environment` (the sandbox's script and arguments)."""
 
     argv: list[str]
     env: dict[str, str]
@@ -294,8 +310,8 @@ def wrap(support: Support, argv: Sequence[str], cwd: str | Path, hidden: Sequenc
 
 
 def shell() -> str:
-    """The sandbox's shell, by its path on the agent's PATH (not the trial's)."""
-    return shutil.which("sh") or "/bin/sh"
+    """The sandbox's shell, by its path in the system's directories (not on a user's PATH)."""
+    return shutil.which("sh", path=SYSTEM_PATH) or "/bin/sh"
 
 
 def reach(support: Support, user: TrialUser, hidden: Sequence[Path]) -> str | None:
@@ -306,7 +322,7 @@ def reach(support: Support, user: TrialUser, hidden: Sequence[Path]) -> str | No
     try:
         res = subprocess.run(wrapped.argv, capture_output=True, text=True, timeout=120, cwd="/",
                              stdin=subprocess.DEVNULL,
-                             env={"PATH": os.environ.get("PATH", ""), **wrapped.env})
+                             env={**stage_environment({}), **wrapped.env})
     except (OSError, subprocess.SubprocessError) as exc:
         return f"could not check what trial user {user.describe()} can run: {exc}"
     if res.returncode == 0:
