@@ -26,10 +26,10 @@ def test_what_a_validation_lacks_is_named() -> None:
     assert sanity.missing(asha, {"loss": 0.1}) == ["searcher.time_metric 'batches'"]
     assert sanity.missing(asha, {"loss": 0.1, "batches": 4}) == []
     text = sanity.lacking(single, {f"m{i:04d}": 1 for i in range(1000)},
-                          ["searcher.metric 'acc'"])
+                          "searcher.metric 'acc'")
     assert "and 992 more" in text and len(text) < 300  # 1,000 names: a few quoted
     assert "'" + "x" * 59 + "…'" in sanity.lacking(
-        single, {}, sanity.missing(typed({"name": "single", "metric": "x" * 500}), {}))
+        single, {}, sanity.missing(typed({"name": "single", "metric": "x" * 500}), {})[0])
     assert len(sanity.cannot_rank("e" * 100_000)) < 400
 
 
@@ -42,6 +42,13 @@ def test_an_ended_experiment_without_a_best_says_so_once() -> None:
     assert sanity.shown([], ExperimentState.COMPLETED, None, 1, True, "acc") == []  # detached
     assert sanity.added(["a"], "a") is None and sanity.added(["a"], "b") == ["a", "b"]
     assert sanity.added([str(i) for i in range(sanity.MAX_WARNINGS)], "b") is None
+    # trials that failed (or a cancel) reported no validation: nothing said of validations
+    assert sanity.shown([], ExperimentState.ERROR, None, 1, False, "acc") == []
+    assert sanity.shown([], ExperimentState.CANCELED, None, 1, False, "acc") == []
+    # validations that lacked the metric said so already: not said twice in other words
+    lacked = [sanity.lacking(typed({"name": "single", "metric": "acc"}), {"loss": 1},
+                             "searcher.metric 'acc'")]
+    assert sanity.shown(lacked, ExperimentState.COMPLETED, None, 1, False, "acc") == lacked
 
 
 def test_a_reopened_trial_is_open_again_and_its_end_counts_once() -> None:

@@ -17,13 +17,14 @@ from typing import Any
 from dettui.errors import FailedPrecondition
 from dettui.master import lifecycle, transitions
 from dettui.master.effects import Done, Effects, EndPart, experiment_changed, notify
+from dettui.master.searcher import sanity
 from dettui.master.store import experiments as exp_store
 from dettui.master.store import search as search_store
 from dettui.master.store import trials as trial_store
 from dettui.master.store import users as user_store
 from dettui.master.store.records import Allocation, Experiment, Trial
 from dettui.master.store.tx import command, step, transaction
-from dettui.models import AllocationState, ExperimentState
+from dettui.models import AllocationState, ExperimentState, TrialState
 
 
 @dataclass(frozen=True)
@@ -246,10 +247,31 @@ def _end(conn: sqlite3.Connection, alloc: Allocation, exit_code: int | None,
     conn.execute("UPDATE trials SET state=?, restarts=?, end_time=? WHERE id=?",
                  (state.value, restarts, now if state.is_terminal() else None, trial.id))
     trial = trial_store.get(conn, trial.id)
+    if state is TrialState.ERROR and not alloc.kill_requested and (
+            exit_code not in (0, None) or reason not in ("", lifecycle.LOST, lifecycle.KILLED)):
+        _say_failure(conn, trial, exit_code, reason, alloc.id, min(restarts, exp.max_restarts))
     outcome = search_store.apply_end(conn, exp, trial) if state.is_terminal() else \
         search_store.Outcome()
     return Exit(trial_store.allocation(conn, alloc.id), trial=trial, searcher=outcome,
                 ended=settle(conn, exp.id))
+
+
+_AGENT_LINES = ("the entrypoint exited with code", "the entrypoint was ended by signal",
+                "killing allocation")
+
+
+def _say_failure(conn: sqlite3.Connection, trial: Trial, exit_code: int | None, reason: str,
+                 alloc_id: str, restarts: int) -> None:
+    """A trial failed for good (after `restarts` restarts): its experiment's warning says how
+    it exited, and the last line it wrote (what `e describe` shows of an experiment that
+    failed). Its followers are told with the exit's."""
+    rows = conn.execute("SELECT log, stdtype, allocation_id FROM logs WHERE trial_id=? "
+                        "ORDER BY id DESC LIMIT 200", (trial.id,)).fetchall()
+    said = (str(r[0]).strip() for r in rows if r[1] == "stderr" and r[2] == alloc_id)
+    last = next((line for line in said if line and not line.startswith(_AGENT_LINES)), "")
+    before = search_store.warnings(conn, trial.experiment_id)
+    search_store.add_warning(conn, trial.experiment_id, sanity.trial_failed(
+        trial.id, exit_code, reason, last, restarts, before))
 
 
 @step

@@ -299,22 +299,30 @@ def check_validation(conn: sqlite3.Connection, trial_id: int, steps: int,
     what = sanity.missing(config, metrics)
     if not what:
         return Effects()
-    warning = sanity.lacking(config, metrics, what)
-    told = add_warning(conn, int(row["experiment_id"]), warning)
+    exp_id = int(row["experiment_id"])
+    told = Effects()
+    for item in what:
+        told |= add_warning(conn, exp_id, sanity.lacking(config, metrics, item,
+                                                         warnings(conn, exp_id)))
     if row["metric_warned"]:
         return told
     conn.execute("UPDATE trials SET metric_warned=1 WHERE id=?", (trial_id,))
+    line = "; ".join(sanity.lacking(config, metrics, item) for item in what)
     return told | trial_log(conn, trial_id, row["task_id"],
-                            sanity.trial_line(trial_id, steps, warning))
+                            sanity.trial_line(trial_id, steps, line))
+
+
+def warnings(conn: sqlite3.Connection, exp_id: int) -> list[str]:
+    """The experiment's stored warnings."""
+    row = conn.execute("SELECT warnings FROM experiments WHERE id=?", (exp_id,)).fetchone()
+    return json.loads(row[0]) if row and row[0] else []
 
 
 @step
 def add_warning(conn: sqlite3.Connection, exp_id: int, text: str) -> Effects:
-    """Keep `text` among the experiment's warnings (once; at most sanity.MAX_WARNINGS)."""
-    row = conn.execute("SELECT warnings FROM experiments WHERE id=?", (exp_id,)).fetchone()
-    if row is None:
-        return Effects()
-    now = sanity.added(json.loads(row[0]) if row[0] else [], text)
+    """Keep `text` among the experiment's warnings, in place of the one of its kind (at most
+    sanity.MAX_WARNINGS)."""
+    now = sanity.added(warnings(conn, exp_id), text)
     if now is None:
         return Effects()
     conn.execute("UPDATE experiments SET warnings=? WHERE id=?", (json.dumps(now), exp_id))
