@@ -15,6 +15,7 @@ from typing import Any
 
 from rich import progress as rich_progress
 
+from dettui import byte_size
 from dettui.client import Client
 from dettui.commands import output
 from dettui.commands.experiment import _size
@@ -24,9 +25,14 @@ from dettui.storage import storage_base
 
 
 def _progress() -> rich_progress.Progress:
+    """A transient bar on stderr, on a console that wraps as the terminal does (so that it is
+    erased whole, leaving no blank line)."""
+    from rich.console import Console
+
     rp = rich_progress
-    return rp.Progress(rp.TextColumn("{task.description}"), rp.BarColumn(), rp.DownloadColumn(),
-                       rp.TransferSpeedColumn(), console=output.err_console, transient=True)
+    return rp.Progress(rp.TextColumn("{task.description}"), rp.BarColumn(bar_width=20),
+                       rp.DownloadColumn(), rp.TransferSpeedColumn(), transient=True,
+                       console=Console(stderr=True, highlight=False, markup=False))
 
 
 async def list_(c: Client, exp_id: int, *, best: int | None, as_json: bool) -> None:
@@ -94,14 +100,41 @@ async def fetch(c: Client, uuid: str, dest: Path, *, mode: str = "auto",
 
 
 async def download(c: Client, uuid: str, output_dir: Path | None, *,
-                   mode: str = "auto") -> Path:
+                   mode: str = "auto") -> tuple[Path, int]:
     """`dettui checkpoint download`: one checkpoint into `output_dir` (default
-    ./checkpoints/<uuid>) with a progress bar; its path."""
+    ./checkpoints/<uuid>, where `det checkpoint download` puts it) with a progress bar; its
+    path and the bytes of its files there."""
     dest = Path(output_dir) if output_dir else Path("checkpoints") / uuid
     with _progress() as bar:
         task = bar.add_task(f"Fetching {uuid[:8]}", total=None)
-        return await fetch(c, uuid, dest, mode=mode, progress=lambda done, total: bar.update(
+        path = await fetch(c, uuid, dest, mode=mode, progress=lambda done, total: bar.update(
             task, completed=done, total=total))
+    return path, await asyncio.to_thread(_bytes_under, path)
+
+
+def _bytes_under(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink())
+
+
+def folder_name(exp_id: int, ckpt: dict[str, Any]) -> str:
+    """A checkpoint's download folder, readable and unique: exp-1-trial-3-step-400-6b8f2ab8
+    (`dettui e download` and the dashboard's `d` name it so)."""
+    trial = (ckpt.get("training") or {}).get("trialId")
+    steps = (ckpt.get("metadata") or {}).get("steps_completed")
+    parts = [f"exp-{exp_id}"] + ([f"trial-{int(trial)}"] if isinstance(trial, int) else [])
+    parts += [f"step-{int(steps)}"] if isinstance(steps, int) else []
+    return "-".join([*parts, str(ckpt["uuid"])[:8]])
+
+
+def _say_fetched(uuid: str, path: Path, size: int) -> None:
+    """`uuid -> path (59.1 KiB)` on one line, as plain text: a script reads it, and no
+    console width breaks it."""
+    import sys
+
+    from dettui.terminal_text import message
+
+    sys.stdout.write(message(f"{uuid} -> {path} ({byte_size.human(size)})", cap=4096) + "\n")
+    sys.stdout.flush()
 
 
 def _local_source(ckpt: dict[str, Any]) -> Path | None:
@@ -176,7 +209,8 @@ def _inside(tar: tarfile.TarFile, dest: Path) -> Iterator[tarfile.TarInfo]:
 async def download_experiment(c: Client, exp_id: int, output_dir: Path, *, top: int,
                               mode: str = "auto") -> list[Path]:
     """The experiment's best `top` checkpoints (by its searcher metric), each in
-    `output_dir/<uuid>`."""
+    `output_dir/exp-<id>-trial-<id>-step-<n>-<uuid8>` (`folder_name`). An experiment with no
+    completed checkpoint is an error (FailedPrecondition)."""
     if top < 1:
         raise InvalidArgument("--top must be at least 1")
     best = await c.checkpoints(exp_id, sort_by="SORT_BY_SEARCHER_METRIC",
@@ -191,15 +225,18 @@ async def download_experiment(c: Client, exp_id: int, output_dir: Path, *, top: 
                     f"{'one' if top == 1 else top} instead")
         best = await c.checkpoints(exp_id, newest_first=True, states=("STATE_COMPLETED",),
                                    limit=top)
+    if not best:
+        raise FailedPrecondition(f"experiment {exp_id} has no completed checkpoint to "
+                                 "download")
     paths = []
     for ck in best:
-        paths.append(await download(c, ck["uuid"], Path(output_dir) / ck["uuid"], mode=mode))
-        output.console.print(f"{ck['uuid']} -> {paths[-1]}")
-    if not paths:
-        output.console.print(f"experiment {exp_id} has no completed checkpoint")
+        path, size = await download(c, ck["uuid"], Path(output_dir) / folder_name(exp_id, ck),
+                                    mode=mode)
+        _say_fetched(ck["uuid"], path, size)
+        paths.append(path)
     return paths
 
 
 async def download_one(c: Client, uuid: str, output_dir: Path | None, *, mode: str) -> None:
-    path = await download(c, uuid, output_dir, mode=mode)
-    output.console.print(f"{uuid} -> {path}")
+    path, size = await download(c, uuid, output_dir, mode=mode)
+    _say_fetched(uuid, path, size)

@@ -70,10 +70,15 @@ def _check_entrypoint(cfg: Any, files: list[dict[str, Any]], config: Path) -> No
 
 
 def _progress() -> Progress:
+    """A transient bar on stderr. Its own console wraps as the terminal does (the messages'
+    console does not), so that the bar, once done, is erased whole: a line wider than the
+    terminal left a blank line behind."""
+    from rich.console import Console
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 
-    return Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
-                    TransferSpeedColumn(), console=output.err_console, transient=True)
+    return Progress(TextColumn("{task.description}"), BarColumn(bar_width=20), DownloadColumn(),
+                    TransferSpeedColumn(), transient=True,
+                    console=Console(stderr=True, highlight=False, markup=False))
 
 
 async def create(c: Client, config: Path, ctx_dir: Path, *, includes: list[Path],
@@ -131,24 +136,56 @@ async def _dry_run(c: Client, cfg: Any, files: list[dict[str, Any]]) -> int:
     return 0
 
 
+ENDED = ("STATE_COMPLETED", "STATE_CANCELED", "STATE_ERROR")
+WAITING = ("STATE_QUEUED", "STATE_PAUSED")
+MAX_FOLLOWED = 16  # trials whose logs are streamed at once (the others wait their turn)
+
+
 async def follow_experiment(c: Client, exp_id: int) -> int:
-    """Stream the first trial's logs until the experiment ends; 1 if it ended in ERROR."""
-    trial_id = None
-    while trial_id is None:
-        trials = await c.trials(exp_id)
-        if trials:
-            trial_id = min(int(t["id"]) for t in trials)
-        else:
-            await asyncio.sleep(0.1)
-    await follow_logs(c, trial_id)
-    while True:
-        exp = await c.experiment(exp_id)
-        if exp["state"] in ("STATE_COMPLETED", "STATE_CANCELED", "STATE_ERROR"):
-            break
-        await asyncio.sleep(0.2)
+    """Stream every trial's logs until the experiment ends (each line after its trial's id,
+    unless the search is `single`), then its end and its warnings; 1 if it ended in ERROR.
+    Ctrl-C stops following, not the experiment."""
+    try:
+        exp = await _follow_trials(c, exp_id)
+    except asyncio.CancelledError:
+        output.err_console.print(f"stopped following; experiment {exp_id} keeps running "
+                                 f"(dettui e kill {exp_id} stops it)")
+        raise
     state = output.state(exp["state"])
     output.console.print(f"Experiment {exp_id} ended: {state}")
+    _show_warnings(exp)
     return 1 if state == "ERROR" else 0
+
+
+async def _follow_trials(c: Client, exp_id: int) -> dict[str, Any]:
+    """Follow the logs of each trial once it has started (at most MAX_FOLLOWED at once), until
+    the experiment and every stream have ended; the experiment."""
+    exp = await c.experiment(exp_id)
+    single = ((exp.get("config") or {}).get("searcher") or {}).get("name") == "single"
+    seen: set[int] = set()
+    slots = asyncio.Semaphore(MAX_FOLLOWED)
+    streams: list[asyncio.Task[None]] = []
+
+    async def stream(trial_id: int) -> None:
+        async with slots:
+            await follow_logs(c, trial_id, prefix="" if single else f"trial {trial_id} ")
+
+    try:
+        while True:
+            ended = exp["state"] in ENDED
+            for t in sorted(await c.trials(exp_id), key=lambda t: int(t["id"])):
+                if int(t["id"]) not in seen and (ended or t["state"] not in WAITING):
+                    seen.add(int(t["id"]))
+                    streams.append(asyncio.create_task(stream(int(t["id"]))))
+            if ended:
+                break
+            await asyncio.sleep(0.5)
+            exp = await c.experiment(exp_id)
+        await asyncio.gather(*streams)
+    finally:
+        for task in streams:
+            task.cancel()
+    return exp
 
 
 async def list_(c: Client, *, show_all: bool, as_json: bool) -> None:
@@ -157,13 +194,25 @@ async def list_(c: Client, *, show_all: bool, as_json: bool) -> None:
         output.print_json(exps)
         return
     rows = [(e["id"], e["username"], e["name"], _marker(e) + output.state(e["state"]),
-             f"{(e.get('progress') or 0) * 100:.0f}%" if e.get("progress") is not None
-             and output.state(e["state"]) not in ("ERROR", "CANCELED") else "",
+             _progress_text(e.get("progress")),
              e["numTrials"], _held(e), output.when(e["startTime"]),
              output.when(e.get("endTime")), e.get("resourcePool", "")) for e in exps]
     output.table(None, ["ID", "Owner", "Name", "State", "Progress", "Trials", "Checkpoints",
                         "Start Time", "End Time", "Resource Pool"], rows,
                  least_needed=["Resource Pool", "End Time", "Start Time", "Owner"])
+    warned = [str(e["id"]) for e in exps if _marker(e)]
+    if warned:
+        output.console.print(f"! the experiment has warnings: dettui e describe {warned[0]}"
+                             + (f" (also {', '.join(warned[1:4])}"
+                                f"{', …' if len(warned) > 4 else ''})" if warned[1:] else ""))
+
+
+def _progress_text(progress: object) -> str:
+    """"40%": an experiment's progress as its master keeps it (an ended one's too: ERROR and
+    CANCELED keep what they had reached, COMPLETED is 100%), the same in every view."""
+    if not isinstance(progress, int | float) or isinstance(progress, bool):
+        return ""
+    return f"{progress * 100:.0f}%"
 
 
 async def describe(c: Client, exp_id: int, *, as_json: bool) -> None:
@@ -177,13 +226,12 @@ async def describe(c: Client, exp_id: int, *, as_json: bool) -> None:
     smaller = bool(searcher.get("smaller_is_better", metric.SMALLER_IS_BETTER))
     trials = sorted(trials, key=lambda t: _rank(t, name, smaller))
     best = _best_value(trials[0], name) if trials else None
-    progress = exp.get("progress")
     output.table(f"Experiment {exp_id}", ["ID", "Name", "State", "Progress", "Owner",
                                            "Searcher", "Metric", "Best", "Trials",
                                            "Checkpoints", "Start Time", "End Time",
                                            "Resource Pool"],
                  [(exp["id"], exp["name"], output.state(exp["state"]),
-                   f"{progress * 100:.0f}%" if progress is not None else "", exp["username"],
+                   _progress_text(exp.get("progress")), exp["username"],
                    exp["searcherType"], name, "" if best is None else f"{best:.6g}",
                    len(trials), _held(exp), output.when(exp["startTime"]),
                    output.when(exp.get("endTime")), exp.get("resourcePool", ""))],

@@ -10,7 +10,9 @@ from dettui.errors import InvalidArgument
 
 async def follow_logs(c: Client, trial_id: int, *, follow: bool = True,
                       ranks: list[int] | None = None, tail: int | None = None,
-                      as_json: bool = False) -> None:
+                      as_json: bool = False, prefix: str = "") -> None:
+    """Print the trial's log lines (the last `tail`; with `follow`, until its stream ends),
+    each after `prefix` (`trial 3 `, when several trials' lines are interleaved)."""
     import sys
 
     lines = []
@@ -18,25 +20,25 @@ async def follow_logs(c: Client, trial_id: int, *, follow: bool = True,
         if tail:
             lines.append(item)
             continue
-        _emit(item, as_json)
+        _emit(item, as_json, prefix)
         sys.stdout.flush()
     for item in reversed(lines):
-        _emit(item, as_json)
+        _emit(item, as_json, prefix)
     if tail and follow:
         last = max((int(i["id"]) for i in lines), default=0)
         async for item in c.trial_logs(trial_id, follow=True, ranks=ranks):
             if int(item["id"]) > last:
-                _emit(item, as_json)
+                _emit(item, as_json, prefix)
 
 
-def _emit(item: dict[str, object], as_json: bool) -> None:
+def _emit(item: dict[str, object], as_json: bool, prefix: str = "") -> None:
     import json
     import sys
 
     if as_json:
         sys.stdout.write(json.dumps(item) + "\n")  # JSON escapes every control character
     else:
-        output.log_line(str(item["message"]))
+        output.log_line(prefix + str(item["message"]))
 
 
 async def logs(c: Client, trial_id: int, *, follow: bool, ranks: list[int] | None,

@@ -14,7 +14,7 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import Header
 from textual_plotext import PlotextPlot
 
-from dettui import series
+from dettui import byte_size, series
 from dettui.errors import DettuiError
 from dettui.screens.base import ApiScreen, Row, progress_text, state_text
 from dettui.widgets.keybar import KeyBar
@@ -348,6 +348,8 @@ class ExperimentScreen(ApiScreen):
         if ckpt is None:
             self.notify(what, severity="warning")
             return
+        from dettui.commands.checkpoint import folder_name
+
         name = folder_name(self.exp_id, ckpt)
         answer = await self.ask_path(f"Download {what} {ckpt['uuid']} into the folder "
                                      "(Enter downloads, Escape cancels):",
@@ -380,7 +382,7 @@ class ExperimentScreen(ApiScreen):
 
         done = [0]
         ticker = self.set_interval(0.2, lambda: self.show(
-            "#gc", f"Downloading {uuid[:8]}: {done[0] / 2**20:.1f} MiB"))
+            "#gc", f"Downloading {uuid[:8]}: {byte_size.human(done[0])}"))
         try:
             path = await fetch(self.client, uuid, dest,
                                progress=lambda n, _total: done.__setitem__(0, n))
@@ -390,16 +392,7 @@ class ExperimentScreen(ApiScreen):
         finally:
             ticker.stop()
             self.refresh_checkpoints()
-        self.notify(f"{done[0] / 2**20:.1f} MiB in {path}", title=f"checkpoint {uuid[:8]}")
-
-
-def folder_name(exp_id: int, ckpt: dict[str, Any]) -> str:
-    """A checkpoint's download folder, readable and unique: exp-1-trial-3-step-400-6b8f2ab8."""
-    trial = (ckpt.get("training") or {}).get("trialId")
-    steps = (ckpt.get("metadata") or {}).get("steps_completed")
-    parts = [f"exp-{exp_id}"] + ([f"trial-{int(trial)}"] if isinstance(trial, int) else [])
-    parts += [f"step-{int(steps)}"] if isinstance(steps, int) else []
-    return "-".join([*parts, str(ckpt["uuid"])[:8]])
+        self.notify(f"{byte_size.human(done[0])} in {path}", title=f"checkpoint {uuid[:8]}")
 
 
 def _warned(e: dict[str, Any]) -> tuple[str, ...]:

@@ -99,7 +99,10 @@ class ExperimentsScreen(ApiScreen):
         self.show("#title", f"Experiments: {counted(t)}",
                   " (with archived)" if self.show_archived else "",
                   f", filter {t.filter_text!r}" if t.filter_text else "",
-                  self.more_text("experiments"))
+                  self.more_text("experiments"),
+                  "  (! has warnings: enter shows them)" if any(
+                      str((t.row(k) or {}).get("state", "")).endswith(WARNED) for k in t.keys)
+                  else "")
 
     def action_toggle_archived(self) -> None:
         self.show_archived = not self.show_archived

@@ -157,7 +157,9 @@ def test_checkpoints_and_metrics_come_back_out(served: Served, tmp_path: Path) -
         assert same_tree(got, storage / best), mode
     top = served.cli("e", "download", "1", "--top", "2", "-o", str(tmp_path / "top")).stdout
     assert top.index(best) < top.index(latest), top  # best first
-    assert same_tree(tmp_path / "top" / latest, storage / latest)
+    # named as the dashboard names a download: exp-1-trial-1-step-3-<uuid8>
+    assert same_tree(next((tmp_path / "top").glob(f"exp-1-trial-*-step-*-{latest[:8]}")),
+                     storage / latest)
     mine = json.loads(served.cli("checkpoint", "list", "1", "--best", "1", "--json").stdout)
     assert [c["uuid"] for c in mine] == [best]
 

@@ -61,7 +61,7 @@ async def test_d_downloads_the_highlighted_trials_checkpoint_where_the_user_says
         best = tmp_path / "checkpoints" / f"exp-1-trial-1-step-1-{by_step[1][:8]}"
         assert box.value == str(best)
         await pilot.press("enter")
-        await until_async(notified(app, f"MiB in {best}"),
+        await until_async(notified(app, f" in {best}"),
                           lambda: f"the download: {toasts(app)}")
 
         ckpts.focus()  # the checkpoints table: its selected row, into a folder typed
@@ -72,7 +72,7 @@ async def test_d_downloads_the_highlighted_trials_checkpoint_where_the_user_says
         assert box.value.endswith(f"exp-1-trial-1-step-2-{by_step[2][:8]}"), box.value
         box.value = str(tmp_path / "mine")
         await pilot.press("enter")
-        await until_async(notified(app, f"MiB in {tmp_path / 'mine'}"),
+        await until_async(notified(app, f" in {tmp_path / 'mine'}"),
                           lambda: f"the download: {toasts(app)}")
 
     for got, uuid in ((best, by_step[1]), (tmp_path / "mine", by_step[2])):
