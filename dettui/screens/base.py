@@ -195,9 +195,41 @@ class ApiScreen(Guarded, Screen[None]):
         return PlainInput(placeholder=FILTER_HINT, id="filter")
 
     def action_filter(self) -> None:
+        """Show the filter box and focus it now (not after the events already read, as
+        `focus()` would): keys typed right after `/` in one burst go into the box, never to
+        the table's bindings (`/sn` re-sorted, then opened New experiment)."""
         box = self.query_one("#filter", Input)
         box.add_class("shown")
-        box.focus()
+        self.set_focus(box)
+
+    def on_key(self, event: events.Key) -> None:
+        """Keys typed right after `/` go into the filter box, though read in one burst with
+        it (tmux, a fast typist): the table had them already and passed them up, where the
+        screen's bindings would take them (`/sn` sorted, then opened New experiment). So `/`
+        opens the box here, in the order the keys came, and a printable key that comes up
+        while the box has the focus (the box keeps those it is typed) goes into it."""
+        box = next(self.query("#filter").results(Input), None)
+        if box is None:
+            return
+        if self.focused is box and event.is_printable:  # (has_focus waits for its Focus)
+            event.stop()
+            event.prevent_default()
+            box.post_message(events.Key(event.key, event.character))
+        elif event.key == "slash" and self.focused is not box:
+            event.stop()
+            event.prevent_default()
+            self.action_filter()
+
+    @on(events.Paste)
+    def _paste_to_filter(self, event: events.Paste) -> None:
+        """A paste that reaches the screen (the table has focus) is text to filter by, never
+        keys (p, a, c are row actions): it goes into the filter box."""
+        box = next(self.query("#filter").results(Input), None)
+        if box is None or self.focused is box:
+            return
+        event.stop()
+        self.action_filter()
+        box.post_message(events.Paste(event.text))
 
     @on(Input.Submitted, "#filter")
     def _apply_filter(self, event: Input.Submitted) -> None:
