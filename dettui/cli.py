@@ -296,14 +296,18 @@ def _trial_args(sub: Any) -> None:
     d.add_argument("--json", action="store_true")
 
 
-def _master(args: argparse.Namespace) -> str:
+def _master(args: argparse.Namespace, *, absent_ok: bool = False) -> str:
     """The master of a client command: -m, $DET_MASTER, the state dir's running master, or
-    the default; when that is not the obvious one, one line on stderr says which."""
-    from dettui import master_address
+    the default; when that is not the obvious one, one line on stderr says which. When none
+    of them runs, the error says so (an agent, `absent_ok`, waits for the master instead)."""
+    from dettui import master_address, terminal_text
+    from dettui.errors import MasterUnreachable
 
     choice = master_address.choose(args.master, getattr(args, "state_dir", None))
     if choice.note:
-        print(choice.note, file=sys.stderr, flush=True)
+        print(terminal_text.message(choice.note), file=sys.stderr, flush=True)
+    if choice.absent and not absent_ok:
+        raise MasterUnreachable(choice.absent)
     return choice.url
 
 
@@ -437,7 +441,7 @@ def _run(args: argparse.Namespace) -> int:
         token = secret.agent_token(args.token, args.token_file)
         agent_id = args.id or socket.gethostname()
         options = AgentOptions(
-            master_url=_master(args), agent_id=agent_id, pool=args.pool,
+            master_url=_master(args, absent_ok=True), agent_id=agent_id, pool=args.pool,
             cpu_slots=args.slots, work_root=args.work_dir or runtime.default_work_root(agent_id),
             address=args.address, **_sandbox_options(args))
         asyncio.run(runtime.run_agent(options, token))
@@ -466,8 +470,10 @@ def die(message: str, title: str = "Error") -> int:
     plain text, never markup. A message that starts with its title is not prefixed again."""
     from rich.text import Text
 
+    from dettui import terminal_text
     from dettui.commands.output import err_console
 
+    message, title = terminal_text.message(message), terminal_text.message(title, 80)
     if message.casefold().startswith(title.casefold()):
         line = Text(message[:1].upper() + message[1:])
         line.stylize("bold red", 0, len(title))
@@ -478,8 +484,11 @@ def die(message: str, title: str = "Error") -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from dettui import terminal_text
+
     logging.basicConfig(level=os.environ.get("DETTUI_LOG_LEVEL", "INFO"),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        handlers=[terminal_text.StderrHandler()])
     args = _parser().parse_args(argv)
     try:
         return _run(args)
@@ -487,6 +496,12 @@ def main(argv: list[str] | None = None) -> int:
         return die(exc.message, exc.title)
     except KeyboardInterrupt:
         return 130
+    finally:
+        for stream in (sys.stdout, sys.stderr):  # a reader gone (`| cat` ended by Ctrl-C):
+            try:  # Python's own flush at exit would fail with a traceback and exit code 120
+                stream.flush()
+            except OSError:
+                terminal_text.silence(stream)
 
 
 if __name__ == "__main__":

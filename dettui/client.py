@@ -10,6 +10,7 @@ import base64
 import http.client
 import json
 import os
+import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -28,11 +29,33 @@ PAGES_AT_ONCE = 4  # pages of a list asked at the same time, after the first
 
 
 def master_url(explicit: str | None = None) -> str:
-    """-m/--master, else DET_MASTER, else the local default; a bare host:port gets http://."""
-    url = explicit or os.environ.get("DET_MASTER") or DEFAULT_MASTER
+    """-m/--master, else DET_MASTER, else the local default, as Determined reads it: without a
+    scheme, http:// and port 8080 (`-m 10.0.0.5` is http://10.0.0.5:8080); a bare port is
+    this host's (`-m 18499` is http://127.0.0.1:18499); with a scheme and no port, the
+    scheme's own (80, 443). InvalidArgument for what is not a master URL."""
+    given = explicit or os.environ.get("DET_MASTER") or DEFAULT_MASTER
+    url = given.strip()
+    if url.removeprefix(":").isdigit():
+        url = f"127.0.0.1:{url.removeprefix(':')}"
     if "://" not in url:
         url = "http://" + url
-    return url.rstrip("/")
+        default_port = 8080
+    else:
+        default_port = None
+    try:
+        parts = urllib.parse.urlsplit(url)
+        port = parts.port or default_port
+    except ValueError as exc:
+        raise errors.InvalidArgument(f"not a master URL: {given[:200]!r} ({exc})") from exc
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.username \
+            or parts.password or parts.query or parts.fragment:
+        raise errors.InvalidArgument(
+            f"not a master URL: {given[:200]!r} (expected http://HOST:PORT, HOST:PORT, HOST or "
+            "PORT)")
+    host = parts.netloc.rpartition("@")[2]
+    if port is not None and parts.port is None:
+        host = f"{host}:{port}"
+    return urllib.parse.urlunsplit((parts.scheme, host, parts.path, "", "")).rstrip("/")
 
 
 def _handshake_message(exc: aiohttp.WSServerHandshakeError) -> str:
@@ -63,7 +86,8 @@ Params = dict[str, str] | list[tuple[str, str]]  # query parameters (a list may 
 
 def _window(body: dict[str, Any]) -> tuple[int | None, int | None]:
     """A page's endIndex and the whole list's total (None when the answer does not say)."""
-    page = body.get("pagination") or {}
+    page = body.get("pagination")
+    page = page if isinstance(page, dict) else {}
     end, total = page.get("endIndex"), page.get("total")
     return (end if isinstance(end, int) else None, total if isinstance(total, int) else None)
 
@@ -275,9 +299,9 @@ class Client:
                     if not line.strip():
                         continue
                     item = json.loads(line)
-                    if "error" in item:
+                    if isinstance(item, dict) and "error" in item:
                         raise errors.DettuiError(errors.message_of(resp.status, line))
-                    yield item["result"]
+                    yield self._field(item, "result", dict, f"GET {path}")
         except aiohttp.ClientConnectionError as exc:
             raise errors.MasterUnreachable(f"cannot reach the master at {self.url}: {exc}") from exc
         except aiohttp.ClientPayloadError as exc:  # the master went away mid-stream
@@ -337,18 +361,37 @@ class Client:
 
     # --- typed helpers -----------------------------------------------------------------
 
+    def _field(self, answer: Any, key: str, kind: type, request: str) -> Any:
+        """`answer[key]`, which must be a `kind`: else the master's answer is not what a
+        master sends, and that is the error (never a KeyError)."""
+        value = answer.get(key) if isinstance(answer, dict) else None
+        if not isinstance(value, kind):
+            raise errors.bad_answer(self.url, request, key, kind)
+        return value
+
+    def _object(self, answer: Any, request: str) -> dict[str, Any]:
+        """An answer that must be a JSON object."""
+        if not isinstance(answer, dict):
+            raise errors.bad_answer(self.url, request, None, dict)
+        return dict(answer)
+
+    async def _part(self, kind: type, key: str, method: str, path: str, **kw: Any) -> Any:
+        """`request(method, path)`'s `key`, a `kind` (dict or list), copied."""
+        return kind(self._field(await self.request(method, path, **kw), key, kind,
+                                f"{method} {path}"))
+
     async def info(self) -> dict[str, Any]:
-        return dict(await self.request("GET", "/info", timeout=10))
+        return self._object(await self.request("GET", "/info", timeout=10), "GET /info")
 
     async def login(self, username: str, password: str) -> str:
         body = await self.request("POST", "/api/v1/auth/login",
                                   body={"username": username, "password": password,
                                         "isHashed": False}, timeout=15)
-        self.token = str(body["token"])
+        self.token = self._field(body, "token", str, "POST /api/v1/auth/login")
         return self.token
 
     async def me(self) -> dict[str, Any]:
-        return dict((await self.request("GET", "/api/v1/me"))["user"])
+        return await self._part(dict, "user", "GET", "/api/v1/me")
 
     async def create_experiment(
         self, config_text: str, files: list[dict[str, Any]], *, activate: bool = True,
@@ -369,8 +412,10 @@ class Client:
         base = _pairs(params)
 
         async def at(offset: int) -> dict[str, Any]:
-            return dict(await self.request("GET", path, params=[
-                *base, ("limit", str(page_size)), ("offset", str(offset))]))
+            body = await self.request("GET", path, params=[
+                *base, ("limit", str(page_size)), ("offset", str(offset))])
+            self._field(body, key, list, f"GET {path}")
+            return dict(body)
 
         items: list[Any] = []
         offset = 0
@@ -394,7 +439,8 @@ class Client:
         """One page of a paginated list, and how many items the whole list has."""
         body = await self.request("GET", path, params=[
             *_pairs(params), ("limit", str(limit)), ("offset", str(offset))])
-        return list(body[key]), int((body.get("pagination") or {}).get("total") or 0)
+        items = self._field(body, key, list, f"GET {path}")
+        return list(items), _window(body)[1] or 0
 
     async def experiments(self, *, archived: bool | None = False,
                           config: bool = True) -> list[dict[str, Any]]:
@@ -406,7 +452,7 @@ class Client:
         return await self.paged("/api/v1/experiments", "experiments", params)
 
     async def experiment(self, exp_id: int) -> dict[str, Any]:
-        return dict((await self.request("GET", f"/api/v1/experiments/{exp_id}"))["experiment"])
+        return await self._part(dict, "experiment", "GET", f"/api/v1/experiments/{exp_id}")
 
     async def experiment_action(self, exp_id: int, action: str) -> None:
         await self.request("POST", f"/api/v1/experiments/{exp_id}/{action}")
@@ -425,7 +471,8 @@ class Client:
             "save_experiment_best": str(policy.experiment_best),
             "save_trial_best": str(policy.trial_best),
             "save_trial_latest": str(policy.trial_latest)})
-        return list(body["checkpoints"])
+        return list(self._field(body, "checkpoints", list,
+                                f"GET /experiments/{exp_id}/preview_gc"))
 
     async def set_gc_policy(self, exp_id: int, policy: GcPolicy) -> None:
         await self.request("PATCH", f"/api/v1/experiments/{exp_id}", body={
@@ -437,7 +484,7 @@ class Client:
         return await self.paged(f"/api/v1/experiments/{exp_id}/trials", "trials")
 
     async def trial(self, trial_id: int) -> dict[str, Any]:
-        return dict((await self.request("GET", f"/api/v1/trials/{trial_id}"))["trial"])
+        return await self._part(dict, "trial", "GET", f"/api/v1/trials/{trial_id}")
 
     async def checkpoints(self, exp_id: int, *, limit: int | None = None,
                           newest_first: bool = False, sort_by: str | None = None,
@@ -466,7 +513,7 @@ class Client:
                                 limit=limit))[0]
 
     async def checkpoint(self, uuid: str) -> dict[str, Any]:
-        return dict((await self.request("GET", f"/api/v1/checkpoints/{uuid}"))["checkpoint"])
+        return await self._part(dict, "checkpoint", "GET", f"/api/v1/checkpoints/{uuid}")
 
     async def delete_checkpoints(self, uuids: list[str]) -> None:
         """`det checkpoint delete`: the checkpoints' files out of storage, records DELETED."""
@@ -491,8 +538,8 @@ class Client:
         params = {"group": group, "maxPoints": str(max(2, max_points))}
         if after_steps is not None:
             params["afterSteps"] = str(after_steps)
-        return dict(await self.request("GET", f"/api/v1/trials/{trial_id}/metrics",
-                                       params=params))
+        path = f"/api/v1/trials/{trial_id}/metrics"
+        return self._object(await self.request("GET", path, params=params), f"GET {path}")
 
     def trial_logs(self, trial_id: int, *, follow: bool = False, ranks: list[int] | None = None,
                    tail: int | None = None) -> AsyncIterator[dict[str, Any]]:
@@ -505,7 +552,8 @@ class Client:
     async def jobs(self, pool: str | None = None) -> list[dict[str, Any]]:
         """Every live job (dettui's queue: paused ones too, unlike Determined's list)."""
         params = {"includeIdle": "true"} | ({"resourcePool": pool} if pool else {})
-        return [j["full"] for j in await self.paged("/api/v1/job-queues-v2", "jobs", params)]
+        jobs = await self.paged("/api/v1/job-queues-v2", "jobs", params)
+        return [self._field(j, "full", dict, "GET /api/v1/job-queues-v2") for j in jobs]
 
     async def update_job(self, job_id: str, *, priority: int | None = None,
                          weight: float | None = None, resource_pool: str | None = None,
@@ -520,10 +568,11 @@ class Client:
     async def tasks(self) -> list[dict[str, Any]]:
         """The running allocations (Determined's allocationIdToSummary)."""
         body = await self.request("GET", "/api/v1/tasks")
-        return list(body["allocationIdToSummary"].values())
+        return list(self._field(body, "allocationIdToSummary", dict,
+                                "GET /api/v1/tasks").values())
 
     async def agents(self) -> list[dict[str, Any]]:
-        return list((await self.request("GET", "/api/v1/agents"))["agents"])
+        return await self._part(list, "agents", "GET", "/api/v1/agents")
 
     async def set_agent_enabled(self, agent_id: str, enabled: bool, *,
                                 drain: bool = True) -> None:
@@ -538,27 +587,27 @@ class Client:
                                        body={"description": description}))
 
     async def agent_credentials(self) -> list[dict[str, Any]]:
-        return list((await self.request("GET", "/api/v1/agent-credentials"))["credentials"])
+        return await self._part(list, "credentials", "GET", "/api/v1/agent-credentials")
 
     async def revoke_agent_credential(self, cred_id: int) -> None:
         await self.request("DELETE", f"/api/v1/agent-credentials/{cred_id}")
 
     async def pools(self) -> list[dict[str, Any]]:
-        return list((await self.request("GET", "/api/v1/resource-pools"))["resourcePools"])
+        return await self._part(list, "resourcePools", "GET", "/api/v1/resource-pools")
 
     # --- users --------------------------------------------------------------------------
 
     async def users(self) -> list[dict[str, Any]]:
-        return list((await self.request("GET", "/api/v1/users"))["users"])
+        return await self._part(list, "users", "GET", "/api/v1/users")
 
     async def user_by_name(self, username: str) -> dict[str, Any]:
-        return dict((await self.request("GET", f"/api/v1/users/{username}/by-username"))["user"])
+        return await self._part(dict, "user", "GET", f"/api/v1/users/{username}/by-username")
 
     async def create_user(self, username: str, password: str, *,
                           admin: bool = False) -> dict[str, Any]:
         body = {"user": {"username": username, "admin": admin, "active": True},
                 "password": password, "isHashed": False}
-        return dict((await self.request("POST", "/api/v1/users", body=body))["user"])
+        return await self._part(dict, "user", "POST", "/api/v1/users", body=body)
 
     async def set_user_active(self, user_id: int, active: bool) -> None:
         await self.request("PATCH", f"/api/v1/users/{user_id}", body={"active": active})
@@ -573,7 +622,7 @@ class Client:
         body = {"agentUserGroup": {"agentUid": uid, "agentGid": gid, "agentUser": user,
                                    "agentGroup": group}}
         got = await self.request("PATCH", f"/api/v1/users/{user_id}", body=body)
-        return dict(got["user"])
+        return dict(self._field(got, "user", dict, f"PATCH /api/v1/users/{user_id}"))
 
     # --- the agent protocol (dettui.protocol): what an agent calls --------------------------
 
@@ -623,4 +672,8 @@ class Client:
         """A task's model context, as the .tar.gz it was packed into."""
         body = await self.request("GET", f"/api/v1/tasks/{task_id}/context_directory",
                                   timeout=300)
-        return base64.b64decode(body.get("b64Tgz") or "")
+        packed = body.get("b64Tgz") if isinstance(body, dict) else None
+        if packed is not None and not isinstance(packed, str):
+            raise errors.bad_answer(self.url, f"GET /api/v1/tasks/{task_id}/context_directory",
+                                    "b64Tgz", str)
+        return base64.b64decode(packed or "")

@@ -172,6 +172,28 @@ class NotAMaster(MasterUnreachable):
     title = "Not a master"
 
 
+class BadAnswer(DettuiError):
+    """The master answered, but not with what a master sends (a key missing, or of another
+    type): a server of another kind or version. Named, never a KeyError."""
+
+    title = "Bad answer"
+    http_status = 502
+
+
+_KINDS = {dict: "an object", list: "a list", str: "a string", int: "a number"}
+
+
+def bad_answer(url: str, request: str, key: str | None, kind: type) -> BadAnswer:
+    """`url` answered `request` without `key` as a `kind` (`key` None: the answer itself was
+    not a `kind`)."""
+    what = _KINDS.get(kind, kind.__name__)
+    if key is None:
+        return BadAnswer(f"the master at {url} answered {request} with something other than "
+                         f"{what}; is it a dettui/Determined master?")
+    return BadAnswer(f"the master at {url} answered {request} without {what} `{key}`; is it a "
+                     "dettui/Determined master?")
+
+
 class AddressInUse(DettuiError):
     """The master's port is taken by another process."""
 
@@ -244,7 +266,8 @@ def not_a_master(url: str, request: str, status: int, content_type: str,
     found = _TITLE.search(raw[:65536])
     title = " ".join(found.group(1).decode("utf-8", "replace").split()) if found else ""
     title = "".join(ch for ch in title if ch.isprintable())[:80]
-    kind = content_type.partition(";")[0].strip() or "a web page"
+    kind = "".join(ch for ch in content_type.partition(";")[0].strip()
+                   if ch.isprintable())[:80] or "a web page"
     said = f"{kind}, HTTP {status}" + (f': "{title}"' if title else "")
     return NotAMaster(f"{url} is not a dettui/Determined master (it answered {request} with "
                       f"{said}); give the master's address with -m or DET_MASTER")
@@ -256,4 +279,7 @@ def from_response(status: int, body: bytes | str, *, url: str = "", request: str
     answer came from (`url`, `request`), a web page instead of JSON is NotAMaster."""
     if url and web_page(content_type, body):
         return not_a_master(url, request, status, content_type, body)
-    return from_status(status, message_of(status, body))
+    message = message_of(status, body)
+    if url and message == f"HTTP {status}":  # nothing said: at least where, and what was asked
+        message = f"{url} answered {request} with HTTP {status} and no message"
+    return from_status(status, message)

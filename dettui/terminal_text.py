@@ -12,13 +12,22 @@ Colour is the one thing a line may change: its SGR sequences (`ESC [ digits ; ..
 else) are dropped, or, for a terminal, kept for `rich.text.Text.from_ansi` to turn into styles
 (`log_text`); Rich's own decoder is not trusted alone, as it passes C1 controls, BEL-ended OSC
 payloads and stray escapes through as text. This module is pure: the CLI's log output
-(`dettui trial logs`, `experiment create --follow`) and the dashboard's log view both use it.
+(`dettui trial logs`, `experiment create --follow`) and the dashboard's log view both use it,
+and so does every error line the CLI prints (`message`).
+
+Writing to a terminal that is gone: under `dettui serve 2>&1 | cat`, Ctrl-C ends `cat` too, and
+every later write to stdout or stderr raises BrokenPipeError (Python ignores SIGPIPE). `say`
+and `StderrHandler` (the CLI's logging) never fail: a broken stream is pointed at /dev/null,
+so that what follows (a master's drain on that Ctrl-C, Python's flush at exit) goes on.
 """
 
 from __future__ import annotations
 
+import logging
+import os
 import re
-from typing import TYPE_CHECKING
+import sys
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from rich.text import Text
@@ -45,6 +54,16 @@ def escape(text: str) -> str:
     return UNSAFE.sub(_shown, text)
 
 
+ERROR_CHARS = 4000  # of an error message the CLI prints: a hostile master's text is capped
+
+
+def message(text: str, cap: int = ERROR_CHARS) -> str:
+    """An error message or note for the terminal: every unsafe character escaped (a URL, a
+    Content-Type, a master's error text may carry any), capped at `cap` characters."""
+    text = escape(text)
+    return text if len(text) <= cap else text[:cap - 1] + "…"
+
+
 def safe_line(text: str, *, colour: bool = False) -> str:
     """A log line for a terminal: SGR colour sequences dropped (kept if `colour`, for
     `Text.from_ansi` only), everything else `escape`d."""
@@ -67,3 +86,35 @@ def log_text(text: str) -> Text:
     from rich.text import Text
 
     return Text.from_ansi(safe_line(text, colour=True), end="")
+
+
+def silence(stream: Any) -> None:
+    """Point a broken standard stream (its reader gone) at /dev/null."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, stream.fileno())
+        finally:
+            os.close(devnull)
+    except (OSError, ValueError):
+        pass
+
+
+def say(line: str, stream: Any = None) -> None:
+    """`line` on stderr (or `stream`), flushed; a broken stream is silenced, never raised."""
+    stream = stream or sys.stderr
+    try:
+        print(line, file=stream, flush=True)
+    except OSError:
+        silence(stream)
+
+
+class StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """logging's stream handler, which silences a broken stream instead of printing a
+    "Logging error" traceback per record (to that same broken stream)."""
+
+    def handleError(self, record: logging.LogRecord) -> None:  # noqa: N802 - logging's name
+        if isinstance(sys.exc_info()[1], OSError):
+            silence(self.stream)
+            return
+        super().handleError(record)

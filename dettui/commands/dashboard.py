@@ -11,11 +11,12 @@ import asyncio
 import logging
 import os
 import signal
+import stat
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import IO, Any, ClassVar
 
 from textual.app import App
 from textual.binding import Binding, BindingType
@@ -23,9 +24,9 @@ from textual.message import Message
 from textual.signal import Signal
 from textual.worker import WorkerFailed
 
-from dettui import auth, master_address, statedir
+from dettui import auth, master_address, statedir, terminal_text
 from dettui import client as api
-from dettui.errors import DettuiError, MasterUnreachable
+from dettui.errors import DettuiError, MasterUnreachable, PermissionDenied
 from dettui.screens.cluster import ClusterScreen
 from dettui.screens.connection import Connection, Outage
 from dettui.screens.experiments import ExperimentsScreen
@@ -107,18 +108,37 @@ class Dashboard(App[None]):
         except DettuiError:
             await client.close()
             raise
-        pid = f" (pid {self.local.pid})" if self.local is not None else ""
-        self.sub_title = f"{self.master}{pid} as {name}"
+        self.who = name
+        self._show_identity()
         if self.note:
             self.notify(self.note, title="which master", timeout=20)
         return client
+
+    def _show_identity(self) -> None:
+        """The header: `URL (pid N) as USER` (the pid of this state dir's master)."""
+        pid = f" (pid {self.local.pid})" if self.local is not None else ""
+        self.sub_title = f"{self.master}{pid} as {self.who}"
 
     def _connection_changed(self, outage: Outage | None, came_back: bool) -> None:
         if outage is not None:
             log.warning("%s", outage.text())
         elif came_back:
             log.warning("the master at %s answers again", self.master)
+            self._reread_local()
         self.connection_changed.publish((outage, came_back))
+
+    def _reread_local(self) -> None:
+        """The master came back: a restarted one has another pid (the state dir's lock says
+        which); the header and the quit dialog name the new one."""
+        if self.local is None:
+            return
+        try:
+            found = master_address.local_holder(self.state_dir, wait=0)
+        except (OSError, DettuiError):
+            return
+        if found is not None and found.url == self.local.url and found != self.local:
+            self.local = found
+            self._show_identity()
 
     def format_title(self, title: str, sub_title: str) -> Any:
         return super().format_title(clean(title), clean(sub_title))
@@ -258,6 +278,10 @@ class Dashboard(App[None]):
         """Signal the local master and wait until it has let go of the state dir, showing how
         many trials are still running."""
         assert self.local is not None
+        why = self.local.ours()
+        if why is not None:  # the pid of a lock file is signalled only if it is our master
+            self.farewell = f"Not stopping the master (pid {self.local.pid}): {why}."
+            return
         screen = StoppingScreen()
         await self.push_screen(screen)
         try:
@@ -296,18 +320,30 @@ def reap() -> None:
             _spawned.remove(proc)
 
 
+def _holder(state_dir: Path, wait: float = 10.0) -> statedir.Holder | None:
+    """The state dir's running master (its lock believed only if this user's, its URL only if
+    of this host); a state dir of another user is an error."""
+    try:
+        return master_address.local_holder(state_dir, wait=wait)
+    except statedir.Untrusted as exc:
+        raise PermissionDenied(f"{exc.message}; the dashboard runs a master in a state dir of "
+                               "your own: give one with --state-dir") from exc
+
+
 def ensure_master(state_dir: Path, *, port: int, slots: int | None) -> statedir.Holder:
     """The master of `state_dir`: the running one, else one started in the background."""
-    found = statedir.holder(state_dir)
+    found = _holder(state_dir)
     if found is not None:
         return found
-    state_dir.mkdir(parents=True, exist_ok=True)
+    state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     logfile = state_dir / "master.log"
-    cmd = [sys.executable, "-m", "dettui.cli", "serve", "--background", "--state-dir",
+    # -P: the working directory is not on the master's sys.path (an html.py or yaml.py there
+    # would be imported by it)
+    cmd = [sys.executable, "-P", "-m", "dettui.cli", "serve", "--background", "--state-dir",
            str(state_dir), "--port", str(port)]
     if slots is not None:
         cmd += ["--agent-slots", str(slots)]
-    with open(logfile, "ab") as out:
+    with _own_file(logfile, "ab") as out:
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
                                 start_new_session=True)
     _spawned.append(proc)  # before anything a Ctrl-C can interrupt: abandon_start stops it
@@ -315,11 +351,11 @@ def ensure_master(state_dir: Path, *, port: int, slots: int | None) -> statedir.
           flush=True)
     deadline = time.monotonic() + START_SECONDS
     while time.monotonic() < deadline:
-        found = statedir.holder(state_dir, wait=0.2)
+        found = _holder(state_dir, wait=0.2)
         if found is not None:
             return found
         if proc.poll() is not None:
-            found = statedir.holder(state_dir, wait=1.0)  # another dashboard won the race
+            found = _holder(state_dir, wait=1.0)  # another dashboard won the race
             if found is not None:
                 return found
             raise MasterUnreachable(f"the master did not start (exit code {proc.returncode}): "
@@ -368,6 +404,11 @@ def run_dashboard(args: argparse.Namespace) -> int:
     dir's, started when none runs; a different port than 8080 is said (stderr, and a
     notification in the dashboard)."""
     state_dir = args.state_dir or statedir.default_dir()
+    try:
+        statedir.check_dir(state_dir)
+    except statedir.Untrusted as exc:
+        raise PermissionDenied(f"the state dir {state_dir} is not yours alone ({exc.why}); give "
+                               "one of your own with --state-dir") from exc
     _log_to_file(state_dir / "dettui.log")
     local, note = None, None
     url = master_address.explicit(args.master)
@@ -376,7 +417,7 @@ def run_dashboard(args: argparse.Namespace) -> int:
             local = ensure_master(state_dir, port=args.port, slots=args.agent_slots)
             url, note = local.url, master_address.note_for(local.url, state_dir)
             if note:
-                print(note, file=sys.stderr, flush=True)
+                print(terminal_text.message(note), file=sys.stderr, flush=True)
         asyncio.run(_probe(url, args.user))  # unreachable: one line on stderr, no traceback
     except KeyboardInterrupt:
         abandon_start(state_dir)
@@ -390,12 +431,28 @@ def run_dashboard(args: argparse.Namespace) -> int:
     return app.return_code or 0
 
 
+def _own_file(path: Path, mode: str) -> IO[Any]:
+    """`path` opened to append (`mode` "a" or "ab"), never through a symbolic link and only if
+    it is a file of this user's: a state dir's files are not followed elsewhere."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    st = os.fstat(fd)
+    if st.st_uid != os.geteuid() or not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise PermissionDenied(f"{path} is not a file of this user's (uid {st.st_uid}); not "
+                               "writing to it")
+    return os.fdopen(fd, mode)
+
+
 def _log_to_file(path: Path) -> None:
     """The terminal belongs to the dashboard: its log goes to a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    try:
+        stream = _own_file(path, "a")
+    except OSError as exc:
+        raise PermissionDenied(f"cannot write the dashboard's log {path}: {exc.strerror}") from exc
     root = logging.getLogger()
     for handler in list(root.handlers):
         root.removeHandler(handler)
-    handler = logging.FileHandler(path)
+    handler = logging.StreamHandler(stream)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root.addHandler(handler)

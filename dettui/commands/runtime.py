@@ -9,7 +9,6 @@ import logging
 import os
 import signal
 import socket
-import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -18,7 +17,7 @@ from typing import Any
 from aiohttp import web
 
 from dettui import client as api
-from dettui import statedir
+from dettui import statedir, terminal_text
 from dettui.agent.agent import Agent, AgentOptions
 from dettui.errors import (
     AddressInUse,
@@ -62,13 +61,12 @@ def _on_signals(stop: asyncio.Event, drain: asyncio.Event | None = None,
 
     def interrupted() -> None:
         if not drain.is_set():
-            print("\nstopping: running trials checkpoint and stop first (Ctrl-C again to stop "
-                  "now)", file=sys.stderr, flush=True)
             graceful()
+            terminal_text.say("\nstopping: running trials checkpoint and stop first (Ctrl-C "
+                              "again to stop now)")
         elif force is not None and not force.is_set():
-            print("\nstopping now: running trials are stopped without a checkpoint",
-                  file=sys.stderr, flush=True)
             force.set()
+            terminal_text.say("\nstopping now: running trials are stopped without a checkpoint")
 
     loop.add_signal_handler(signal.SIGUSR1, graceful)
     with contextlib.suppress(NotImplementedError):
@@ -214,6 +212,10 @@ def stop_master(state_dir: Path, timeout: float = DRAIN_SECONDS + 60) -> int:
     if found is None:
         print(f"no master runs on {state_dir}")
         return 0
+    why = found.ours()
+    if why is not None:
+        raise PermissionDenied(f"not signalling pid {found.pid}, named by "
+                               f"{state_dir / statedir.LOCK}: {why}")
     print(f"stopping the master at {found.url} (pid {found.pid}): running trials checkpoint "
           "and stop first", flush=True)
     os.kill(found.pid, signal.SIGUSR1)
@@ -234,7 +236,7 @@ def _agent_ended(task: asyncio.Task[None]) -> None:
         exc = task.exception()
         assert isinstance(exc, DettuiError)
         log.error("no local agent: %s", exc.message)
-        print(f"no local agent: {exc.message}", file=sys.stderr, flush=True)
+        terminal_text.say(f"no local agent: {exc.message}")
 
 
 async def embedded_agent(runner: web.AppRunner, url: str, settings: MasterSettings,

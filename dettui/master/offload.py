@@ -154,8 +154,10 @@ def warm_up(*modules: str) -> None:
 class _Worker:
     def __init__(self, modules: tuple[str, ...]) -> None:
         self.proc = subprocess.Popen(
-            [*lifeline.pdeathsig_prefix(), sys.executable, "-m", "dettui.master.offload_worker",
-             str(os.getpid()), *modules],
+            # -P: the master's working directory is not on the worker's sys.path (a yaml.py
+            # there would be imported, as the master's user)
+            [*lifeline.pdeathsig_prefix(), sys.executable, "-P", "-m",
+             "dettui.master.offload_worker", str(os.getpid()), *modules],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             # a terminal may hold the dashboard: nothing of the worker's may reach it
             stderr=subprocess.DEVNULL if _tty(sys.stderr) else None)

@@ -162,7 +162,7 @@ class Submission:
                 "# dettui allocation " + self.allocation_id + "\n"
                 "exec srun --kill-on-bad-exit=1 --ntasks-per-node=1 "
                 f"--cpus-per-task={self.cpus_per_node} "
-                f"{shlex.quote(self.python)} -m dettui.agent.slurmpart\n")
+                f"{shlex.quote(self.python)} -P -m dettui.agent.slurmpart\n")
 
 
 def parse_submitted(stdout: str) -> str:

@@ -7,13 +7,34 @@ import asyncio
 import os
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import pytest
 
 from dettui.errors import InvalidArgument, TooLarge
 from dettui.master import offload
 from dettui.paths import checkpoint_uuid
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _tests_importable_in_workers() -> Iterator[None]:
+    """The workers run with -P (the working directory is not on their sys.path, so that a
+    yaml.py there is never imported): this module's functions, which they run here, are found
+    through PYTHONPATH, in workers started afresh."""
+    old = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO), *([old] if old else [])])
+    offload._POOL.close()
+    offload._POOL.started = 0
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = old
 
 
 async def test_results_and_errors_come_back() -> None:

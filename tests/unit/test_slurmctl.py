@@ -66,7 +66,7 @@ def test_a_submission_is_sized_from_the_slots() -> None:
     argv = sub.argv()
     assert "--nodes=3" in argv and "--cpus-per-task=2" in argv and argv[-1] == "--time=10"
     assert "--comment=dettui C1 t-1.2" in argv and "--partition=debug" in argv
-    assert "'/venv/bin/py thon' -m dettui.agent.slurmpart" in sub.script()
+    assert "'/venv/bin/py thon' -P -m dettui.agent.slurmpart" in sub.script()
     assert "--kill-on-bad-exit=1" in sub.script()
     one = slurmctl.Submission("debug", "a", "C1", 1, 2, "py", "o")
     assert (one.nodes, one.cpus_per_node) == (1, 1)
