@@ -177,7 +177,9 @@ class Agent:
                         "without capabilities", self.id)
         why = sandbox.reach(support, user, self.options.hidden)
         if why is None:
-            log.info("agent %s: trials of unlinked users run as %s", self.id, user.describe())
+            log.info("agent %s: trials of unlinked users run as %s", self.id, (
+                f"per-user uids dettui-N ({trialuser.PER_USER_BASE}+N, N the user's id)"
+                if self.per_user else user.describe()))
         else:
             log.error("agent %s: %s", self.id, why)
             self.reach_problem = why
