@@ -211,7 +211,10 @@ class AllocationRun:
         (self.run_dir / "tmp").mkdir(exist_ok=True)
         # The trial's environment waits in its run dir for its exec, after setpriv: nothing
         # before it (root) runs with a user's PATH or LD_PRELOAD.
-        await asyncio.to_thread(trial_exec.write, self.run_dir / trial_exec.FILE_NAME, env)
+        try:
+            await asyncio.to_thread(trial_exec.write, self.run_dir / trial_exec.FILE_NAME, env)
+        except ValueError as exc:
+            raise DettuiError(f"environment.environment_variables: {exc}") from exc
         await asyncio.to_thread(self._hand_over)
         entry = trial_exec.command(sys.executable,
                                    os.path.join(env["DET_RUN_DIR"], trial_exec.FILE_NAME), argv)

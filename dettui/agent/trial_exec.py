@@ -26,7 +26,12 @@ FILE_NAME = ".dettui-environment"  # in the allocation's run dir
 
 
 def write(path: str | os.PathLike[str], env: Mapping[str, str]) -> None:
-    """The environment, as NUL-separated NAME=value, in a new file only its owner reads."""
+    """The environment, as NUL-separated NAME=value, in a new file only its owner reads
+    (ValueError naming a variable that holds a NUL, which no environment can)."""
+    for name, value in env.items():
+        if "\0" in name or "\0" in value or "=" in name or not name:
+            raise ValueError(f"environment variable {name[:40]!r} cannot be set: a NUL "
+                             "character or a name that is empty or holds '='")
     data = b"".join(f"{k}={v}".encode() + b"\0" for k, v in env.items())
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
     with os.fdopen(fd, "wb") as f:

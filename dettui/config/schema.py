@@ -131,6 +131,18 @@ class BindMount(Strict):
     propagation: str = "rprivate"
 
 
+def environment_item_problem(item: str) -> str | None:
+    """What is wrong with one `environment_variables` item (`NAME=VALUE`), or None. A NUL
+    cannot be in an environment at all (it would cut the value short), nor a variable without
+    a name."""
+    shown = item if len(item) <= 40 else item[:39] + "…"
+    if "\0" in item:
+        return f"{shown!r} holds a NUL character, which no environment variable can"
+    if item.startswith("="):
+        return f"{shown!r} has no name: write NAME=VALUE"
+    return None
+
+
 class Environment(Strict):
     image: str | dict[str, str] | None = None
     environment_variables: list[str] | dict[str, list[str]] = Field(default_factory=list)
@@ -141,6 +153,18 @@ class Environment(Strict):
     pod_spec: dict[str, Any] | None = None
     add_capabilities: list[str] = Field(default_factory=list)
     drop_capabilities: list[str] = Field(default_factory=list)
+
+    @field_validator("environment_variables")
+    @classmethod
+    def _name_equals_value(cls, value: list[str] | dict[str, list[str]]
+                           ) -> list[str] | dict[str, list[str]]:
+        lists = list(value.values()) if isinstance(value, dict) else [value]
+        problems = [p for items in lists for item in items
+                    if (p := environment_item_problem(item)) is not None]
+        if problems:
+            more = f"; and {len(problems) - 5} more" if len(problems) > 5 else ""
+            raise ValueError("; ".join(problems[:5]) + more)
+        return value
 
 
 class Optimizations(Strict):

@@ -63,3 +63,9 @@ def test_the_sandbox_starts_from_the_systems_path_only() -> None:
     env = sandbox.stage_environment({"DETTUI_ALLOCATION_ID": "1.a.1"})
     assert env == {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "DETTUI_ALLOCATION_ID": "1.a.1"}
     assert os.path.isabs(sandbox.shell())
+
+
+def test_a_variable_no_environment_can_hold_is_refused_naming_it(tmp_path: Path) -> None:
+    for env in ({"NUL": "a\0b"}, {"": "x"}, {"A=B": "x"}):
+        with pytest.raises(ValueError, match="cannot be set"):
+            trial_exec.write(tmp_path / trial_exec.FILE_NAME, env)
