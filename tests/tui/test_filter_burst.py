@@ -6,6 +6,8 @@ line, as a paste into the box)."""
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 from textual import events
 from textual.pilot import Pilot
@@ -14,8 +16,10 @@ from textual.widgets import Input
 from dettui.screens.base import ApiScreen
 from dettui.screens.experiments import ExperimentsScreen
 from dettui.screens.queue import QueueScreen
-from tests.poll import until_async
+from tests.conftest import SAMPLE, Served
+from tests.poll import until, until_async
 from tests.tui.fixed import FixedDashboard
+from tests.tui.test_tmux import Tmux
 
 
 async def _open(pilot: Pilot[None], section: str, kind: type[ApiScreen]) -> ApiScreen:
@@ -67,3 +71,23 @@ async def test_a_paste_on_the_table_goes_to_the_filter() -> None:
         await pilot.pause(0.3)
         assert app.client.actions == []  # type: ignore[attr-defined]
     assert app.errors == []
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+def test_slash_then_keys_in_one_tmux_burst(served: Served) -> None:
+    """The reviewer's case in a real terminal: `/sn` sent by tmux in one write, 80x24."""
+    served.cli("e", "create", "--paused", str(SAMPLE / "single.yaml"), str(SAMPLE))
+    tmux = Tmux(served.env(), "--master", served.url, size=(80, 24))
+    try:
+        tmux.wait_for("Job queue: 1 job")
+        tmux.keys("2")
+        tmux.wait_for("Experiments: 1")
+        tmux.keys("/sn")
+        screen = until(tmux.screen, "the filter box with 'sn'",
+                       done=lambda s: any(line.strip("▊▎ ").startswith("sn")
+                                          for line in s.splitlines()))
+        assert "Experiment config" not in screen, screen  # no New experiment dialog
+        tmux.keys("Escape", "Escape", "q")
+    finally:
+        tmux.close()
