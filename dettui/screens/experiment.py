@@ -7,7 +7,7 @@ import math
 from pathlib import Path
 from typing import Any, ClassVar
 
-from textual import on, work
+from textual import events, on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
@@ -239,6 +239,11 @@ class ExperimentScreen(ApiScreen):
                     points.setdefault(name, []).append((r["stepsCompleted"], v))
         return {n: series.downsample(p, width) if len(p) > 2 * width else p
                 for n, p in points.items()}, cursor
+
+    def on_resize(self, event: events.Resize) -> None:
+        """The y ticks are laid out for the chart's rows: drawn again at its new height."""
+        if self.chart_of is not None:
+            self.call_after_refresh(self._draw, self.chart_of[0])
 
     def _draw(self, key: str, failure: str = "") -> None:
         names = sorted(self.points)
