@@ -117,7 +117,8 @@ def main(ctx: core.Context) -> None:
             save()
         if ctx.preempt.should_preempt():
             save()
-            print(f"preempted at step {step}: checkpointed, exiting")
+            print(f"told to stop at step {step} (preempted, paused or stopped by the searcher): "
+                  "checkpointed, exiting")
             return
         if step % 50 == 0:
             ctx.train.report_progress(step / max_batches)

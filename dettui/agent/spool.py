@@ -264,7 +264,15 @@ def leftovers(directory: Path, running: Container[str],
             last = max((int(x.get("seq") or 0) for x in lines), default=0)
             lines.append({"allocationId": alloc_id, "timestamp": time.time(), "rankId": None,
                           "stdtype": "stderr", "level": "ERROR", "seq": last + 1,
-                          "log": "the agent was killed while this allocation ran: lines it "
-                                 f"wrote after line {last} may be missing\n"})
+                          "log": "the agent was killed while this allocation ran: "
+                                 f"{_after(lines)} may be missing\n"})
         out.append((path, lines))
     return out
+
+
+def _after(lines: list[dict[str, Any]]) -> str:
+    """Which of a killed agent's allocation's lines may be lost: those after its last kept."""
+    times = [x["timestamp"] for x in lines if isinstance(x.get("timestamp"), int | float)]
+    if not times:
+        return "its log lines"
+    return f"its log lines after {time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(max(times)))} UTC"

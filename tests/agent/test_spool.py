@@ -3,6 +3,7 @@ bound and read back, and left for the agent to ship when the master was away at 
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -47,7 +48,10 @@ def test_what_is_left_is_shipped_later(tmp_path: Path) -> None:
     left = dict((p.name, lines) for p, lines in spool.leftovers(tmp_path, running=set()))
     assert [x["seq"] for x in left["a.1.unshipped.jsonl"]] == [1, 2, 3]  # the master dedups
     assert [x["seq"] for x in left["b.1.jsonl"]] == [1, 2]
-    assert "may be missing" in left["b.1.jsonl"][-1]["log"]
+    # when its lines may stop, in the user's words (not "after line 1": a sequence number)
+    kept = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(left["b.1.jsonl"][0]["timestamp"]))
+    assert left["b.1.jsonl"][-1]["log"] == ("the agent was killed while this allocation ran: "
+                                            f"its log lines after {kept} UTC may be missing\n")
     assert spool.leftovers(tmp_path, running={"a.1", "b.1"}) == []
     # b.1 started in this agent process (it runs, or is about to be counted as running): its
     # open spool is no killed agent's; a.1's unshipped lines still go

@@ -49,7 +49,7 @@ def test_a_preemption_at_a_checkpoint_step_saves_it_once(served: Served,
           "the trial to stop", done=lambda t: t["state"] == "STATE_PAUSED", timeout=120)
     logs = served.cli("t", "logs", str(min(
         served.api("GET", f"/api/v1/experiments/{exp_id}")["experiment"]["trialIds"]))).stdout
-    assert "preempted at step" in logs
+    assert "told to stop at step" in logs
     twice = [s for s, n in Counter(steps_of(served, exp_id)).items() if n > 1]
     assert twice == [], f"steps saved twice: {twice}"
     served.cli("e", "kill", str(exp_id))

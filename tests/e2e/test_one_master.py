@@ -92,7 +92,7 @@ def test_serve_stop_lets_running_trials_checkpoint_first(served: Served) -> None
         assert trial["state"] == "STATE_QUEUED", "requeued, to resume when agents come back"
         ckpts = again.api("GET", "/api/v1/experiments/1/checkpoints")["checkpoints"]
         assert ckpts, "it checkpointed before it stopped"
-        assert "preempted at step" in again.cli("t", "logs", "1").stdout
+        assert "told to stop at step" in again.cli("t", "logs", "1").stdout
     finally:
         again.stop()
     assert dettui("serve", "--stop", "--state-dir", str(served.state_dir)).stdout.startswith(

@@ -66,7 +66,7 @@ def test_reorder_then_priority_preempts_and_the_victim_resumes(preemptive: Serve
     assert len(untouched["allocationIds"]) == 1
     assert victim["totalBatchesProcessed"] == untouched["totalBatchesProcessed"] == 200
     logs = s.cli("t", "logs", str(victim["id"])).stdout
-    assert "preempted at step" in logs and "resumed from checkpoint" in logs
+    assert "told to stop at step" in logs and "resumed from checkpoint" in logs
     steps = [m["stepsCompleted"] for m in s.api(
         "GET", f"/api/v1/trials/{victim['id']}/metrics?group=training")["metrics"]]
     assert steps == sorted(set(steps)) and steps[-1] == 200

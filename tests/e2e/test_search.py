@@ -3,6 +3,7 @@ whose stopped trials really stop, and a master killed with SIGKILL mid-search.""
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 
@@ -74,7 +75,12 @@ def test_asha_stops_the_worse_trials_early(served: Served) -> None:
     assert batches[-1] == 400, "the best trial ran to max_time"
     stopped = [t for t in trials if t["totalBatchesProcessed"] < 400]
     logs = served.cli("t", "logs", str(stopped[0]["id"])).stdout
-    assert "preempted at step" in logs, "told through the preemption long-poll, it checkpointed"
+    assert "told to stop at step" in logs, "told through the preemption long-poll, it checkpointed"
+    # why, from the master: not a preemption
+    at = re.search(r"stopped by the searcher at step (\d+) \(ASHA: not promoted to the next "
+                   r"rung\)", logs)
+    assert at and int(at[1]) == stopped[0]["totalBatchesProcessed"], logs
+    assert logs.count("— attempt 1 of trial") == 1, logs
     assert _marked_processes() == []
 
 

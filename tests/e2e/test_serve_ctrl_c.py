@@ -51,7 +51,7 @@ def test_ctrl_c_on_serve_checkpoints_and_requeues_running_trials(served: Served)
         assert again.api("GET", "/api/v1/trials/1")["trial"]["state"] == "STATE_QUEUED"
         assert again.api("GET", "/api/v1/experiments/1/checkpoints")["checkpoints"], \
             "it checkpointed before it stopped"
-        assert "preempted at step" in again.cli("t", "logs", "1").stdout
+        assert "told to stop at step" in again.cli("t", "logs", "1").stdout
     finally:
         again.stop()
 

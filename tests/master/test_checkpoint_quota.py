@@ -107,8 +107,8 @@ async def test_report_over_quota_is_refused_and_stops_the_experiment(api: Api) -
     await the.alice.call("GET", f"/api/v1/checkpoints/{ckpt_uuid(2)}", status=404)
     assert await usage(api, the.trial) == ("3000", 1)
     resp = await api.client.get(f"/api/v1/trials/{the.trial}/logs", headers=api.headers())
-    logs = [json.loads(line)["result"] for line in (await resp.text()).splitlines()]
-    assert [(x["source"], x["level"], x["log"]) for x in logs] == [
+    logs = [json.loads(line)["result"] for line in (await resp.text()).splitlines()][1:]
+    assert [(x["source"], x["level"], x["log"]) for x in logs] == [  # after the start marker
         ("master", "LOG_LEVEL_ERROR", message + "\n")]
     exp = (await api.call("GET", f"/api/v1/experiments/{the.trial}"))["experiment"]
     assert exp["state"] == "STATE_STOPPING_ERROR"

@@ -199,12 +199,25 @@ def exit_effects(done: Exit, why: str, message: str = "") -> Effects:
         return out
     alloc, trial = done.alloc, done.trial
     return (out | Effects(exited=(alloc.id,), said=(
-        f"allocation {alloc.id} exited (code {alloc.exit_code} "
-        f"{alloc.exit_reason or message}) -> trial {trial.id} {trial.state.short}",))
+        f"allocation {alloc.id} {how_it_ended(alloc.exit_code, alloc.exit_reason or message)}"
+        f" -> trial {trial.id} {trial.state.short}",))
         | notify(f"allocation:{alloc.id}")
         | experiment_changed(trial.experiment_id, trial.id, jobs=True)
         | searcher_effects(trial.experiment_id, done.searcher)
         | ended_effects(done.ended) | Effects(kick=True))
+
+
+ENDED_WITHOUT_CODE = {lifecycle.LOST: "its agent was lost (gone, or restarted without it)",
+                      lifecycle.KILLED: "killed", lifecycle.SPAWN_FAILED: "it could not start"}
+
+
+def how_it_ended(code: int | None, reason: str) -> str:
+    """An allocation's end in plain words: `exited with code 1`, `ended with no exit code: its
+    agent was lost (...)` (the serve log's line; not `exited (code None lost)`)."""
+    if code is None:
+        return f"ended with no exit code: {ENDED_WITHOUT_CODE.get(reason, reason or 'unknown')}"
+    said = "" if reason in ("", "exit", "error") else f" ({reason})"
+    return f"exited with code {code}{said}"
 
 
 def searcher_effects(exp_id: int, outcome: search_store.Outcome) -> Effects:
@@ -329,10 +342,32 @@ def validation(conn: sqlite3.Connection, trial_id: int, steps: int,
     trial = trial_store.get(conn, trial_id)
     exp = exp_store.get(conn, trial.experiment_id)
     outcome = search_store.apply_validation(conn, exp, trial, steps, metrics)
+    told = _say_stops(conn, exp, outcome, trial.id, steps)
     ended = settle(conn, exp.id) if outcome.ended else None
     # Its best value may have moved: followers of the experiments list re-read this one.
     return Done(outcome.error, notify("experiments", ids=[exp.id])
-                | searcher_effects(exp.id, outcome) | ended_effects(ended))
+                | searcher_effects(exp.id, outcome) | ended_effects(ended) | told)
+
+
+SEARCHER_STOPS = {"adaptive_asha": "ASHA: not promoted to the next rung",
+                  "async_halving": "ASHA: not promoted to the next rung"}
+
+
+def _say_stops(conn: sqlite3.Connection, exp: Experiment, outcome: search_store.Outcome,
+               reporter: int, steps: int) -> Effects:
+    """A line in the log of each running trial the searcher stopped, saying so: the trial's
+    own (told to stop, as by a preemption) cannot tell why. `reporter` validated at `steps`."""
+    why = SEARCHER_STOPS.get(exp.searcher_type, "the searcher needs no more of it")
+    told = Effects()
+    for trial_id in outcome.stopped:
+        if trial_id in outcome.ended:  # it never ran
+            continue
+        trial = trial_store.get(conn, trial_id)
+        at = steps if trial_id == reporter else trial.total_batches
+        told |= search_store.trial_log(conn, trial_id, trial.task_id,
+                                       f"stopped by the searcher at step {at} ({why})\n",
+                                       level="INFO")
+    return told
 
 
 @command

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from dettui.errors import InvalidArgument, NotFound
 from dettui.master.effects import Done, Effects, Kill, experiment_changed, notify
+from dettui.master.store import logs as log_store
 from dettui.master.store import page as pages
 from dettui.master.store import users
 from dettui.master.store.page import Page, Window
@@ -203,7 +204,18 @@ def allocate(
              json.dumps([[a, list(s)] for a, s in parts]), port),
         )
         users.add_task_session(conn, exp["owner_id"], alloc_id, mint.task_user(alloc_id))
+        log_store.insert_in(conn, [{  # where `t logs` shows one attempt end, the next begin
+            "trial_id": trial_id, "task_id": trial.task_id, "allocation_id": alloc_id,
+            "agent_id": parts[0][0], "stdtype": "stdout", "source": "master", "level": "INFO",
+            "timestamp": time.time(), "log": start_marker(trial_id, run_id, parts)}])
     return allocation(conn, alloc_id)
+
+
+def start_marker(trial_id: int, run_id: int, parts: list[tuple[str, list[int]]]) -> str:
+    """The trial log's line that an attempt begins: `— attempt 2 of trial 5, on agent a1 —`."""
+    agents = ", ".join(a for a, _ in parts)
+    return f"— attempt {run_id} of trial {trial_id}, on agent{'s' if len(parts) > 1 else ''} " \
+           f"{agents} —\n"
 
 
 class Placement(NamedTuple):
