@@ -5,6 +5,7 @@ trial's logs under `e create --follow`, and downloads named as the dashboard nam
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -147,3 +148,30 @@ def test_downloads_are_named_as_in_the_dashboard(served: Served, tmp_path: Path)
                          timeout=120, env=env, cwd=tmp_path)
     assert one.returncode == 0, one
     assert (tmp_path / "checkpoints" / best["uuid"] / "w").is_file()  # det's default place
+
+
+def test_ctrl_c_on_follow_says_the_experiment_keeps_running(served: Served,
+                                                           tmp_path: Path) -> None:
+    cfg, ctx = write_ctx(tmp_path, """
+        name: long
+        entrypoint: python3 train.py
+        searcher: {name: single, metric: loss}
+        """, {"train.py": "import time\nprint('hello', flush=True)\ntime.sleep(600)\n"})
+    proc = subprocess.Popen([sys.executable, "-m", "dettui.cli", "-m", served.url, "e", "create",
+                             str(cfg), str(ctx), "--follow"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=served.env())
+    try:
+        assert proc.stdout is not None
+        seen = ""
+        while "hello" not in seen:
+            line = proc.stdout.readline()
+            assert line, "the trial's line"
+            seen += line
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130
+    assert "stopped following; experiment 1 keeps running (dettui e kill 1 stops it)" in err
+    assert served.api("GET", "/api/v1/experiments/1")["experiment"]["state"] == "STATE_ACTIVE"
+    served.cli("e", "kill", "1")
