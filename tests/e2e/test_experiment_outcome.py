@@ -78,6 +78,15 @@ def test_an_error_says_its_cause_and_every_view_keeps_progress(served: Served,
     described = served.cli("e", "describe", str(crash)).stdout
     assert f"warning: trial {trial} exited with code 2" in described
     assert "no validation reported" not in described
+    cfg, ctx = ctx_in(tmp_path, "mute", """
+        name: mute
+        entrypoint: sh -c "exit 4"
+        searcher: {name: single, metric: loss}
+        max_restarts: 0
+        """, {"train.py": ""})
+    mute = created(served.cli("e", "create", str(cfg), str(ctx)).stdout)
+    exp = served.wait_experiment(mute)
+    assert exp["warnings"] == [f"trial {exp['trialIds'][0]} exited with code 4"]  # no notes
     nothing = served.cli("e", "download", str(crash), "-o", str(tmp_path / "dl"), check=False)
     assert nothing.returncode == 1, nothing
     assert f"experiment {crash} has no completed checkpoint" in nothing.stderr

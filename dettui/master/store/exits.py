@@ -278,9 +278,10 @@ def _say_failure(conn: sqlite3.Connection, trial: Trial, exit_code: int | None, 
     """A trial failed for good (after `restarts` restarts): its experiment's warning says how
     it exited, and the last line it wrote (what `e describe` shows of an experiment that
     failed). Its followers are told with the exit's."""
-    rows = conn.execute("SELECT log, stdtype, allocation_id FROM logs WHERE trial_id=? "
+    rows = conn.execute("SELECT log, stdtype, allocation_id, source FROM logs WHERE trial_id=? "
                         "ORDER BY id DESC LIMIT 200", (trial.id,)).fetchall()
-    said = (str(r[0]).strip() for r in rows if r[1] == "stderr" and r[2] == alloc_id)
+    said = (str(r[0]).strip() for r in rows  # the trial's own: not the master's notes
+            if r[1] == "stderr" and r[2] == alloc_id and r[3] != "master")
     last = next((line for line in said if line and not line.startswith(_AGENT_LINES)), "")
     before = search_store.warnings(conn, trial.experiment_id)
     search_store.add_warning(conn, trial.experiment_id, sanity.trial_failed(
