@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import logging
 import os
+import re
 import socket
 import sys
 from collections.abc import Awaitable, Callable
@@ -474,6 +475,9 @@ def die(message: str, title: str = "Error") -> int:
     from dettui.commands.output import err_console
 
     message, title = terminal_text.message(message), terminal_text.message(title, 80)
+    said_twice = re.fullmatch(r"(\w+) '([^']*)' not found", message)
+    if title == "Not found" and said_twice:  # Determined's wire text under our title
+        message = f"{said_twice[1]} {said_twice[2]}"
     if message.casefold().startswith(title.casefold()):
         line = Text(message[:1].upper() + message[1:])
         line.stylize("bold red", 0, len(title))
