@@ -28,6 +28,9 @@ from dettui.errors import PermissionDenied
 
 LOCK = "master.lock"
 DASHBOARDS = "dashboards.lock"
+# What the master keeps at the top of its state dir (checked before it trusts them).
+OWN_FILES = ("master.db", "master.db-wal", "master.db-shm", "secret.key", LOCK, DASHBOARDS,
+             "master.log", "dettui.log")
 SERVE, BACKGROUND = "serve", "background"  # started by `dettui serve`, or by a dashboard
 
 
@@ -108,6 +111,23 @@ def check_dir(state_dir: Path) -> None:
     why = _distrust(f"the directory {state_dir}", st)
     if why is not None:
         raise Untrusted(state_dir / LOCK, why)
+
+
+def check_own(state_dir: Path) -> None:
+    """The master's side: refuse to keep state in a directory (or files in it) another user
+    owns or others may write: they could read the token key, or plant a store with their own
+    admin."""
+    for path in (state_dir, *(state_dir / name for name in OWN_FILES)):
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            continue
+        why = _distrust(str(path), st)
+        if why is None and stat.S_ISLNK(st.st_mode):
+            why = f"{path} is a symbolic link"
+        if why is not None:
+            raise PermissionDenied(f"refusing to keep the master's state in {state_dir}: {why}"
+                                   " (use a directory of your own, mode 0700)")
 
 
 def _flock(fd: int, how: int) -> bool:

@@ -51,6 +51,7 @@ from pathlib import Path
 
 from dettui.agent import runinfo
 from dettui.agent.trialuser import TrialUser, readable, unreachable
+from dettui.errors import DettuiError
 from dettui.launch import sitedir
 
 OFF_SWITCH = "DETTUI_NO_SANDBOX"  # set (to anything): as --no-sandbox
@@ -301,12 +302,24 @@ def wrap(support: Support, argv: Sequence[str], cwd: str | Path, hidden: Sequenc
         k.mkdir(parents=True, exist_ok=True)  # a bind needs its source
     placed = [m for m in mounts if m.source.is_dir()]
     pairs = [str(x) for m in placed for x in (m.source.resolve(), m.target)]
+    for path in (*map(str, cover), *pairs, *map(str, keep), str(cwd)):
+        refuse_odd(path)
     args = [str(len(cover)), *map(str, cover), str(len(placed)), *pairs, *map(str, keep), "--",
             *tail]
     env = {SCRIPT_VAR: SCRIPT, ARGS_VAR: shlex.join(args), STAGE_VAR: STAGE_TEMPLATE,
            CWD_VAR: str(cwd)}
     return Launch([*support.prefix, "--", shell(), "-c", RUN_SCRIPT, "dettui-sandbox",
                    *label.split()], env)
+
+
+def refuse_odd(path: str) -> None:
+    """Refuse a path the sandbox's script could not hold as one item: its lists are split at
+    line breaks, so a storage path with a newline (`/tmp/d\n/usr/sbin`) would shift the bind
+    pairs and mount a user's directory over a system one, as root."""
+    odd = next((c for c in path if ord(c) < 0x20 or ord(c) == 0x7f), None)
+    if odd is not None:
+        raise DettuiError(f"the sandbox refuses the path {path!r}: it holds the control "
+                          f"character {odd!r} (storage and mount paths must not)")
 
 
 def shell() -> str:

@@ -79,6 +79,7 @@ async def serve(settings: MasterSettings, *, agent: bool, agent_slots: int | Non
                 trials: dict[str, Any] | None = None) -> None:
     """The master (and a local agent) until a signal; one per state dir. `mode` BACKGROUND:
     started by a dashboard, so a busy port 8080 falls back to a free one."""
+    statedir.check_own(settings.state_dir)
     lock = statedir.StateLock(settings.state_dir)
     if not lock.acquire():
         raise _running(settings.state_dir)

@@ -367,6 +367,11 @@ def _storage_problems(c: dict[str, Any]) -> list[str]:
             out.append("checkpoint_storage.storage_path: must be under host_path")
     if kind == "directory" and not c.get("container_path"):
         out.append("checkpoint_storage.container_path: is required for directory storage")
+    for key in ("host_path", "storage_path", "container_path"):
+        value = c.get(key)
+        if isinstance(value, str) and any(ord(ch) < 0x20 or ord(ch) == 0x7f for ch in value):
+            out.append(f"checkpoint_storage.{key}: {value!r} holds a control character "
+                       "(a line break, a tab...), which no storage path may")
     return out
 
 

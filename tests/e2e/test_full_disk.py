@@ -41,7 +41,7 @@ def small_disk(path: Path, size: str) -> Iterator[Path]:
     if os.geteuid() != 0:
         pytest.skip("a full disk is made by mounting a small tmpfs, which needs root")
     path.mkdir(parents=True)
-    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0755", "tmpfs", str(path)],
                    check=True)
     try:
         yield path
