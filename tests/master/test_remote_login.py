@@ -30,10 +30,11 @@ async def _login(api: Api, username: str, password: str = "", *, headers: dict[s
 async def test_no_password_logs_in_only_from_this_host(api: Api) -> None:
     await _login(api, "determined", headers={})  # `det` on the master's host: as Determined
     body = await _login(api, "determined", headers=REMOTE, status=401)
-    assert "has no password" in body["message"]
-    assert "dettui user change-password determined" in body["message"]
+    assert "only taken from the master's own host" in body["message"]
+    assert "dettui user change-password NAME" in body["message"]
     body = await _login(api, "admin", headers={"Forwarded": "for=192.0.2.7"}, status=401)
-    assert "user 'admin' has no password" in body["message"]
+    # the same answer for a user that does not exist: a remote caller learns no names
+    assert body == await _login(api, "nobody-here", headers=REMOTE, status=401)
     # with a password, from anywhere
     await api.call("POST", "/api/v1/users/determined/password", {"password": "s3cret"})
     await _login(api, "determined", "s3cret", headers=REMOTE)
@@ -73,3 +74,20 @@ async def test_a_master_with_a_passwordless_user_listens_only_on_loopback(
     # --admin-password gives determined the same password while it has none: no refusal
     client = await aiohttp_client(create_app(replace(exposed, admin_password="other")))
     await client.close()
+
+
+async def test_an_empty_password_is_set_only_from_this_host(api: Api) -> None:
+    # any user emptying their own password from afar would keep the master from restarting
+    # beyond loopback; an admin creating a password-less user from afar too
+    afar = {**api.headers(), **REMOTE}
+    body = await api.call("POST", "/api/v1/users/determined/password", {"password": ""},
+                          headers=afar, status=400)
+    assert "only set from the master's own host" in body["message"]
+    admin = {"Authorization": "Bearer " + (await _login(api, "admin", headers={}))["token"]}
+    await api.call("POST", "/api/v1/users", {"user": {"username": "bob"}},
+                   headers={**admin, **REMOTE}, status=400)
+    await api.call("POST", "/api/v1/users", {"user": {"username": "bob"}, "password": "pw"},
+                   headers={**admin, **REMOTE})
+    await api.call("POST", "/api/v1/users", {"user": {"username": "carol"}}, headers=admin)
+    await api.call("POST", "/api/v1/users/determined/password", {"password": "x"},
+                   headers=afar)

@@ -109,15 +109,14 @@ async def login(request: web.Request) -> web.Response:
     db = request.app[appkeys.DB]
     user = await db.run(users.by_name, body.username)
     hashed = body.password if body.is_hashed else users.client_hash(body.password)
+    if hashed == "" and not _from_this_host(request):  # before the lookup: names no users
+        raise Unauthenticated(
+            "invalid credentials: a login without a password is only taken from the master's "
+            "own host (127.0.0.1); set one there first (dettui user change-password NAME)")
     # A name that does not exist costs a check too: the answer's delay names no users.
     stored = user.password_hash if user is not None else None
     if not await offload.cpu(_matches, stored, hashed) or user is None:
         raise Unauthenticated("invalid credentials")
-    if hashed == "" and not _from_this_host(request):
-        raise Unauthenticated(
-            f"user '{user.username}' has no password, and a login without one is only taken "
-            "from this host (127.0.0.1): set one first (dettui user change-password "
-            f"{user.username}, on the master's host)")
     if not user.active:
         raise PermissionDenied("user is not active")
     run = request.app[appkeys.CLUSTER].dispatcher.run
@@ -126,6 +125,16 @@ async def login(request: web.Request) -> web.Response:
         await run(users.rehash, user.id, user.password_hash, new)
     token = await run(users.new_session, user.id, request.app[appkeys.SETTINGS].session_lifetime)
     return json_response({"token": token, "user": user_json(user)})
+
+
+def _empty_only_here(request: web.Request, password: str) -> None:
+    """An empty password is set only from the master's own host: from afar it would be a
+    user nobody can log in as there, and a master with one will not listen beyond loopback
+    at its next start (any user could keep it from restarting so)."""
+    if password == "" and not _from_this_host(request):
+        raise InvalidArgument("password: an empty password is only set from the master's own "
+                              "host (a master with a password-less user listens only on "
+                              "127.0.0.1); give one")
 
 
 def _from_this_host(request: web.Request) -> bool:
@@ -200,6 +209,7 @@ async def create_user(request: web.Request) -> web.Response:
     name = new.username.strip()
     if not name or len(name) > 128 or any(c.isspace() or c == "/" for c in name):
         raise InvalidArgument("user.username: 1 to 128 characters, without spaces or '/'")
+    _empty_only_here(request, body.password or "")
     stored = await _stored(body.password, body.is_hashed) or ""
     user = await request.app[appkeys.CLUSTER].dispatcher.run(
         users.create, name, stored, admin=bool(new.admin), active=new.active is not False,
@@ -225,6 +235,8 @@ async def patch_user(request: web.Request) -> web.Response:
     if body.username is not None or body.remote:
         raise InvalidArgument("renaming users and remote users are not supported by dettui")
     link = agent_link(group) if group is not None else None
+    if body.password is not None:
+        _empty_only_here(request, body.password)
     stored = await _stored(body.password, body.is_hashed)
     user = await request.app[appkeys.CLUSTER].dispatcher.run(
         users.update, user_id, active=body.active, admin=body.admin,
@@ -246,6 +258,7 @@ async def set_password(request: web.Request) -> web.Response:
     password = raw.get("password", "") if isinstance(raw, dict) else raw
     if not isinstance(password, str) or len(password) > 1024:
         raise InvalidArgument("password: must be a string of at most 1024 characters")
+    _empty_only_here(request, password)
     stored = await offload.cpu(users.hash_password, users.client_hash(password))
     await request.app[appkeys.CLUSTER].dispatcher.run(users.set_password, target, stored)
     return json_response({})
