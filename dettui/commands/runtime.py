@@ -48,11 +48,9 @@ def _on_signals(stop: asyncio.Event, drain: asyncio.Event | None = None,
     the master drains (`drain` given): a second SIGINT stops at once (sets `force`). Without
     `drain` (an agent), SIGINT stops at once too."""
     loop = asyncio.get_running_loop()
-    with contextlib.suppress(NotImplementedError):
-        loop.add_signal_handler(signal.SIGTERM, stop.set)
+    loop.add_signal_handler(signal.SIGTERM, stop.set)  # a Unix loop: dettui needs fcntl, unshare
     if drain is None:
-        with contextlib.suppress(NotImplementedError):
-            loop.add_signal_handler(signal.SIGINT, stop.set)
+        loop.add_signal_handler(signal.SIGINT, stop.set)
         return
 
     def graceful() -> None:
@@ -69,8 +67,7 @@ def _on_signals(stop: asyncio.Event, drain: asyncio.Event | None = None,
             terminal_text.say("\nstopping now: running trials are stopped without a checkpoint")
 
     loop.add_signal_handler(signal.SIGUSR1, graceful)
-    with contextlib.suppress(NotImplementedError):
-        loop.add_signal_handler(signal.SIGINT, interrupted)
+    loop.add_signal_handler(signal.SIGINT, interrupted)
 
 
 async def serve(settings: MasterSettings, *, agent: bool, agent_slots: int | None,

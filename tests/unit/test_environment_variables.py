@@ -5,6 +5,8 @@ for CUDA, BASH_ENV) are accepted: they reach only the trial (tests/e2e/test_sand
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from dettui.config import load_config
@@ -13,8 +15,9 @@ from dettui.errors import ConfigError
 BASE = "name: n\nentrypoint: python3 t.py\nsearcher: {name: single, metric: x, max_length: 1}\n"
 
 
-def _load(variables: str) -> None:
-    load_config(BASE + f"environment: {{environment_variables: {variables}}}\n")
+def _load(variables: str) -> list[str]:
+    config = load_config(BASE + f"environment: {{environment_variables: {variables}}}\n")
+    return list(config.environment.environment_variables)
 
 
 def test_a_nul_or_a_nameless_variable_is_refused_naming_it() -> None:
@@ -29,5 +32,6 @@ def test_a_nul_or_a_nameless_variable_is_refused_naming_it() -> None:
 
 
 def test_loader_and_shell_variables_are_accepted_for_the_trial() -> None:
-    _load('["LD_PRELOAD=/usr/lib/libjemalloc.so.2", "LD_LIBRARY_PATH=/usr/local/cuda/lib64", '
-          '"BASH_ENV=./env.sh", "EMPTY=", "PATH=bin:/usr/bin:/bin"]')
+    given = ["LD_PRELOAD=/usr/lib/libjemalloc.so.2", "LD_LIBRARY_PATH=/usr/local/cuda/lib64",
+             "BASH_ENV=./env.sh", "EMPTY=", "PATH=bin:/usr/bin:/bin"]
+    assert _load(json.dumps(given)) == given

@@ -28,8 +28,9 @@ def test_a_control_character_in_a_storage_path_is_refused_at_intake(key: str) ->
 
 
 def test_a_plain_storage_path_is_accepted() -> None:
-    load_config(BASE + "checkpoint_storage: {type: shared_fs, host_path: /tmp/a b, "
-                "storage_path: ckpt}\n")
+    storage = load_config(BASE + "checkpoint_storage: {type: shared_fs, host_path: /tmp/a b, "
+                          "storage_path: ckpt}\n").checkpoint_storage
+    assert (storage.host_path, storage.storage_path) == ("/tmp/a b", "ckpt")
 
 
 def test_the_sandbox_refuses_a_mount_source_with_a_line_break(tmp_path: Path) -> None:
