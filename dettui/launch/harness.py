@@ -95,8 +95,10 @@ def _local_config(path: str | None, hparams_json: str | None) -> tuple[dict[str,
 
 
 def run(trial_spec: str, config_path: str | None = None, hparams_json: str | None = None) -> int:
+    """Determined's `exec/harness.py` for a PyTorchTrial: `pytorch.init`, the trial, then
+    `Trainer.fit` with the config's periods, policy and initial validation, its length the
+    searcher's (`searcher.max_length`, or ASHA's `max_time` in `time_metric`)."""
     from dettui import core
-    from dettui.pytorch._controller import Controller
 
     trial_class = load_trial_class(trial_spec)
     info = core.get_cluster_info()
@@ -104,24 +106,46 @@ def run(trial_spec: str, config_path: str | None = None, hparams_json: str | Non
         config, hparams = info.trial.config, info.trial.hparams
     else:
         config, hparams = _local_config(config_path, hparams_json)
-    distributed = None
-    group = False
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+    if info is None and int(os.environ.get("WORLD_SIZE", "1")) > 1:
         import torch
         import torch.distributed as dist
 
         dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
-        group = True
-        distributed = core.DistributedContext.from_torch_distributed()
-    try:
-        with core.init(distributed=distributed) as ctx:
-            Controller.for_class(trial_class, ctx, hparams, config).run()
-    finally:
-        if group:
-            import torch.distributed as dist
-
+        try:
+            _fit(trial_class, config, hparams, info,
+                 core.DistributedContext.from_torch_distributed())
+        finally:
             dist.destroy_process_group()
+    else:
+        _fit(trial_class, config, hparams, info, None)
     return 0
+
+
+def _fit(trial_class: type[Any], config: dict[str, Any], hparams: dict[str, Any], info: Any,
+         distributed: Any) -> None:
+    from dettui import pytorch
+    from dettui.pytorch._trainer import _legacy_max_length
+
+    gbs = hparams.get("global_batch_size")
+    gbs = int(gbs) if gbs else None
+    with pytorch.init(hparams=hparams, exp_conf=config, distributed=distributed) as context:
+        context._set_is_pre_trainer()
+        trial = trial_class(context)
+        try:
+            periods = {what: pytorch.TrainUnit._from_values(
+                **(config.get(key) or {"batches": 0}), global_batch_size=gbs)
+                for what, key in (("checkpoint_period", "min_checkpoint_period"),
+                                  ("validation_period", "min_validation_period"))}
+            max_length = None if info is not None else _legacy_max_length(config, hparams)
+        except (TypeError, ValueError) as exc:
+            raise HarnessError(str(exc)) from exc
+        pytorch.Trainer(trial, context).fit(
+            max_length=max_length, reporting_period=pytorch.Batch(
+                int(config.get("scheduling_unit") or 100)),
+            checkpoint_policy=str(config.get("checkpoint_policy") or "best"),
+            latest_checkpoint=info.latest_checkpoint if info is not None else None,
+            step_zero_validation=bool(config.get("perform_initial_validation")),
+            **periods)
 
 
 def main(argv: list[str] | None = None) -> int:

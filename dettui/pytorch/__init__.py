@@ -34,8 +34,9 @@ from dettui.pytorch._callback import PyTorchCallback
 from dettui.pytorch._data import DataLoader, TorchData, to_device
 from dettui.pytorch._load import CheckpointLoadContext, load_trial_from_checkpoint_path
 from dettui.pytorch._reducer import MetricReducer, Reducer
-from dettui.pytorch._trainer import Batch, Epoch, Trainer, TrainUnit, init
+from dettui.pytorch._trainer import Trainer, init
 from dettui.pytorch._trial import LRScheduler, PyTorchTrial, PyTorchTrialContext
+from dettui.pytorch._units import Batch, Epoch, TrainUnit
 
 __all__ = ["Batch", "CheckpointLoadContext", "DataLoader", "Epoch", "LRScheduler",
            "MetricReducer", "PyTorchCallback", "PyTorchTrial", "PyTorchTrialContext", "Reducer",

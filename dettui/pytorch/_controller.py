@@ -1,19 +1,25 @@
-"""The training loop of a PyTorchTrial: batches, periods, metrics, checkpoints, preemption.
+"""The training loop of a PyTorchTrial, as Determined 0.38.1's `_PyTorchTrialController`.
 
-Follows Determined's PyTorchTrial controller: train to the length asked (`Trainer.fit`'s
-`max_length`, else the searcher operation's), report training metrics every reporting period
-(`scheduling_unit` batches), validate every validation period and at the end, checkpoint every
-checkpoint period and at the end, and on preemption checkpoint and exit 0. A restart resumes
-from the latest checkpoint with the same batch count, epoch and position. Callbacks are called
-at Determined's points, wrapped reducers join each window's metrics, `evaluate_batch` gets
-`batch_idx` only when it takes it.
+Lengths and periods are `Batch`/`Epoch` units; an epoch is the training data loader's length
+(the chief's). Training runs to `max_length`, stopping at each boundary (validation,
+checkpoint and reporting periods, the end): training metrics are reported, progress too at a
+reporting or final boundary, then the validation or checkpoint that is due, then preemption
+and `set_stop_requested` are checked (checkpoint and exit). After each validation the
+checkpoint policy decides (`best`: better than the experiment's best so far; `all`; `none`).
+At the end the last batch is validated and checkpointed if it was not. Checkpoints hold
+Determined's files (`state_dict.pth`, `trial_state.pkl`, `load_data.json`, `code/`), and a
+resume from one of the same trial continues at its batch, epoch and data position.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import pickle
 import random
+import sys
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,240 +28,331 @@ import numpy as np
 import torch
 
 from dettui import core
-from dettui.core._searcher import configured_length
 from dettui.pytorch import _reducer
+from dettui.pytorch._callback import PyTorchCallback
+from dettui.pytorch._code import write_user_code
 from dettui.pytorch._data import as_loader
 from dettui.pytorch._trial import LRScheduler, PyTorchTrial, PyTorchTrialContext
-from dettui.pytorch._units import Period, Units, _as_metrics, _batch_len, _mean, accepts
+from dettui.pytorch._units import (
+    Batch,
+    Epoch,
+    TrainUnit,
+    _as_metrics,
+    _batch_len,
+    _mean,
+    accepts,
+)
 
-__all__ = ["Controller", "FitOptions", "Units", "_mean"]
+__all__ = ["Controller", "FitOptions", "_mean"]
 log = logging.getLogger("dettui.pytorch")
 STATE_FILE = "state_dict.pth"
+TRIAL_STATE_FILE = "trial_state.pkl"
+NEVER = Batch(sys.maxsize)
 
 
 @dataclass(frozen=True)
 class FitOptions:
-    """What `Trainer.fit` may set; None takes the experiment config's value."""
+    """What `Trainer.fit` settled: lengths as TrainUnits, the policy, where to resume from."""
 
-    max_length: Any = None  # a {unit: n} length, or None for the searcher's operations
-    validation_period: Any = None  # a {unit: n} length, n an int or a frozenset of counts
-    checkpoint_period: Any = None
-    reporting_period: Any = None  # a {unit: n} length
+    max_length: TrainUnit
+    validation_period: TrainUnit = NEVER
+    checkpoint_period: TrainUnit = NEVER
+    reporting_period: TrainUnit = field(default_factory=lambda: Batch(100))
+    checkpoint_policy: str = "all"
     latest_checkpoint: str | None = None
-    use_cluster_checkpoint: bool = True  # off: only `latest_checkpoint` resumes
     step_zero_validation: bool = False
-    extra: dict[str, Any] = field(default_factory=dict)
+    test_mode: bool = False
+    local_training: bool = True
+    searcher_metric: str | None = None
+    smaller_is_better: bool = True
+    steps_completed: int = 0
+
+
+@dataclass
+class TrialState:
+    """Determined's `_TrialState`, pickled as a dict into `trial_state.pkl`."""
+
+    trial_id: int = 0
+    last_ckpt: int = 0
+    step_id: int = 0
+    last_val: int = 0
+    batches_trained: int = 0
+    epochs_trained: int = 0
+
+
+class ShouldExit(Exception):
+    """Preempted or asked to stop: checkpoint what is unsaved and return."""
+
+
+@dataclass
+class Boundary:
+    kind: str  # train, validate, checkpoint, report
+    unit: TrainUnit
+    reached: bool = False
 
 
 class Controller:
-    def __init__(self, trial: PyTorchTrial, context: PyTorchTrialContext, ctx: core.Context,
-                 config: dict[str, Any], options: FitOptions | None = None) -> None:
-        self.core, self.dist, self.config = ctx, ctx.distributed, config
-        self.options = options or FitOptions()
-        self.seed = ctx.info.trial.trial_seed if ctx.info else 0
-        self.context, self.trial = context, trial
-        self.callbacks = dict(trial.build_callbacks() or {})
-        self.train_loader = as_loader(trial.build_training_data_loader(), self.dist.rank,
-                                      self.dist.size, self.seed, "build_training_data_loader")
-        self.val_loader = as_loader(trial.build_validation_data_loader(), self.dist.rank,
-                                    self.dist.size, self.seed, "build_validation_data_loader")
-        if len(self.train_loader) == 0:
-            raise ValueError(f"the training data loader is empty for rank {self.dist.rank}")
-        self.units = Units(context.get_global_batch_size(),
-                           int(config.get("records_per_epoch") or 0), len(self.train_loader))
-        reporting = self.options.reporting_period
-        self.scheduling_unit = max(1, self.units.batches(reporting, "reporting_period")
-                                   if reporting else int(config.get("scheduling_unit") or 100))
-        self.val_period = self._period(self.options.validation_period, "min_validation_period")
-        self.ckpt_period = self._period(self.options.checkpoint_period, "min_checkpoint_period")
-        self.full_dataset = (type(trial).evaluate_full_dataset
-                             is not PyTorchTrial.evaluate_full_dataset)
-        self.batches = 0
-        self.last_val = self.last_ckpt = 0
-        self.pending: list[tuple[dict[str, Any], int]] = []
-        self._iter: Any = None
-        self._epoch = -1
-        self.searcher_metric = (config.get("searcher") or {}).get("metric")
-        self.last_metric: Any = None
+    def __init__(self, trial: PyTorchTrial, context: PyTorchTrialContext,
+                 options: FitOptions) -> None:
+        self.trial, self.context, self.options = trial, context, options
+        self.core: core.Context = context._core
+        self.dist = self.core.distributed
+        self.is_chief = self.dist.rank == 0
+        self.trial_id = 0 if options.local_training or self.core.info is None \
+            else self.core.info.trial.trial_id
+        self.callbacks: dict[str, PyTorchCallback] = dict(trial.build_callbacks() or {})
+        if not context.models:
+            raise ValueError("Must have at least one model. This might be caused by not "
+                             "wrapping your model with wrap_model().")
+        if not context.optimizers:
+            raise ValueError("Must have at least one optimizer. This might be caused by not "
+                             "wrapping your optimizer with wrap_optimizer().")
+        self.batch_defined = _overridden(trial, "evaluate_batch")
+        if self.batch_defined == _overridden(trial, "evaluate_full_dataset"):
+            raise ValueError("Please define exactly one of: `evaluate_batch()` or "
+                             "`evaluate_full_dataset()`. For most use cases `evaluate_batch()` "
+                             "is recommended because it can be parallelized across all "
+                             "devices.")
+        self.state = TrialState(trial_id=self.trial_id)
+        self.seed = self.core.info.trial.trial_seed if self.core.info else 0
 
-    @classmethod
-    def for_class(cls, trial_class: type[PyTorchTrial], ctx: core.Context,
-                  hparams: dict[str, Any], config: dict[str, Any]) -> Controller:
-        """The harness's way: build the context and the trial, then the loop."""
-        _seed_everything((ctx.info.trial.trial_seed if ctx.info else 0) + ctx.distributed.rank)
-        context = trial_class.trial_context_class(ctx, hparams, config, _device(ctx.distributed))
-        trial = trial_class(context)
-        context.get_global_batch_size()  # a clear error before any data is read
-        return cls(trial, context, ctx, config)
-
-    def _period(self, given: Any, key: str) -> Period:
-        if isinstance(given, dict) and given and isinstance(next(iter(given.values())),
-                                                            frozenset):
-            unit, steps = next(iter(given.items()))
-            return Period(at=frozenset(self.units.batches({unit: n}, key) for n in steps))
-        raw = given if given is not None else (self.config.get(key) or {"batches": 0})
-        return Period(every=self.units.batches(raw, key))
-
-    # -- the loop ---------------------------------------------------------------------------
+    # -- the run ----------------------------------------------------------------------------
 
     def run(self) -> None:
-        self._restore()
-        self._call("on_trial_startup", self.batches, self._latest())
+        with contextlib.ExitStack() as stack:
+            for callback in self.callbacks.values():
+                callback.on_trial_startup(self.options.steps_completed,
+                                          self.options.latest_checkpoint)
+                stack.callback(callback.on_trial_shutdown)
+            self._set_data_loaders()
+            if self.options.latest_checkpoint is not None:
+                self._restore(self.options.latest_checkpoint)
+            self.batches = self._enumerate(self.state.batches_trained)
+            for callback in self.callbacks.values():
+                callback.on_training_start()
+            self._run()
+
+    def _run(self) -> None:
+        opts = self.options
         try:
-            self._call("on_training_start")
-            if self.options.step_zero_validation and self.batches == 0:
+            if opts.step_zero_validation and self.state.batches_trained == 0:
                 self._validate()
-            for op in self._operations():
-                target = self.units.batches(_op_length(op, self.config), "max_length")
-                if self._train_to(target, op):
-                    return
-                self._report_training()
-                metric = self.last_metric
-                if self.last_val != self.batches or metric is None:
-                    metric = self._validate()
-                op.report_completed(metric)
-            if self.last_ckpt != self.batches:
+            self._train(Batch(1) if opts.test_mode else opts.max_length, [
+                Boundary("train", opts.max_length),
+                Boundary("validate", opts.validation_period),
+                Boundary("checkpoint", opts.checkpoint_period),
+                Boundary("report", opts.reporting_period)])
+        except ShouldExit:
+            if self.state.last_ckpt != self.state.batches_trained:
                 self._checkpoint()
-            self._say(f"training done after {self.batches} batches")
-        finally:
-            self._call("on_trial_shutdown")
+            self._say(f"stopped at batch {self.state.batches_trained}: checkpointed, exiting")
+        except core.InvalidHP:
+            if self.state.last_ckpt != self.state.batches_trained:
+                self._checkpoint()
+            raise
 
-    def _train_to(self, target: int, op: Any) -> bool:
-        """Train until `target` batches; True if stopped early (preempted or asked to)."""
-        self.last_metric = None
-        while self.batches < target:
-            self._train_one()
-            if self.batches % self.scheduling_unit == 0 or self.batches == target:
-                self._report_training()
-                op.report_progress(_in_units(self.batches, op, self.config, self.units))
-            if self.val_period.due(self.batches, self.last_val):
-                self.last_metric = self._validate()
-            if self.ckpt_period.due(self.batches, self.last_ckpt):
-                self._checkpoint()
-            if self._should_stop():
-                self._report_training()
-                if self.last_ckpt != self.batches:
+    def _set_data_loaders(self) -> None:
+        rank, size = self.dist.rank, self.dist.size
+        self.train_loader = as_loader(self.trial.build_training_data_loader(), rank, size,
+                                      self.seed, "build_training_data_loader")
+        if len(self.train_loader) == 0:
+            raise ValueError(f"the training data loader is empty for rank {rank}")
+        self.epoch_len = int(self.dist.broadcast(len(self.train_loader)))
+        self.context._epoch_len = self.epoch_len
+        self.val_loader = as_loader(self.trial.build_validation_data_loader(),
+                                    rank if self.batch_defined else 0,
+                                    size if self.batch_defined else 1, self.seed,
+                                    "build_validation_data_loader")
+
+    def _enumerate(self, start: int) -> Iterator[tuple[int, Any]]:
+        """(global batch index, batch) from `start` on, epoch after epoch."""
+        index = start
+        epoch, offset = divmod(start, self.epoch_len)
+        while True:
+            for batch in self.train_loader.batches(epoch, offset):
+                yield index, batch
+                index += 1
+            epoch, offset = epoch + 1, 0
+
+    def _train(self, length: TrainUnit, boundaries: list[Boundary]) -> None:
+        while self._steps_until_complete(length) > 0:
+            metrics = self._train_with_boundaries(boundaries)
+            avg = self._report_training(metrics)
+            for callback in self.callbacks.values():
+                callback.on_training_workload_end(avg_metrics=avg, batch_metrics=metrics)
+            progress_reported = False
+            for boundary in boundaries:
+                if not boundary.reached:
+                    continue
+                boundary.reached = False
+                if boundary.kind in ("train", "report"):
+                    if self.is_chief and not progress_reported:
+                        self._report_progress()
+                        progress_reported = True
+                elif boundary.kind == "validate":
+                    if self.state.last_val != self.state.batches_trained:
+                        self._validate()
+                elif self.state.last_ckpt != self.state.batches_trained:
                     self._checkpoint()
-                self._say(f"stopped at batch {self.batches}: checkpointed, exiting")
-                return True
-        return False
+                self._stop_requested()
+        if self.state.last_val != self.state.batches_trained:
+            self._validate()
+        if self.state.last_ckpt != self.state.batches_trained:
+            self._checkpoint()
+        self._say(f"training done after {self.state.batches_trained} batches")
 
-    def _operations(self) -> Any:
-        if self.options.max_length is not None:
-            return [_FitOperation(self.core, self.options.max_length)]
-        if self.core.info is not None:
-            return self.core.searcher.operations()
-        raw = configured_length(self.config)
-        if raw is None:
-            raise ValueError("searcher.max_length (or max_time with time_metric batches, "
-                             "records or epochs) is needed to run a trial class")
-        length = next(iter(raw.values())) if isinstance(raw, dict) else raw
-        return [_LocalOperation(int(length))]
+    def _steps_until_complete(self, unit: TrainUnit) -> int:
+        done = (self.state.batches_trained if isinstance(unit, Batch)
+                else self.state.epochs_trained)
+        return int(unit.value) - done  # type: ignore[call-overload]
 
-    def _train_one(self) -> None:
-        epoch, batch_idx = divmod(self.batches, len(self.train_loader))
-        if self._iter is None or epoch != self._epoch:
-            self._iter = iter(self.train_loader.batches(epoch, batch_idx))
-            self._epoch = epoch
-            self._call("on_training_epoch_start", epoch)
-        batch = self.context.to_device(next(self._iter))
-        epoch_end = batch_idx == len(self.train_loader) - 1
-        ctx = self.context
-        ctx._batch_idx, ctx._epoch_end = batch_idx, epoch_end
-        ctx._batches_trained, ctx._epochs_trained = self.batches, epoch
-        for model in ctx.models:
+    def _train_with_boundaries(self, boundaries: list[Boundary]) -> list[dict[str, Any]]:
+        if self.is_chief:
+            self.core.train.set_status("training")
+        for model in self.context.models:
             model.train()
-        out = self._call_train_batch(batch, epoch, batch_idx)
+        _reset_reducers(self.context)
+        metrics: list[dict[str, Any]] = []
+        for batch_idx, batch in self.batches:
+            epoch_idx, in_epoch = divmod(batch_idx, self.epoch_len)
+            self.context._current_batch_idx = batch_idx
+            if in_epoch == 0:
+                for callback in self.callbacks.values():
+                    callback.on_training_epoch_start(epoch_idx)
+            metrics.append(self._train_batch(batch, epoch_idx, batch_idx))
+            self.state.batches_trained += 1
+            epoch_end = in_epoch == self.epoch_len - 1
+            if epoch_end:
+                for callback in self.callbacks.values():
+                    callback.on_training_epoch_end(epoch_idx)
+                self.state.epochs_trained += 1
+            for b in boundaries:
+                if isinstance(b.unit, Epoch):
+                    b.reached = b.reached or (epoch_end and b.unit.should_stop(epoch_idx + 1))
+                else:
+                    b.reached = b.reached or b.unit.should_stop(batch_idx + 1)
+                if b.kind == "train" and self.options.test_mode:
+                    b.reached = True
+            if any(b.reached for b in boundaries):
+                break
+        return metrics
+
+    def _train_batch(self, batch: Any, epoch_idx: int, batch_idx: int) -> dict[str, Any]:
+        ctx = self.context
+        batch = ctx.to_device(batch)
+        kwargs = {}
+        if accepts(self.trial.train_batch, "epoch_idx", 2):
+            kwargs["epoch_idx"] = epoch_idx
+        if accepts(self.trial.train_batch, "batch_idx", 3):
+            kwargs["batch_idx"] = batch_idx
+        out = self.trial.train_batch(batch, **kwargs)
         if ctx._scaler is not None:
             ctx._scaler.update()
-        self.pending.append((_as_metrics(out, "train_batch"), 1))
-        self.batches += 1
-        ctx._batches_trained = self.batches
+        epoch_end = (batch_idx % self.epoch_len) == self.epoch_len - 1
         for sched in ctx.lr_schedulers:
             mode = sched.step_mode
             if mode is LRScheduler.StepMode.STEP_EVERY_BATCH or (
                     mode is LRScheduler.StepMode.STEP_EVERY_EPOCH and epoch_end):
                 sched.step()
-        if epoch_end:
-            self._call("on_training_epoch_end", epoch)
+        return _as_metrics(out, "train_batch")
 
-    def _call_train_batch(self, batch: Any, epoch: int, batch_idx: int) -> Any:
-        fn = self.trial.train_batch
-        kwargs = {}
-        if accepts(fn, "epoch_idx", 2):
-            kwargs["epoch_idx"] = epoch
-        if accepts(fn, "batch_idx", 3):
-            kwargs["batch_idx"] = batch_idx
-        return fn(batch, **kwargs)
-
-    def _should_stop(self) -> bool:
+    def _stop_requested(self) -> None:
         stop = bool(self.dist.broadcast(self.context.get_stop_requested()
-                                        if self.dist.is_chief else None))
-        return stop or self.core.preempt.should_preempt()
+                                        if self.is_chief else None))
+        if stop or self.core.preempt.should_preempt():
+            raise ShouldExit()
 
-    def _call(self, hook: str, *args: Any) -> None:
-        for callback in self.callbacks.values():
-            getattr(callback, hook)(*args)
+    def _report_progress(self) -> None:
+        unit = self.options.max_length
+        done = (self.state.batches_trained if isinstance(unit, Batch)
+                else self.state.epochs_trained)
+        self.core.train.report_progress(done / int(unit.value))  # type: ignore[call-overload]
 
     # -- metrics ----------------------------------------------------------------------------
 
-    def _report_training(self) -> None:
-        if not self.pending:
-            return
-        batch_metrics = [m for m, _ in self.pending]
-        mine = _mean(self.pending)
-        count = len(self.pending)
-        self.pending = []
-        rows = self.dist.allgather((mine, count))
-        metrics = _mean(rows)
-        metrics.update(_reducer.reduce_wrapped(self.context.reducers, self.dist.allgather,
-                                               self.dist.is_chief, training=True))
-        if self.dist.is_chief:
-            self.core.train.report_training_metrics(steps_completed=self.batches,
-                                                    metrics=metrics)
-        self._call("on_training_workload_end", metrics, batch_metrics)
+    def _report_training(self, batch_metrics: list[dict[str, Any]]) -> dict[str, Any]:
+        rows = self.dist.allgather((_mean([(m, 1) for m in batch_metrics]), len(batch_metrics)))
+        avg = _mean([r for r in rows if r[1]])
+        avg.update(_reducer.reduce_wrapped(self.context.reducers, self.dist.allgather,
+                                           self.is_chief, training=True))
+        avg = self.dist.broadcast(avg if self.is_chief else None)
+        if self.is_chief:
+            reported = dict(avg)
+            reported.setdefault("batches", self.state.batches_trained)
+            reported.setdefault("epochs", self.state.epochs_trained)
+            self.core.train.report_training_metrics(
+                steps_completed=self.state.batches_trained, metrics=reported)
+        return dict(avg)
 
-    def _validate(self) -> Any:
-        self._call("on_validation_start")
+    def _validate(self) -> dict[str, Any]:
+        if self.is_chief:
+            self.core.train.set_status("validating")
+        _reset_reducers(self.context)
         for model in self.context.models:
             model.eval()
+        for callback in self.callbacks.values():
+            callback.on_validation_start()
         with torch.no_grad():
-            metrics = self._full_dataset() if self.full_dataset else self._batches_metrics()
-        metrics.update(_reducer.reduce_wrapped(self.context.reducers, self.dist.allgather,
-                                               self.dist.is_chief, training=False))
+            metrics = self._batches_metrics() if self.batch_defined else self._full_dataset()
+            metrics.update(_reducer.reduce_wrapped(self.context.reducers, self.dist.allgather,
+                                                   self.is_chief, training=False))
         for model in self.context.models:
             model.train()
-        self.last_val = self.batches
-        # Trainers add the time metrics ASHA reads (SEMANTICS §6: no unit conversion).
-        metrics.setdefault("batches", self.batches)
-        metrics.setdefault("records", self.batches * self.units.global_batch_size)
-        metrics.setdefault("epochs", self.batches / max(self.units.batches({"epochs": 1},
-                                                                            "epochs"), 1))
-        if self.searcher_metric and self.searcher_metric not in metrics and self.dist.is_chief:
-            raise KeyError(f"searcher.metric '{self.searcher_metric}' is not among the "
-                           f"validation metrics {sorted(metrics)}")
-        if self.dist.size > 1 and self.callbacks:
-            metrics = self.dist.broadcast(metrics if self.dist.is_chief else None)
-        self._call("on_validation_end", metrics)
-        if self.dist.is_chief:
-            self.core.train.report_validation_metrics(steps_completed=self.batches,
-                                                      metrics=metrics)
+        if self.dist.size > 1 and any(_overridden(c, "on_validation_end", PyTorchCallback)
+                                      for c in self.callbacks.values()):
+            metrics = self.dist.broadcast(metrics if self.is_chief else None)
+        for callback in self.callbacks.values():
+            callback.on_validation_end(metrics)
+        self.state.last_val = self.state.batches_trained
+        should_checkpoint = False
+        if self.is_chief:
+            best_before = self.core.train.get_experiment_best_validation()
+            metrics.setdefault("batches", self.state.batches_trained)
+            metrics.setdefault("epochs", self.state.epochs_trained)
+            self.core.train.report_validation_metrics(
+                steps_completed=self.state.batches_trained, metrics=metrics)
             shown = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
                               for k, v in sorted(metrics.items()))
-            self._say(f"validation at batch {self.batches}: {shown}")
-        self.last_metric = metrics.get(self.searcher_metric) if self.searcher_metric else None
-        return self.last_metric
+            self._say(f"validation at batch {self.state.batches_trained}: {shown}")
+            should_checkpoint = self._checkpoint_after(metrics, best_before)
+        if self.dist.broadcast(should_checkpoint if self.is_chief else None):
+            self._checkpoint()
+        return metrics
+
+    def _checkpoint_after(self, metrics: dict[str, Any], best_before: float | None) -> bool:
+        """The checkpoint policy's answer after a validation (on the chief)."""
+        if self.state.last_ckpt == self.state.batches_trained:
+            return False
+        policy = self.options.checkpoint_policy
+        if policy == "all":
+            return True
+        if policy != "best":
+            return False
+        name = self.options.searcher_metric
+        if name not in metrics:
+            raise RuntimeError(
+                f"Search method is configured to use metric '{name}' but model definition "
+                f"returned validation metrics {list(metrics)}. The metric used by the search "
+                "method must be one of the validation metrics returned by the model definition.")
+        value = metrics[name]
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            raise RuntimeError(f"Searcher validation metric '{name}' returned a non-scalar "
+                               f"value: {value}.")
+        if best_before is None:
+            return True
+        return value < best_before if self.options.smaller_is_better else value > best_before
 
     def _full_dataset(self) -> dict[str, Any]:
         metrics = None
-        if self.dist.is_chief:
+        if self.is_chief:
             loader = getattr(self.val_loader, "loader", self.val_loader)
             metrics = _as_metrics(self.trial.evaluate_full_dataset(loader),
                                   "evaluate_full_dataset")
-        return dict(self.dist.broadcast(metrics))
+        return dict(self.dist.broadcast(metrics) or {})
 
     def _batches_metrics(self) -> dict[str, Any]:
-        self._call("on_validation_epoch_start")
+        for callback in self.callbacks.values():
+            callback.on_validation_epoch_start()
         with_idx = accepts(self.trial.evaluate_batch, "batch_idx", 2)
         rows, outputs = [], []
         for i, batch in enumerate(self.val_loader.batches(0)):
@@ -265,82 +362,137 @@ class Controller:
             metrics = _as_metrics(out, "evaluate_batch")
             outputs.append(metrics)
             rows.append((metrics, _batch_len(batch)))
-        self._call("on_validation_epoch_end", outputs)
+            if self.options.test_mode:
+                break
+        for callback in self.callbacks.values():
+            callback.on_validation_epoch_end(outputs)
         all_rows = [r for part in self.dist.allgather(rows) for r in part]
+        if not all_rows:
+            raise RuntimeError("validation_loader is empty.")
         return _reduced(all_rows, self.trial.evaluation_reducer())
 
     # -- checkpoints ------------------------------------------------------------------------
 
-    def _state(self) -> dict[str, Any]:
+    def _checkpoint(self) -> None:
+        if self.is_chief:
+            self.core.train.set_status("checkpointing")
+        self.state.last_ckpt = self.state.batches_trained
+        uuid = ""
+        if self.is_chief:
+            metadata = {"steps_completed": self.state.batches_trained,
+                        "framework": f"torch-{torch.__version__}", "format": "pickle"}
+            with self.core.checkpoint.store_path(metadata) as (path, storage_id):
+                self._save(Path(path))
+                uuid = storage_id
+            self._say(f"checkpoint {uuid} at batch {self.state.batches_trained}")
+        uuid = self.dist.broadcast(uuid if self.is_chief else None)
+        for callback in self.callbacks.values():
+            callback.on_checkpoint_upload_end(uuid=uuid)
+
+    def _save(self, path: Path) -> None:
+        write_user_code(path, self.core)
         ctx = self.context
-        state = {
+        state: dict[str, Any] = {
             "models_state_dict": [_unwrap(m).state_dict() for m in ctx.models],
             "optimizers_state_dict": [o.state_dict() for o in ctx.optimizers],
             "lr_schedulers_state_dict": [s.state_dict() for s in ctx.lr_schedulers],
             "callbacks": {name: cb.state_dict() for name, cb in self.callbacks.items()},
-            "batches_trained": self.batches,
-            "rng_state": {"cpu": torch.get_rng_state(), "numpy": np.random.get_state(),
-                          "random": random.getstate()},
+            "rng_state": _rng_state(),
         }
         if ctx._scaler is not None:
             state["scaler_state_dict"] = ctx._scaler.state_dict()
-        return state
-
-    def _checkpoint(self) -> None:
-        self.last_ckpt = self.batches
-        if self.dist.is_chief:
-            metadata = {"steps_completed": self.batches, "framework": f"torch-{torch.__version__}",
-                        "format": "pickle"}
-            state = self._state()
-            self._call("on_checkpoint_save_start", state)
-            with self.core.checkpoint.store_path(metadata) as (path, uuid):
-                torch.save(state, path / STATE_FILE)
-                (path / "load_data.json").write_text(json.dumps(self._load_data()))
-                self._call("on_checkpoint_write_end", str(path))
-                self._call("on_checkpoint_end", str(path))
-            self._call("on_checkpoint_upload_end", uuid)
-            self._say(f"checkpoint {uuid} at batch {self.batches}")
-        self.dist.broadcast(None)  # everyone waits for the chief's checkpoint
+        for callback in self.callbacks.values():
+            callback.on_checkpoint_save_start(state)
+        torch.save(state, path / STATE_FILE)
+        with (path / TRIAL_STATE_FILE).open("wb") as f:
+            pickle.dump(vars(self.state), f)
+        (path / "load_data.json").write_text(json.dumps(self._load_data()))
+        for callback in self.callbacks.values():
+            callback.on_checkpoint_end(str(path))
+            callback.on_checkpoint_write_end(str(path))
 
     def _load_data(self) -> dict[str, Any]:
-        """What `pytorch.load_trial_from_checkpoint_path` reads back (Determined's keys)."""
+        """What `pytorch.load_trial_from_checkpoint_path` reads back (Determined's keys). A
+        trial class of the entrypoint script is named by the script's module name."""
         cls = type(self.trial)
-        return {"trial_type": "PyTorchTrial", "batches_trained": self.batches,
-                "trial_cls_spec": f"{cls.__module__}:{cls.__qualname__}",
-                "hparams": self.context.get_hparams(),
-                "experiment_config": self.context.get_experiment_config(),
-                "is_trainer": not self.options.use_cluster_checkpoint,
-                "trial_in_main": cls.__module__ == "__main__"}
+        module, in_main = cls.__module__, cls.__module__ == "__main__"
+        if in_main:
+            main_file = getattr(sys.modules["__main__"], "__file__", None) or ""
+            module = Path(main_file).stem if main_file.endswith(".py") else ""
+        data: dict[str, Any] = {
+            "trial_type": "PyTorchTrial",
+            "experiment_config": self.context._config_or_none(),
+            "hparams": self.context._hparams_or_none(),
+            "trial_cls_spec": f"{module}:{cls.__qualname__}",
+            "is_trainer": True,
+        }
+        if in_main:
+            data["trial_in_main"] = True
+        if self.context._is_pre_trainer:
+            data.pop("is_trainer")
+        return data
 
-    def _latest(self) -> str | None:
-        if self.options.latest_checkpoint or not self.options.use_cluster_checkpoint:
-            return self.options.latest_checkpoint
-        return self.core.info.latest_checkpoint if self.core.info else None
-
-    def _restore(self) -> None:
-        latest = self._latest()
-        if not latest:
-            return
-        with self.core.checkpoint.restore_path(latest) as path:
-            state = torch.load(Path(path) / STATE_FILE, map_location=self.context.device,
-                               weights_only=False)
-        self._call("on_checkpoint_load_start", state)
-        _load_state(self.context, state, latest)
-        for name, sd in (state.get("callbacks") or {}).items():
-            if name in self.callbacks:
-                self.callbacks[name].load_state_dict(sd)
-        self.batches = self.last_val = self.last_ckpt = int(state["batches_trained"])
-        self.context._initial_batch = self.context._batches_trained = self.batches
-        rng = state.get("rng_state") or {}
-        if "cpu" in rng and self.dist.size == 1:
-            torch.set_rng_state(rng["cpu"])
-            np.random.set_state(rng["numpy"])
-            random.setstate(rng["random"])
-        self._say(f"resumed from checkpoint {latest} at batch {self.batches}")
+    def _restore(self, storage_id: str) -> None:
+        log.info("Restoring trial from checkpoint %s", storage_id)
+        with self.core.checkpoint.restore_path(storage_id) as path:
+            state = torch.load(Path(path) / STATE_FILE, map_location="cpu", weights_only=False)
+            trial_state = Path(path) / TRIAL_STATE_FILE
+            saved = pickle.loads(trial_state.read_bytes()) if trial_state.is_file() else None
+        for callback in self.callbacks.values():
+            callback.on_checkpoint_load_start(state)
+        _load_state(self.context, state, storage_id)
+        _set_rng_state(state.get("rng_state"))
+        for name, callback in self.callbacks.items():
+            if name in (state.get("callbacks") or {}):
+                callback.load_state_dict(state["callbacks"][name])
+        if saved is None and "batches_trained" in state:  # dettui's checkpoints before 0.38
+            batches = int(state["batches_trained"])
+            saved = {"trial_id": self.trial_id, "last_ckpt": batches, "last_val": batches,
+                     "batches_trained": batches, "epochs_trained": batches // self.epoch_len}
+        if saved is not None and saved.get("trial_id") == self.trial_id:
+            self.state = TrialState(**{k: int(v) for k, v in saved.items()
+                                       if k in TrialState.__dataclass_fields__})
+        self._say(f"resumed from checkpoint {storage_id} at batch {self.state.batches_trained}")
 
     def _say(self, text: str) -> None:
-        if self.dist.is_chief:
+        if self.is_chief:
             print(text, flush=True)
+
+
+def _overridden(obj: Any, name: str, base: type = PyTorchTrial) -> bool:
+    return getattr(type(obj), name, None) is not getattr(base, name, None)
+
+
+def _reset_reducers(ctx: PyTorchTrialContext) -> None:
+    for wrapped in ctx.reducers:
+        wrapped.reducer.reset()
+
+
+def _rng_state() -> dict[str, Any]:
+    """Determined's keys; numpy's key as a tensor, so `torch.load`'s default `weights_only`
+    reads the checkpoint (numpy's `set_state` takes it back as it is)."""
+    kind, key, pos, has_gauss, cached = np.random.get_state()  # type: ignore[misc]
+    np_state = (kind, torch.from_numpy(key.astype(np.int64)), int(pos), int(has_gauss),
+                float(cached))
+    state = {"cpu_rng_state": torch.random.get_rng_state(),
+             "np_rng_state": np_state, "random_rng_state": random.getstate()}
+    if torch.cuda.device_count():
+        state["gpu_rng_state"] = torch.cuda.get_rng_state()
+    return state
+
+
+def _set_rng_state(rng: dict[str, Any] | None) -> None:
+    if not rng:
+        log.warning("The checkpoint has no random state to restore.")
+        return
+    if "cpu_rng_state" not in rng and "cpu" in rng:  # dettui's keys before 0.38
+        rng = {"cpu_rng_state": rng["cpu"], "np_rng_state": rng["numpy"],
+               "random_rng_state": rng["random"]}
+    np.random.set_state(rng["np_rng_state"])
+    random.setstate(rng["random_rng_state"])
+    torch.random.set_rng_state(rng["cpu_rng_state"])
+    if torch.cuda.device_count() and "gpu_rng_state" in rng:
+        torch.cuda.set_rng_state(rng["gpu_rng_state"])
 
 
 def _load_state(ctx: PyTorchTrialContext, state: dict[str, Any], uuid: str) -> None:
@@ -350,6 +502,8 @@ def _load_state(ctx: PyTorchTrialContext, state: dict[str, Any], uuid: str) -> N
                            f"{len(opts)} optimizer(s); the trial wrapped "
                            f"{len(ctx.models)} and {len(ctx.optimizers)}")
     for model, sd in zip(ctx.models, models, strict=True):
+        sd = dict(sd)
+        torch.nn.modules.utils.consume_prefix_in_state_dict_if_present(sd, "module.")
         _unwrap(model).load_state_dict(sd)
     for opt, sd in zip(ctx.optimizers, opts, strict=True):
         opt.load_state_dict(sd)
@@ -362,9 +516,9 @@ def _load_state(ctx: PyTorchTrialContext, state: dict[str, Any], uuid: str) -> N
 def _reduced(rows: list[tuple[dict[str, Any], int]],
              how: _reducer.Reducer | dict[str, _reducer.Reducer]) -> dict[str, Any]:
     """Validation metrics of every batch of every rank, reduced per metric."""
-    if how is _reducer.Reducer.AVG and not isinstance(how, dict):
-        return _mean(rows)
     out = _mean(rows)
+    if how is _reducer.Reducer.AVG:
+        return out
     for key in out:
         reducer = how.get(key, _reducer.Reducer.AVG) if isinstance(how, dict) else how
         values = [(float(m[key]), w) for m, w in rows
@@ -372,49 +526,6 @@ def _reduced(rows: list[tuple[dict[str, Any], int]],
         if values and reducer is not _reducer.Reducer.AVG:
             out[key] = _reducer.reduce_values(reducer, values)
     return out
-
-
-class _FitOperation:
-    """`Trainer.fit(max_length=...)`: one length, progress reported as a fraction."""
-
-    def __init__(self, ctx: core.Context, length: dict[str, int]) -> None:
-        self.core = ctx
-        self.unit, self.length = next(iter(length.items()))
-
-    def report_progress(self, length: float) -> None:
-        if self.core.distributed.is_chief and self.length:
-            self.core.train.report_progress(min(1.0, max(0.0, length / self.length)))
-
-    def report_completed(self, searcher_metric: Any = None) -> None:
-        log.debug("fit done: %s", searcher_metric)
-
-
-class _LocalOperation:
-    """Off a cluster: one operation of searcher.max_length, progress only logged."""
-
-    def __init__(self, length: int) -> None:
-        self.length = length
-
-    def report_progress(self, length: float) -> None:
-        log.debug("progress %.1f of %d", length, self.length)
-
-    def report_completed(self, searcher_metric: Any = None) -> None:
-        log.info("searcher operation done: %s", searcher_metric)
-
-
-def _op_length(op: Any, config: dict[str, Any]) -> Any:
-    if isinstance(op, _FitOperation):
-        return {op.unit: op.length}
-    raw = configured_length(config)
-    if isinstance(raw, dict):
-        return {next(iter(raw)): op.length}
-    return int(op.length)
-
-
-def _in_units(batches: int, op: Any, config: dict[str, Any], units: Units) -> float:
-    """`batches` expressed in the unit of op.length, for progress."""
-    total = units.batches(_op_length(op, config), "max_length")
-    return op.length * batches / total if total else float(op.length)
 
 
 def _unwrap(model: torch.nn.Module) -> torch.nn.Module:

@@ -1,8 +1,8 @@
 """Determined's `pytorch.load_trial_from_checkpoint_path`: a PyTorchTrial restored from the
-files of one of its checkpoints (written by dettui's harness), outside any training loop.
+files of one of its checkpoints, outside any training loop.
 
-dettui's checkpoints do not carry a copy of the code (Determined's hold it in `code/`): the
-trial class must be importable where this runs, or be passed as `trial_class`.
+The trial class is imported from the checkpoint's `code/` (its model definition, as
+Determined's checkpoints hold it), else from where this runs, or is passed as `trial_class`.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def load_trial_from_checkpoint_path(path: str | Path,
                          "trained by dettui's harness")
     load_data = json.loads(load_data_path.read_text())
     if trial_class is None:
-        trial_class = _trial_class(load_data.get("trial_cls_spec"))
+        trial_class = _trial_class(load_data.get("trial_cls_spec"), ckpt / "code")
     context = CheckpointLoadContext(load_data.get("hparams"), load_data.get("experiment_config"))
     trial = trial_class(context, **(trial_kwargs or {}))  # type: ignore[call-arg]
     kwargs = {"map_location": "cpu", "weights_only": False, **(torch_load_kwargs or {})}
@@ -53,18 +53,39 @@ def load_trial_from_checkpoint_path(path: str | Path,
     return trial
 
 
-def _trial_class(spec: object) -> type[PyTorchTrial]:
+def _trial_class(spec: object, code: Path) -> type[PyTorchTrial]:
     if not isinstance(spec, str) or ":" not in spec:
         raise ValueError("the checkpoint does not name its trial class: pass trial_class=")
     module, _, qualname = spec.partition(":")
     try:
-        found: Any = sys.modules["__main__"] if module == "__main__" else \
-            importlib.import_module(module)
+        found: Any = _import(module, code)
         for part in qualname.split("."):
             found = getattr(found, part)
     except (ImportError, AttributeError) as exc:
-        raise ValueError(f"cannot import the trial class {spec} (dettui's checkpoints hold no "
-                         "copy of the code): make it importable or pass trial_class=") from exc
+        raise ValueError(f"Automatic import logic failed to import Trial class as {spec}. "
+                         "You will need to provide your Trial class via the trial_class "
+                         "argument instead.") from exc
     if not (isinstance(found, type) and issubclass(found, PyTorchTrial)):
         raise ValueError(f"{spec} is not a PyTorchTrial")
     return found
+
+
+def _import(module: str, code: Path) -> Any:
+    """`module` from the checkpoint's code when the code holds it (a fresh import, as
+    Determined's `import_from_path`), else as this process finds it."""
+    top_path = code / module.split(".")[0]
+    if module == "__main__" or not (top_path.with_suffix(".py").is_file() or top_path.is_dir()):
+        return sys.modules["__main__"] if module == "__main__" else \
+            importlib.import_module(module)
+    top = module.split(".")[0]
+    saved = {n: m for n, m in sys.modules.items() if n == top or n.startswith(f"{top}.")}
+    for name in saved:
+        del sys.modules[name]
+    sys.path.insert(0, str(code))
+    try:
+        return importlib.import_module(module)
+    finally:
+        sys.path.remove(str(code))
+        for name in [n for n in sys.modules if n == top or n.startswith(f"{top}.")]:
+            del sys.modules[name]
+        sys.modules.update(saved)

@@ -6,10 +6,12 @@ context).fit(...)` trains it with dettui's loop (`_controller.Controller`).
         det.pytorch.Trainer(trial, train_context).fit(
             max_length=det.pytorch.Epoch(1), latest_checkpoint=info.latest_checkpoint)
 
-On a cluster the hyperparameters, config and distributed setup come from the allocation;
-`fit`'s periods default to the config's `min_validation_period`/`min_checkpoint_period`, its
-length to `searcher.max_length`. Like Determined, `fit` resumes only from the
-`latest_checkpoint` it is given.
+As in Determined 0.38.1: on a cluster the config and distributed setup come from the
+allocation (the hyperparameters too, when `init` is not given them); `fit`'s periods are what
+it is given (never validate or checkpoint in between by default), its length `max_length`
+(on a cluster, the deprecated `searcher.max_length` if not given); it resumes only from the
+`latest_checkpoint` it is given. `hyperparameters.global_batch_size` is needed only to read
+`context.get_global_batch_size()` or to turn records into batches.
 """
 
 from __future__ import annotations
@@ -17,58 +19,23 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections.abc import Container, Iterator
+import warnings
+from collections.abc import Iterator
 from typing import Any
 
 from dettui import core
-from dettui.pytorch._controller import Controller, FitOptions, _device, _seed_everything
+from dettui.core._searcher import configured_length
+from dettui.pytorch._controller import (
+    NEVER,
+    Controller,
+    FitOptions,
+    _device,
+    _seed_everything,
+)
 from dettui.pytorch._trial import PyTorchTrial, PyTorchTrialContext
+from dettui.pytorch._units import Batch, Epoch, TrainUnit
 
 log = logging.getLogger("dettui.pytorch")
-
-
-class TrainUnit:
-    """A length in batches or epochs: an int, or a container of step counts (for periods)."""
-
-    unit = ""
-
-    def __init__(self, value: int | Container[int]) -> None:
-        self.value = value
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}(value={self.value!r})"
-
-    def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and other.value == self.value  # type: ignore[attr-defined]
-
-    def __hash__(self) -> int:
-        return hash((self.unit, repr(self.value)))
-
-    def length(self) -> dict[str, Any]:
-        if isinstance(self.value, bool) or not isinstance(self.value, int):
-            values = frozenset(int(v) for v in self.value)  # type: ignore[attr-defined]
-            return {self.unit: values}
-        return {self.unit: int(self.value)}
-
-
-class Batch(TrainUnit):
-    unit = "batches"
-
-
-class Epoch(TrainUnit):
-    unit = "epochs"
-
-
-def _length(unit: TrainUnit | None, what: str, periods: bool = False) -> Any:
-    if unit is None:
-        return None
-    if not isinstance(unit, TrainUnit):
-        raise TypeError(f"{what} must be a pytorch.Batch or pytorch.Epoch, not "
-                        f"{type(unit).__name__}")
-    length = unit.length()
-    if not periods and not isinstance(next(iter(length.values())), int):
-        raise TypeError(f"{what} must be a pytorch.Batch(int) or pytorch.Epoch(int)")
-    return length
 
 
 @contextlib.contextmanager
@@ -94,8 +61,12 @@ def init(*, hparams: dict[str, Any] | None = None, exp_conf: dict[str, Any] | No
             distributed = core.DistributedContext.from_torch_distributed()
     try:
         with core.init(distributed=distributed) as core_context:
-            context = PyTorchTrialContext(core_context, dict(hparams or {}), dict(exp_conf or {}),
-                                          _device(core_context.distributed))
+            context = PyTorchTrialContext(
+                core_context, dict(hparams) if hparams is not None else None,
+                dict(exp_conf) if exp_conf is not None else None,
+                _device(core_context.distributed))
+            if info is not None:
+                context._steps_completed = int(info.trial._steps_completed)
             context.set_enable_tensorboard_logging(enable_tensorboard_logging)
             yield context
     finally:
@@ -111,26 +82,99 @@ class Trainer:
     def __init__(self, trial: PyTorchTrial, context: PyTorchTrialContext | None = None) -> None:
         self._trial = trial
         self._context = context if context is not None else trial.context
+        self._info = core.get_cluster_info()
+        self._local_training = self._info is None or self._info.task_type != "TRIAL"
+
+    def configure_profiler(self, *args: Any, **kwargs: Any) -> None:
+        log.error("`trainer.configure_profiler` has been replaced with "
+                  "`fit(..., profiling_enabled=True)` and will be removed in a future release.")
 
     def fit(self, checkpoint_period: TrainUnit | None = None,
             validation_period: TrainUnit | None = None, max_length: TrainUnit | None = None,
             reporting_period: TrainUnit | None = None, checkpoint_policy: str = "best",
             latest_checkpoint: str | None = None, step_zero_validation: bool = False,
             test_mode: bool = False, profiling_enabled: bool = False) -> None:
-        ctx = self._context
-        config = ctx.get_experiment_config()
-        length = _length(max_length, "max_length")
-        if length is None and ctx._core.info is None:
-            raise ValueError("`fit(max_length=X)` must be set with your desired training "
-                             "length.")
-        if test_mode or profiling_enabled or checkpoint_policy != "best":
-            log.info("fit: test_mode, profiling_enabled and checkpoint_policy are accepted "
-                     "and not used by dettui")
-        reporting = _length(reporting_period or Batch(100), "reporting_period")
+        """Train to `max_length` (on a cluster, the legacy `searcher.max_length` if not given),
+        validating and checkpointing every `validation_period`/`checkpoint_period` (never by
+        default), reporting every `reporting_period` (100 batches), resuming from
+        `latest_checkpoint` (give it `det.get_cluster_info().latest_checkpoint`)."""
+        if checkpoint_policy not in ("best", "all", "none"):
+            raise ValueError(f"checkpoint_policy must be 'best', 'all' or 'none', not "
+                             f"{checkpoint_policy!r}")
+        for what, unit in (("checkpoint_period", checkpoint_period),
+                           ("validation_period", validation_period),
+                           ("reporting_period", reporting_period)):
+            if unit is not None and not isinstance(unit, (Batch, Epoch)):
+                raise TypeError(f"{what} must be a det.pytorch.Batch or det.pytorch.Epoch, "
+                                f"not {type(unit).__name__}")
+        metric, smaller, steps = None, True, 0
+        if self._local_training:
+            if checkpoint_policy == "best":
+                log.warning("checkpoint_policy='best' is not supported in local training mode. "
+                            "Falling back to 'all'.")
+                checkpoint_policy = "all"
+            if max_length is None:
+                raise ValueError("max_length must be defined in local training mode.")
+            if profiling_enabled:
+                log.warning("Profiling is not supported in local training mode.")
+        else:
+            if test_mode:
+                raise ValueError("test_mode is only supported in local training mode.")
+            info = self._info
+            assert info is not None
+            if latest_checkpoint is None and info.latest_checkpoint is not None:
+                log.warning("latest_checkpoint has not been configured. Pause/resume training "
+                            "will not be able to continue from latest checkpoint. Did you mean "
+                            "to set `fit(latest_checkpoint=info.latest_checkpoint)'?")
+            searcher = info.trial.config.get("searcher") or {}
+            metric = searcher.get("metric")
+            smaller = bool(searcher.get("smaller_is_better", True))
+            steps = int(info.trial._steps_completed)
+            if max_length is None:
+                max_length = _legacy_max_length(info.trial.config, info.trial.hparams)
+            _check_searcher_length(info.trial.config, max_length)
+        if not isinstance(max_length, (Batch, Epoch)) or isinstance(max_length.value, bool) \
+                or not isinstance(max_length.value, int):
+            raise TypeError("max_length must either be a det.pytorch.Batch(int) or "
+                            "det.pytorch.Epoch(int) type.")
         options = FitOptions(
-            max_length=length,
-            validation_period=_length(validation_period, "validation_period", periods=True),
-            checkpoint_period=_length(checkpoint_period, "checkpoint_period", periods=True),
-            reporting_period=reporting, latest_checkpoint=latest_checkpoint,
-            use_cluster_checkpoint=False, step_zero_validation=step_zero_validation)
-        Controller(self._trial, ctx, ctx._core, config, options).run()
+            max_length=max_length, validation_period=validation_period or NEVER,
+            checkpoint_period=checkpoint_period or NEVER,
+            reporting_period=reporting_period or Batch(100), checkpoint_policy=checkpoint_policy,
+            latest_checkpoint=latest_checkpoint, step_zero_validation=step_zero_validation,
+            test_mode=test_mode, local_training=self._local_training, searcher_metric=metric,
+            smaller_is_better=smaller, steps_completed=steps)
+        Controller(self._trial, self._context, options).run()
+
+
+def _legacy_max_length(config: dict[str, Any], hparams: dict[str, Any]) -> TrainUnit:
+    """`searcher.max_length` (deprecated in 0.38.0), else `max_time` in its `time_metric`."""
+    raw = configured_length(config)
+    if raw is None:
+        raise ValueError("`fit(max_length=X)` must be set with your desired training length.")
+    warnings.warn("Configuring `max_length` from the `searcher.max_length` experiment config, "
+                  "which was deprecated in 0.38.0 and will be removed in a future release. "
+                  "Please set `fit(max_length=X)` with your desired training length directly.",
+                  FutureWarning, stacklevel=3)
+    unit, value = next(iter(raw.items())) if isinstance(raw, dict) else ("batches", raw)
+    gbs = hparams.get("global_batch_size")
+    return TrainUnit._from_searcher_unit(int(value), unit, int(gbs) if gbs else None)
+
+
+def _check_searcher_length(config: dict[str, Any], max_length: TrainUnit) -> None:
+    """ASHA's `max_time`/`time_metric` and `max_length` should agree: a warning if not."""
+    searcher = config.get("searcher") or {}
+    time_metric = searcher.get("time_metric")
+    if time_metric is None:
+        return
+    max_time = searcher.get("max_time")
+    want = {"batches": Batch, "epochs": Epoch}.get(time_metric)
+    if want is None:
+        log.warning("`searcher.time_metric` must be either 'batches' or 'epochs' for training "
+                    "with PyTorchTrials, but got %s. Training will proceed with %s but may "
+                    "result in unexpected behavior.", time_metric, max_length)
+    elif not isinstance(max_length, want) or max_length.value != max_time:
+        log.warning("`max_length` passed into `fit()` method (%s) does not match "
+                    "`searcher.max_time` and `searcher.time_metric` from the experiment config "
+                    "(%s). This may result in unexpected hyperparameter search behavior.",
+                    max_length, want(max_time))

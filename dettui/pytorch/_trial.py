@@ -55,8 +55,8 @@ class LRScheduler:
 class PyTorchTrialContext:
     """What a trial sees: hyperparameters, batch sizes, distributed info, and the wrappers."""
 
-    def __init__(self, core_context: core.Context, hparams: dict[str, Any],
-                 config: dict[str, Any], device: torch.device | None = None) -> None:
+    def __init__(self, core_context: core.Context, hparams: dict[str, Any] | None,
+                 config: dict[str, Any] | None, device: torch.device | None = None) -> None:
         self._core = core_context
         self.distributed = core_context.distributed
         self._hparams = hparams
@@ -69,19 +69,22 @@ class PyTorchTrialContext:
         self._scaler: Any = None
         self._to_device_warned: set[type] = set()
         self._global_batch_size = self._batch_size()
-        self._batch_idx = 0
-        self._epoch_end = False
-        self._batches_trained = 0
-        self._epochs_trained = 0
-        self._initial_batch = 0
+        self._current_batch_idx: int | None = None
+        self._epoch_len: int | None = None
+        self._steps_completed = 0
+        self._is_pre_trainer = False
         self._tensorboard = True
         self._tensorboard_writer: Any = None
 
     def _batch_size(self) -> int | None:
-        raw = self._hparams.get("global_batch_size")
-        if raw is None:
+        """Determined's: only a trial whose hyperparameters set it has one (checked here)."""
+        raw = (self._hparams or {}).get("global_batch_size")
+        if not raw:
             return None
-        size = int(raw)
+        if isinstance(raw, bool) or not isinstance(raw, int):
+            raise ValueError("The `global_batch_size` hyperparameter must be an integer value, "
+                             f"not {type(raw).__name__}")
+        size = raw
         slots = self.distributed.size
         if size < slots:
             raise ValueError(f"hyperparameters.global_batch_size ({size}) is smaller than the "
@@ -94,27 +97,48 @@ class PyTorchTrialContext:
     # -- what the trial reads ---------------------------------------------------------------
 
     def get_hparams(self) -> dict[str, Any]:
+        if self._hparams is None:
+            raise ValueError("hparams is undefined in this Trial because hparams was not "
+                             "configured. Please check the init() call to Trainer API.")
         return dict(self._hparams)
 
     def get_hparam(self, name: str) -> Any:
-        if name not in self._hparams:
+        hparams = self.get_hparams()
+        if name not in hparams:
             raise ValueError(f"hyperparameter '{name}' is not defined; defined: "
-                             f"{sorted(self._hparams)}")
-        return self._hparams[name]
+                             f"{sorted(hparams)}")
+        return hparams[name]
 
     def get_experiment_config(self) -> dict[str, Any]:
+        if self._config is None:
+            raise ValueError("exp_conf is undefined in this Trial. Please check the init() "
+                             "call to Trainer API.")
         return dict(self._config)
 
     def get_data_config(self) -> dict[str, Any]:
-        return dict(self._config.get("data") or {})
+        return dict(self.get_experiment_config().get("data") or {})
+
+    def _hparams_or_none(self) -> dict[str, Any] | None:
+        return None if self._hparams is None else dict(self._hparams)
+
+    def _config_or_none(self) -> dict[str, Any] | None:
+        return None if self._config is None else dict(self._config)
+
+    def _set_is_pre_trainer(self) -> None:
+        """Run by the legacy `model_def:Trial` entrypoint (its checkpoints load with its shims)."""
+        self._is_pre_trainer = True
 
     def get_global_batch_size(self) -> int:
         if self._global_batch_size is None:
-            raise ValueError("a PyTorchTrial needs hyperparameters.global_batch_size")
+            raise ValueError("global_batch_size is undefined in this Trial because hparams was "
+                             "not configured. Please check the init() call to Trainer API.")
         return self._global_batch_size
 
     def get_per_slot_batch_size(self) -> int:
-        return self.get_global_batch_size() // self.distributed.size
+        if self._global_batch_size is None:
+            raise ValueError("per_slot_batch_size is undefined in this Trial because hparams "
+                             "was not configured. Please check the init() call to Trainer API.")
+        return self._global_batch_size // self.distributed.size
 
     def get_trial_id(self) -> int:
         info = self._core.info
@@ -130,14 +154,22 @@ class PyTorchTrialContext:
 
     def get_initial_batch(self) -> int:
         """The batch this run of the trial started from (0, or the checkpoint's)."""
-        return self._initial_batch
+        return self._steps_completed
 
     def current_train_batch(self) -> int:
-        """Batches trained so far (the one in `train_batch` not yet counted)."""
-        return self._batches_trained
+        """The global index of the batch being (or last) trained."""
+        if self._current_batch_idx is None:
+            raise RuntimeError("Training hasn't started.")
+        return self._current_batch_idx
 
     def current_train_epoch(self) -> int:
-        return self._epochs_trained
+        """The epoch of that batch."""
+        return self.current_train_batch() // self._loader_len()
+
+    def _loader_len(self) -> int:
+        if self._epoch_len is None:
+            raise RuntimeError("Training DataLoader uninitialized.")
+        return self._epoch_len
 
     def get_stop_requested(self) -> bool:
         return bool(getattr(self, "_stop_requested", False))
@@ -251,10 +283,10 @@ class PyTorchTrialContext:
                 sched.step()
 
     def is_epoch_start(self) -> bool:
-        return self._batch_idx == 0
+        return self.current_train_batch() % self._loader_len() == 0
 
     def is_epoch_end(self) -> bool:
-        return self._epoch_end
+        return self.current_train_batch() % self._loader_len() == self._loader_len() - 1
 
 
 def _float32(output: Any) -> Any:

@@ -1,45 +1,85 @@
-"""Lengths in batches, and metrics as plain numbers: the arithmetic of the training loop."""
+"""Lengths in batches or epochs (TrainUnit), and metrics as plain numbers: the arithmetic of
+the training loop."""
 
 from __future__ import annotations
 
 import inspect
-import math
+import sys
+from collections import abc
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
 
-@dataclass(frozen=True)
-class Units:
-    """What one "length" is worth in batches for this trial."""
+class TrainUnit:
+    """A length in batches or epochs (Determined's `pytorch.TrainUnit`): an int is a period
+    (`Batch(100)`: every 100 batches), a container a schedule (`Batch([5, 30])`)."""
 
-    global_batch_size: int
-    records_per_epoch: int
-    batches_per_epoch: int
+    def __init__(self, value: int | abc.Container[int]) -> None:
+        self.value = value
 
-    def batches(self, length: Any, what: str) -> int:
-        """{batches: N} | {records: N} | {epochs: N} (or a bare int of batches) → batches."""
-        if isinstance(length, int):
-            return length
-        if not isinstance(length, dict) or len(length) != 1:
-            raise ValueError(f"{what} must be one of {{batches: N}}, {{records: N}} or "
-                             f"{{epochs: N}}, not {length!r}")
-        unit, value = next(iter(length.items()))
-        value = int(value)
-        if unit == "batches":
-            return value
-        if unit == "records":
-            return max(1, math.ceil(value / self.global_batch_size)) if value else 0
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(value={self.value!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and other.value == self.value  # type: ignore[attr-defined]
+
+    def __hash__(self) -> int:
+        return hash((type(self).__name__, repr(self.value)))
+
+    @staticmethod
+    def _from_searcher_unit(length: int, unit: str | None,
+                            global_batch_size: int | None = None) -> TrainUnit:
+        """`searcher.max_length` as a TrainUnit; records need `global_batch_size`."""
         if unit == "epochs":
-            if self.records_per_epoch:
-                per_epoch = max(1, self.records_per_epoch // self.global_batch_size)
-            else:
-                per_epoch = self.batches_per_epoch
-            return value * per_epoch
-        raise ValueError(f"{what}: unknown unit '{unit}' (batches, records or epochs)")
+            return Epoch(length)
+        if unit == "records":
+            if global_batch_size is None:
+                raise ValueError("global_batch_size required for searcher unit Records.")
+            return Batch._from_records(length, global_batch_size)
+        if unit == "batches":
+            return Batch(length)
+        raise ValueError(f"unrecognized searcher unit {unit}")
+
+    @staticmethod
+    def _from_values(batches: int | None = None, records: int | None = None,
+                     epochs: int | None = None,
+                     global_batch_size: int | None = None) -> TrainUnit:
+        """A config period (`min_validation_period: {batches: N}`); N < 1 means never."""
+        if sum((batches is not None, records is not None, epochs is not None)) != 1:
+            raise ValueError(f"invalid config: batches={batches} records={records} "
+                             f"epochs={epochs}")
+        if batches is not None:
+            return Batch(batches if batches >= 1 else sys.maxsize)
+        if records is not None:
+            if not global_batch_size:
+                raise ValueError("global_batch_size is required for RECORD units "
+                                 "(hyperparameters.global_batch_size).")
+            return Batch._from_records(records if records >= 1 else sys.maxsize,
+                                       global_batch_size)
+        return Epoch(epochs if epochs is not None and epochs >= 1 else sys.maxsize)
+
+    def should_stop(self, step_num: int) -> bool:
+        """Whether `step_num` (batches or epochs completed) is on this period or schedule."""
+        if isinstance(self.value, int):
+            if self.value < 1:
+                return True
+            return step_num != 0 and step_num % self.value == 0
+        return step_num in self.value
+
+
+class Epoch(TrainUnit):
+    """Epochs: the training data loader's length in batches each."""
+
+
+class Batch(TrainUnit):
+    """Batches."""
+
+    @staticmethod
+    def _from_records(records: int, global_batch_size: int) -> Batch:
+        return Batch(max(records // global_batch_size, 1))
 
 
 def _scalar(value: Any) -> Any:
@@ -91,16 +131,3 @@ def accepts(fn: Callable[..., Any], name: str, position: int) -> bool:
     `self` for a bound method, as `getfullargspec` does)."""
     args = inspect.getfullargspec(fn).args
     return name in args or position < len(args)
-
-
-@dataclass(frozen=True)
-class Period:
-    """Every `every` batches (0: never), or at the batch counts in `at`."""
-
-    every: int = 0
-    at: frozenset[int] = frozenset()
-
-    def due(self, batches: int, last: int) -> bool:
-        if self.at:
-            return batches in self.at and batches != last
-        return bool(self.every) and batches - last >= self.every

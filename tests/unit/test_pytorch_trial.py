@@ -1,5 +1,6 @@
-"""The trial-class harness off a cluster: lengths in batches/records/epochs, metric means, data
-positions on resume, batch-size split, and the errors a user meets loading a trial."""
+"""The trial-class harness off a cluster: config periods as Determined's TrainUnits, metric
+means, data positions on resume, batch-size split, and the errors a user meets loading a
+trial."""
 
 from __future__ import annotations
 
@@ -13,20 +14,21 @@ import torch
 from torch.utils.data import TensorDataset
 
 from dettui import core, pytorch
-from dettui.pytorch._controller import Units, _mean
+from dettui.pytorch._controller import _mean
 
 SAMPLE = Path(__file__).resolve().parents[2] / "sample_ctx"
 
 
-def test_lengths_convert_to_batches() -> None:
-    units = Units(global_batch_size=64, records_per_epoch=4096, batches_per_epoch=10)
-    assert units.batches({"batches": 7}, "x") == 7
-    assert units.batches({"records": 640}, "x") == 10
-    assert units.batches({"records": 650}, "x") == 11  # a partial batch still counts
-    assert units.batches({"epochs": 2}, "x") == 128  # records_per_epoch // global
-    assert Units(64, 0, 10).batches({"epochs": 2}, "x") == 20  # else the loader's length
-    with pytest.raises(ValueError, match="min_validation_period: unknown unit 'steps'"):
-        units.batches({"steps": 3}, "min_validation_period")
+def test_config_periods_become_train_units() -> None:
+    """Determined's `TrainUnit._from_values`: records need global_batch_size, < 1 is never."""
+    assert pytorch.TrainUnit._from_values(batches=7) == pytorch.Batch(7)
+    assert pytorch.TrainUnit._from_values(records=640, global_batch_size=64) == pytorch.Batch(10)
+    assert pytorch.TrainUnit._from_values(records=650, global_batch_size=64) == pytorch.Batch(10)
+    assert pytorch.TrainUnit._from_values(epochs=2) == pytorch.Epoch(2)
+    assert pytorch.TrainUnit._from_values(batches=0) == pytorch.Batch(sys.maxsize)
+    with pytest.raises(ValueError, match="global_batch_size is required for RECORD"):
+        pytorch.TrainUnit._from_values(records=640)
+    assert pytorch.Batch([5, 30]).should_stop(30) and not pytorch.Batch(4).should_stop(0)
 
 
 def test_metric_means_are_weighted_and_keep_non_numbers() -> None:
@@ -53,8 +55,8 @@ def test_global_batch_size_splits_per_slot_and_drops_the_remainder() -> None:
     trial_ctx = pytorch.PyTorchTrialContext(ctx, {"global_batch_size": 65}, {})
     assert trial_ctx.get_global_batch_size() == 65
     assert trial_ctx.get_per_slot_batch_size() == 32
-    with pytest.raises(ValueError, match="global_batch_size"):
-        pytorch.PyTorchTrialContext(ctx, {}, {}).get_per_slot_batch_size()
+    with pytest.raises(ValueError, match="global_batch_size is undefined in this Trial"):
+        pytorch.PyTorchTrialContext(ctx, {}, {}).get_global_batch_size()
     with pytest.raises(ValueError, match="hyperparameter 'lr' is not defined"):
         trial_ctx.get_hparam("lr")
 
