@@ -127,8 +127,11 @@ class AllocationRun:
                 await asyncio.sleep(wait)
 
     def _argv(self) -> list[str]:
+        # a legacy `module:Trial` runs on the experiment's PATH's `python3` when it sets one
+        # (as Determined's exec/launch.py), else on this agent's Python
+        python = "python3" if "PATH" in self.spec.env else sys.executable
         try:
-            argv = spec.entrypoint_argv(self.spec.entrypoint or "", sys.executable)
+            argv = spec.entrypoint_argv(self.spec.entrypoint or "", python)
         except spec.LaunchArgsError as exc:
             raise DettuiError(str(exc)) from exc
         if (self.workdir / spec.STARTUP_HOOK).is_file():
@@ -161,11 +164,21 @@ class AllocationRun:
             process.MARK: self.id,
             process.AGENT_MARK: self.agent_id,
             process.INSTANCE_MARK: process.instance(),
-            "PATH": os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", ""),
+            "PATH": self._path(env.get("PATH", "")),
         })
         cuda = self.spec.cuda_devices
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(d) for d in cuda)
         return env
+
+    def _path(self, inherited: str) -> str:
+        """The trial's PATH: the experiment's (environment_variables) as given, else this
+        agent's Python first; a Python the entrypoint names by absolute path before either, so
+        the trial's every `python3` (a launcher's workers) is the Python its user chose."""
+        default = os.path.dirname(sys.executable) + os.pathsep + inherited
+        return spec.trial_path(self.spec.env.get("PATH"), self._named_python(), default)
+
+    def _named_python(self) -> str | None:
+        return spec.named_python(self.spec.entrypoint or "")
 
     def _stage_env(self) -> dict[str, str]:
         """The environment of what runs before the trial (the sandbox's setup, setpriv): the
@@ -295,7 +308,8 @@ class AllocationRun:
 
     def _reach(self, env: dict[str, str], program: str) -> list[Path]:
         """What the trial's user must reach even under directories closed to it: its work dir,
-        the master's own checkpoint storage, a venv of this agent's that the entrypoint names.
+        the master's own checkpoint storage, a venv of this agent's that the entrypoint names
+        by absolute path (its program, or the Python of its shell line).
         Never a path a user chose (`checkpoint_storage: {host_path: /root/x}` would read what
         /root closes): that one the trial reaches by its user's permissions or not at all, and
         its log says so at start."""
@@ -307,7 +321,8 @@ class AllocationRun:
                     self._system_line(f"warning: checkpoint_storage {path}: user "
                                       f"{self.user.describe()} cannot pass {where}, so this "
                                       "trial cannot write checkpoints there")
-        return [self.workdir, *[p for p in storage if self._trusted(p)], *venv_of(program)]
+        venvs = {v for p in (program, self._named_python() or "") for v in venv_of(p)}
+        return [self.workdir, *[p for p in storage if self._trusted(p)], *sorted(venvs)]
 
     def _check_storage(self, env: dict[str, str]) -> None:
         """The checkpoint storage a trial is given must not reach what it must not read (this

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import posixpath
 import re
 import shlex
 from collections.abc import Mapping, Sequence
@@ -130,6 +131,64 @@ def entrypoint_argv(entrypoint: str | Sequence[str], python: str = "python3") ->
     if not argv:
         raise LaunchArgsError("the experiment has no entrypoint")
     return argv
+
+
+PYTHON_NAME = re.compile(r"python(\d+(\.\d+)*)?")
+# Words a shell command may start with before the program it runs
+_PREFIX_WORDS = {"exec", "env", "command", "nohup", "time"}
+_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=.*", re.DOTALL)
+_SEPARATORS = set(";&|()")  # what a shell's command lists are made of
+
+
+def named_python(entrypoint: str | Sequence[str]) -> str | None:
+    """The Python an entrypoint runs by absolute path (`/opt/venv/bin/python3 -m ...`, in any
+    command of a shell line, or first in a list), or None: the trial's other processes (a
+    launcher's `python3` workers) are to run it too."""
+    if isinstance(entrypoint, str):
+        return _python_in_shell(entrypoint)
+    argv = [str(a) for a in entrypoint]
+    if len(argv) >= 3 and posixpath.basename(argv[0]) in ("sh", "bash") and argv[1] == "-c":
+        return _python_in_shell(argv[2])
+    return argv[0] if argv and _is_python(argv[0]) else None
+
+
+def _python_in_shell(text: str) -> str | None:
+    lexer = shlex.shlex(text.replace("\n", " ; "), posix=True, punctuation_chars=True)
+    lexer.whitespace_split = True
+    lexer.commenters = ""
+    try:
+        words = list(lexer)
+    except ValueError:  # unbalanced quotes: sh will say so
+        return None
+    command_start = True
+    for word in words:
+        if set(word) <= _SEPARATORS:
+            command_start = True
+        elif command_start and (word in _PREFIX_WORDS or _ASSIGNMENT.fullmatch(word)):
+            continue
+        elif command_start:
+            if _is_python(word):
+                return word
+            command_start = False
+    return None
+
+
+def _is_python(program: str) -> bool:
+    return posixpath.isabs(program) and PYTHON_NAME.fullmatch(posixpath.basename(program)) \
+        is not None
+
+
+def trial_path(chosen: str | None, python: str | None, default: str) -> str:
+    """The trial's PATH: the experiment's own (`chosen`, from its environment_variables) as it
+    is, else `default` (the agent's); and first the directory of the Python the entrypoint
+    names by absolute path, so that every `python3` of the trial is that one."""
+    path = default if chosen is None else chosen
+    if python is None:
+        return path
+    where = posixpath.dirname(python)
+    if path.split(":", 1)[0] == where:
+        return path
+    return f"{where}:{path}" if path else where
 
 
 STARTUP_HOOK = "startup-hook.sh"

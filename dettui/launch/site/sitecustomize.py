@@ -4,6 +4,8 @@ trial's PYTHONPATH. Stdlib only; it does two things, each only where needed, the
 
 1. `import determined` resolves to dettui's implementation when the real package is not
    importable in this Python (`dettui.launch.alias`), so scripts written for Determined run.
+   A Python the experiment chose that has neither (its PATH or entrypoint names it) fails
+   that import with one line naming the fix.
 2. Without the sandbox's namespaces the real package's fixed container paths do not exist:
    it then reads its info files from DET_RUN_DIR/info instead of /run/determined/info, and
    finds shared_fs checkpoint storage at its host path instead of /determined_shared_fs.
@@ -95,10 +97,27 @@ class _RealPackagePatcher(importlib.abc.MetaPathFinder):
         return spec
 
 
+class _NoDeterminedHere(importlib.abc.MetaPathFinder):
+    """Last on sys.meta_path of a Python without dettui: when nothing found `determined`,
+    the one line saying why (the experiment chose this Python) and what to do."""
+
+    def find_spec(self, fullname: str, path: Any = None,
+                  target: Any = None) -> importlib.machinery.ModuleSpec | None:
+        if fullname != "determined":
+            return None
+        raise ModuleNotFoundError(
+            f"No module named 'determined': this trial runs {sys.executable} (its "
+            "experiment's PATH or entrypoint names it), which has neither Determined's package "
+            f"nor dettui; run `{sys.executable} -m pip install determined`, or leave PATH and "
+            "that Python out of the experiment to run it on the agent's Python",
+            name=fullname)
+
+
 def _install_alias() -> None:
     try:
         from dettui.launch import alias
     except ImportError:  # a Python without dettui: only the real package can help
+        sys.meta_path.append(_NoDeterminedHere())
         return
     alias.install()
 
