@@ -16,9 +16,9 @@ def require(tool: str, package: str, what: str) -> str:
     path = shutil.which(tool)
     if path is None:
         print(f"dettui.launch: `{tool}` was not found on PATH. This entrypoint needs {what}: "
-              f"install it into the Python environment the agent runs trials with "
-              f"(`pip install {package}`), or use python3 -m dettui.launch.torch_distributed.",
-              file=sys.stderr)
+              f"install it into the trial's Python (`{sys.executable} -m pip install "
+              f"{package}`; the experiment's PATH or entrypoint may name another Python), or "
+              "use python3 -m dettui.launch.torch_distributed.", file=sys.stderr)
         raise SystemExit(1)
     return path
 
