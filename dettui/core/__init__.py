@@ -17,7 +17,7 @@ from dettui.core._context import (
     ProfilerContext,
 )
 from dettui.core._detached import DetachedConfig, DetachedContext
-from dettui.core._distributed import DistributedContext
+from dettui.core._distributed import DistributedContext, DummyDistributedContext
 from dettui.core._info import (
     ClusterInfo,
     RendezvousInfo,
@@ -37,7 +37,8 @@ from dettui.core._train import (
 
 __all__ = [
     "CheckpointContext", "ClusterInfo", "Context", "DetachedConfig", "DetachedContext",
-    "DistributedContext", "DummyPreemptContext", "DummyTrainContext", "EarlyExitReason",
+    "DistributedContext", "DummyDistributedContext", "DummyPreemptContext", "DummyTrainContext",
+    "EarlyExitReason",
     "ExperimentalCoreContext", "InvalidHP", "PreemptContext", "PreemptMode", "ProfilerContext",
     "RendezvousInfo", "ResourcesInfo", "SearcherContext", "SearcherOperation",
     "TensorboardMode", "TrainContext", "TrialInfo", "get_cluster_info", "init",

@@ -89,6 +89,7 @@ class Context:
     def close(self) -> None:
         self.preempt.close()
         self.train.close()
+        self.distributed.close()  # as Determined: its sockets end with the context
 
 
 def _default_checkpoint_dir() -> Path:

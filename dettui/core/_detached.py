@@ -58,7 +58,12 @@ from dettui.core._info import ClusterInfo, TrialInfo
 from dettui.core._preempt import DummyPreemptContext
 from dettui.core._searcher import DummySearcherContext, SearcherContext
 from dettui.core._session import Session
-from dettui.core._train import DummyTrainContext, TrainContext, tensorboard_path
+from dettui.core._train import (
+    DummyTrainContext,
+    TensorboardMode,
+    TrainContext,
+    tensorboard_path,
+)
 from dettui.errors import DettuiError, Unauthenticated
 from dettui.storage import storage_base
 
@@ -199,7 +204,8 @@ def _shared_setup(cfg: DetachedConfig, storage: dict[str, Any],
 
 def init_detached(detached: DetachedConfig | dict[str, Any] | bool, *,
                   distributed: DistributedContext | None = None,
-                  checkpoint_storage: str | Path | None = None) -> DetachedContext:
+                  checkpoint_storage: str | Path | None = None,
+                  tensorboard_mode: TensorboardMode = TensorboardMode.AUTO) -> DetachedContext:
     """`core.init(detached=...)` off-cluster: a Context reporting to an unmanaged trial."""
     cfg = DetachedConfig.of(detached)
     if cfg.external_trial_id and not cfg.external_experiment_id:
@@ -220,7 +226,8 @@ def init_detached(detached: DetachedConfig | dict[str, Any] | bool, *,
     session = Session(info.master_url, user_token=setup["token"])
     base = storage_base({"checkpoint_storage": storage})
     tensorboard = tensorboard_path(base, info)
-    train: Any = (TrainContext(session, info, True, tensorboard) if dist.is_chief
+    train: Any = (TrainContext(session, info, True, tensorboard, tensorboard_mode)
+                  if dist.is_chief
                   else DummyTrainContext(tensorboard, session, info))
     has_length = bool((info.trial.config.get("searcher") or {}).get("max_length"))
     searcher: Any = (SearcherContext(train, info, dist) if has_length

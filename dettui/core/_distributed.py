@@ -1,50 +1,96 @@
-"""DistributedContext: ranks and sizes, plus gather/allgather/broadcast of Python objects.
+"""DistributedContext: ranks and sizes, plus gather/allgather/broadcast of Python objects, with
+Determined's signature: build it from the ranks (`DistributedContext(rank=..., size=...,
+chief_ip=...)`) or from a launcher's environment (`from_torch_distributed()`,
+`from_horovod(hvd)`, `from_deepspeed()`).
 
-Objects travel through torch.distributed's TCPStore (the store torchrun already hosts on
-MASTER_ADDR:MASTER_PORT), not a home-made transport, and independently of the process group
-the training code creates.
+As in Determined, the chief serves the trial-wide collectives on `pub_port` (the allocation's
+INTER_TRAIN_PROCESS_COMM_PORT_1) and each node's local chief serves that node's `*_local`
+ones; the transport is `_exchange` (stdlib sockets, authenticated by the trial's token, opened
+on the first collective), independent of the process group the training code creates.
 """
 
 from __future__ import annotations
 
 import os
-import pickle
-from datetime import timedelta
+import socket
 from typing import Any
+
+from dettui.core._exchange import Hub, Spoke, local_socket_path, trial_key
+
+DEFAULT_PUB_PORT = 12360  # Determined's INTER_TRAIN_PROCESS_COMM_PORT_1
+MAX_SLOTS_PER_AGENT = 16
+
+
+def _port(name: str, default: int) -> int:
+    return int(os.environ.get(name) or default)
 
 
 class DistributedContext:
-    def __init__(self, *, rank: int = 0, size: int = 1, local_rank: int = 0,
-                 local_size: int = 1, cross_rank: int = 0, cross_size: int = 1,
-                 chief_ip: str | None = None, store: Any = None) -> None:
-        self.rank, self.size = rank, size
-        self.local_rank, self.local_size = local_rank, local_size
-        self.cross_rank, self.cross_size = cross_rank, cross_size
-        self.chief_ip = chief_ip
-        self._store = store
-        self._seq = 0
-        self._local_seq = 0  # the node's own sequence, for the *_local operations
+    """Every argument is optional (a missing rank layout is one process, or one node of
+    `size` ranks); `chief_ip` is required when the ranks span several nodes.
+    `pull_port`, `port_offset` and `force_tcp` are accepted for Determined's signature:
+    dettui's transport needs one port."""
+
+    def __init__(self, *, rank: int | None = None, size: int | None = None,
+                 local_rank: int | None = None, local_size: int | None = None,
+                 cross_rank: int | None = None, cross_size: int | None = None,
+                 chief_ip: str | None = None, pub_port: int | None = None,
+                 pull_port: int | None = None, port_offset: int = 0,
+                 force_tcp: bool = False) -> None:
+        self.rank = rank or 0
+        self.size = size or 1
+        self.local_rank = self.rank if local_rank is None else local_rank
+        self.local_size = self.size if local_size is None else local_size
+        self.cross_rank = cross_rank or 0
+        self.cross_size = cross_size or 1
+        if not 0 <= self.rank < self.size or not 0 <= self.local_rank < self.local_size:
+            raise ValueError(f"rank {self.rank} of {self.size} (local {self.local_rank} of "
+                             f"{self.local_size}) is not a rank layout")
+        if self.local_size != self.size and not chief_ip:
+            raise ValueError(f"the ranks span several nodes (local_size {self.local_size} != "
+                             f"size {self.size}), so chief_ip (or DET_CHIEF_IP) is required")
+        # one node: reach the chief as localhost (and let it listen only there), as Determined
+        self.chief_ip = chief_ip if self.local_size != self.size else "127.0.0.1"
+        self._pub_port = pub_port or _port("INTER_TRAIN_PROCESS_COMM_PORT_1", DEFAULT_PUB_PORT)
+        self._pull_port = pull_port or _port("INTER_TRAIN_PROCESS_COMM_PORT_2",
+                                             self._pub_port + MAX_SLOTS_PER_AGENT)
+        self._global: Hub | Spoke | None = None
+        self._local: Hub | Spoke | None = None
 
     @classmethod
     def from_torch_distributed(cls, chief_ip: str | None = None) -> DistributedContext:
+        """From torchrun's environment (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
+        GROUP_RANK, GROUP_WORLD_SIZE). Off a cluster (no INTER_TRAIN_PROCESS_COMM_PORT_1) the
+        chief listens on the port after torchrun's MASTER_PORT, so two runs on one machine
+        do not meet."""
         env = os.environ
-        rank, size = int(env.get("RANK", "0")), int(env.get("WORLD_SIZE", "1"))
-        cross_size = int(env.get("GROUP_WORLD_SIZE", "1"))
-        chief_ip = chief_ip or env.get("DET_CHIEF_IP")
-        if cross_size > 1 and not chief_ip:
-            raise ValueError("chief_ip (DET_CHIEF_IP) is required when spanning several nodes")
-        store = None
-        if size > 1:
-            import torch.distributed as dist
-
-            base = dist.TCPStore(env.get("MASTER_ADDR", "127.0.0.1"),
-                                 int(env.get("MASTER_PORT", "29400")), size, False,
-                                 timeout=timedelta(minutes=30))
-            store = dist.PrefixStore("dettui-core/", base)
-        return cls(rank=rank, size=size, local_rank=int(env.get("LOCAL_RANK", "0")),
+        pub_port = None
+        if not env.get("INTER_TRAIN_PROCESS_COMM_PORT_1") and env.get("MASTER_PORT"):
+            pub_port = int(env["MASTER_PORT"]) + 1
+        return cls(rank=int(env.get("RANK", "0")), size=int(env.get("WORLD_SIZE", "1")),
+                   local_rank=int(env.get("LOCAL_RANK", "0")),
                    local_size=int(env.get("LOCAL_WORLD_SIZE", "1")),
-                   cross_rank=int(env.get("GROUP_RANK", "0")), cross_size=cross_size,
-                   chief_ip=chief_ip, store=store)
+                   cross_rank=int(env.get("GROUP_RANK", "0")),
+                   cross_size=int(env.get("GROUP_WORLD_SIZE", "1")),
+                   chief_ip=chief_ip or env.get("DET_CHIEF_IP"), pub_port=pub_port)
+
+    @classmethod
+    def from_horovod(cls, hvd: Any, chief_ip: str | None = None) -> DistributedContext:
+        """From an initialised horovod module (`import horovod.torch as hvd; hvd.init()`)."""
+        return cls(rank=hvd.rank(), size=hvd.size(), local_rank=hvd.local_rank(),
+                   local_size=hvd.local_size(), cross_rank=hvd.cross_rank(),
+                   cross_size=hvd.cross_size(),
+                   chief_ip=chief_ip or os.environ.get("DET_CHIEF_IP"))
+
+    @classmethod
+    def from_deepspeed(cls, chief_ip: str | None = None) -> DistributedContext:
+        """From DeepSpeed's environment (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_SIZE,
+        CROSS_RANK, CROSS_SIZE)."""
+        env = os.environ
+        return cls(rank=int(env["RANK"]), size=int(env["WORLD_SIZE"]),
+                   local_rank=int(env["LOCAL_RANK"]), local_size=int(env["LOCAL_SIZE"]),
+                   cross_rank=int(env["CROSS_RANK"]), cross_size=int(env["CROSS_SIZE"]),
+                   chief_ip=chief_ip or env.get("DET_CHIEF_IP"))
 
     def get_rank(self) -> int:
         return self.rank
@@ -76,54 +122,109 @@ class DistributedContext:
     def is_local_chief(self) -> bool:
         return self.local_rank == 0
 
-    def allgather(self, obj: Any) -> list[Any]:
+    def _trial_wide(self) -> Hub | Spoke:
+        if self._global is None:
+            if self.is_chief:
+                host = "127.0.0.1" if self.local_size == self.size else _bindable(self.chief_ip)
+                self._global = Hub(socket.AF_INET, (host, self._pub_port), self.size - 1,
+                                   trial_key())
+            else:
+                self._global = Spoke(socket.AF_INET, (self.chief_ip, self._pub_port),
+                                     self.rank, trial_key())
+        return self._global
+
+    def _node_wide(self) -> Hub | Spoke:
+        if self._local is None:
+            path = local_socket_path(str(self.chief_ip), self._pub_port, self.cross_rank)
+            self._local = (Hub(socket.AF_UNIX, path, self.local_size - 1, trial_key())
+                           if self.is_local_chief else
+                           Spoke(socket.AF_UNIX, path, self.local_rank, trial_key()))
+        return self._local
+
+    def allgather(self, stuff: Any) -> list[Any]:
+        """Every rank's object, by rank, on each of them."""
         if self.size == 1:
-            return [obj]
-        self._seq += 1
-        self._store.set(f"ag/{self._seq}/{self.rank}", pickle.dumps(obj))
-        return [pickle.loads(self._store.get(f"ag/{self._seq}/{r}")) for r in range(self.size)]
+            return [stuff]
+        return _allgather(self._trial_wide(), stuff)
 
-    def gather(self, obj: Any) -> list[Any] | None:
-        everything = self.allgather(obj)
-        return everything if self.is_chief else None
-
-    def broadcast(self, obj: Any = None) -> Any:
+    def gather(self, stuff: Any) -> list[Any] | None:
+        """Every rank's object to the chief (the others get None)."""
         if self.size == 1:
-            return obj
-        self._seq += 1
-        key = f"bc/{self._seq}"
-        if self.is_chief:
-            self._store.set(key, pickle.dumps(obj))
-            return obj
-        return pickle.loads(self._store.get(key))
+            return [stuff]
+        return _gather(self._trial_wide(), stuff)
 
-    def allgather_local(self, obj: Any) -> list[Any]:
+    def broadcast(self, stuff: Any = None) -> Any:
+        """The chief's object to every rank."""
+        if self.size == 1:
+            return stuff
+        return _broadcast(self._trial_wide(), stuff)
+
+    def allgather_local(self, stuff: Any) -> list[Any]:
         """Every object of this node's ranks, by local rank, on each of them."""
         if self.local_size == 1:
-            return [obj]
-        self._local_seq += 1
-        key = f"agl/{self.cross_rank}/{self._local_seq}"
-        self._store.set(f"{key}/{self.local_rank}", pickle.dumps(obj))
-        return [pickle.loads(self._store.get(f"{key}/{r}")) for r in range(self.local_size)]
+            return [stuff]
+        return _allgather(self._node_wide(), stuff)
 
-    def gather_local(self, obj: Any) -> list[Any] | None:
+    def gather_local(self, stuff: Any) -> list[Any] | None:
         """This node's objects to its local chief (the others get None)."""
-        everything = self.allgather_local(obj)
-        return everything if self.is_local_chief else None
+        if self.local_size == 1:
+            return [stuff]
+        return _gather(self._node_wide(), stuff)
 
-    def broadcast_local(self, obj: Any = None) -> Any:
+    def broadcast_local(self, stuff: Any = None) -> Any:
         """The local chief's object to every rank of its node."""
         if self.local_size == 1:
-            return obj
-        self._local_seq += 1
-        key = f"bcl/{self.cross_rank}/{self._local_seq}"
-        if self.is_local_chief:
-            self._store.set(key, pickle.dumps(obj))
-            return obj
-        return pickle.loads(self._store.get(key))
+            return stuff
+        return _broadcast(self._node_wide(), stuff)
 
     def close(self) -> None:
-        self._store = None
+        for end in (self._global, self._local):
+            if end is not None:
+                end.close()
+        self._global = self._local = None
 
 
-DummyDistributedContext = DistributedContext
+class DummyDistributedContext(DistributedContext):
+    """One process: every collective returns at once."""
+
+    def __init__(self) -> None:
+        super().__init__(rank=0, size=1, local_rank=0, local_size=1, cross_rank=0,
+                         cross_size=1)
+
+
+def _allgather(end: Hub | Spoke, stuff: Any) -> list[Any]:
+    if isinstance(end, Hub):
+        everything = [stuff, *end.gather()]
+        end.send_all(everything)
+        return everything
+    end.send(stuff)
+    return list(end.recv())
+
+
+def _gather(end: Hub | Spoke, stuff: Any) -> list[Any] | None:
+    if isinstance(end, Hub):
+        everything = [stuff, *end.gather()]
+        end.send_all(None)  # so no rank sends its next gather's object early
+        return everything
+    end.send(stuff)
+    end.recv()
+    return None
+
+
+def _broadcast(end: Hub | Spoke, stuff: Any) -> Any:
+    if isinstance(end, Hub):
+        end.send_all(stuff)
+        return stuff
+    return end.recv()
+
+
+def _bindable(ip: str | None) -> str:
+    """The chief's own address if this machine has it, else every interface."""
+    if not ip:
+        return ""
+    try:
+        with socket.socket() as probe:
+            probe.bind((ip, 0))
+        return ip
+    except OSError:
+        return ""

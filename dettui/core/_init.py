@@ -14,23 +14,33 @@ from dettui.core._info import get_cluster_info
 from dettui.core._preempt import PreemptContext, PreemptMode
 from dettui.core._searcher import SearcherContext
 from dettui.core._session import Session
-from dettui.core._train import DummyTrainContext, TrainContext, tensorboard_path
+from dettui.core._train import (
+    DummyTrainContext,
+    TensorboardMode,
+    TrainContext,
+    tensorboard_path,
+)
 from dettui.storage import storage_base
 
 
 def init(*, distributed: DistributedContext | None = None,
          preempt_mode: PreemptMode = PreemptMode.WorkersAskChief,
          checkpoint_storage: str | Path | None = None, detached: Any = None,
-         **_: Any) -> Context:
+         tensorboard_mode: TensorboardMode = TensorboardMode.AUTO, **_: Any) -> Context:
     """The Core API: on a cluster, talk to the master; off it, a Dummy that logs locally, or
     with `detached=core.DetachedConfig(...)` (or a dict, or True) an unmanaged trial on a
-    master (see `dettui.core._detached`). On a cluster `detached` is ignored."""
+    master (see `dettui.core._detached`). On a cluster `detached` is ignored.
+
+    With `tensorboard_mode=AUTO` (the default, as in Determined) the chief's reported training
+    and validation metrics are also written as TensorBoard events under
+    `ctx.train.get_tensorboard_path()`, where the trial's Python has tensorboard."""
     info = get_cluster_info()
     if info is None and detached not in (None, False):
         from dettui.core._detached import init_detached
 
         return init_detached(detached, distributed=distributed,
-                             checkpoint_storage=checkpoint_storage)
+                             checkpoint_storage=checkpoint_storage,
+                             tensorboard_mode=tensorboard_mode)
     if info is None:
         return _dummy(distributed or DistributedContext(), checkpoint_storage)
     if distributed is None:
@@ -42,7 +52,8 @@ def init(*, distributed: DistributedContext | None = None,
     session = Session(info.master_url, task_token=info.session_token)
     base = Path(checkpoint_storage) if checkpoint_storage else storage_base(info.trial.config)
     tensorboard = tensorboard_path(base, info)
-    train = (TrainContext(session, info, True, tensorboard) if distributed.is_chief
+    train = (TrainContext(session, info, True, tensorboard, tensorboard_mode)
+             if distributed.is_chief
              else DummyTrainContext(tensorboard, session, info))
     return Context(
         info=info, distributed=distributed, train=train,

@@ -7,12 +7,14 @@ import logging
 import math
 import queue
 import threading
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from dettui.core._info import ClusterInfo
 from dettui.core._session import Session
+from dettui.core._tensorboard import MetricWriter, metric_writer
 from dettui.errors import InvalidArgument, NotFound
 
 log = logging.getLogger("dettui.core")
@@ -41,8 +43,9 @@ def _plain(metrics: dict[str, Any]) -> dict[str, Any]:
 
 
 class TensorboardMode(enum.Enum):
-    """Determined's `core.init(tensorboard_mode=...)`: accepted; dettui uploads nothing either
-    way (TensorBoard files are written straight into checkpoint storage)."""
+    """Determined's `core.init(tensorboard_mode=...)`: AUTO writes reported training and
+    validation metrics as TensorBoard events (`_tensorboard`); MANUAL leaves the directory to
+    the trial. Nothing is uploaded either way: the directory is in checkpoint storage."""
 
     AUTO = "AUTO"
     MANUAL = "MANUAL"
@@ -95,11 +98,16 @@ class TrainContext(_RunMetadata):
     makes the loop wait (back-pressure) instead of growing without bound."""
 
     def __init__(self, session: Session, info: ClusterInfo, is_chief: bool = True,
-                 tensorboard: Path | None = None) -> None:
+                 tensorboard: Path | None = None,
+                 tensorboard_mode: TensorboardMode = TensorboardMode.AUTO) -> None:
         self._session: Session = session
         self._info: ClusterInfo = info
         self._is_chief = is_chief
         self._tensorboard = tensorboard
+        self._tensorboard_mode = TensorboardMode(tensorboard_mode)
+        self._events: MetricWriter | None = (
+            metric_writer(tensorboard) if self._tensorboard_mode == TensorboardMode.AUTO
+            else None)
         self._queue: queue.Queue[tuple[str, Any] | None] = queue.Queue(maxsize=QUEUE_LIMIT)
         self._error: BaseException | None = None
         self._batches = True  # the master takes /metrics/batch (an older one may not)
@@ -115,6 +123,7 @@ class TrainContext(_RunMetadata):
                 except queue.Empty:
                     break
             try:
+                self._write_events([i for i in items if i is not None])
                 self._send([i for i in items if i is not None])
             except BaseException as exc:  # noqa: BLE001 - re-raised in the training thread
                 self._error = exc
@@ -123,6 +132,23 @@ class TrainContext(_RunMetadata):
                     self._queue.task_done()
             if None in items:
                 return
+
+    def _write_events(self, items: list[tuple[str, Any]]) -> None:
+        """The metric reports as TensorBoard events; a failure here (a full disk, a broken
+        tensorboard install) is logged once and ends the events, not the trial."""
+        if self._events is None:
+            return
+        try:
+            for path, body in items:
+                if path.endswith("/metrics"):
+                    m = body["metrics"]
+                    self._events.write(body["group"], m["stepsCompleted"],
+                                       m["metrics"]["avgMetrics"], m["metrics"]["batchMetrics"])
+            self._events.flush()
+        except Exception as exc:  # noqa: BLE001 - TensorBoard events are a convenience
+            log.warning("TensorBoard events are no longer written: %s", exc)
+            self._events.close()
+            self._events = None
 
     def _send(self, items: list[tuple[str, Any]]) -> None:
         """In order: runs of metric reports as batches; of the progress reports in a row only
@@ -215,14 +241,23 @@ class TrainContext(_RunMetadata):
             log.warning("early exit not recorded: %s", exc.message)
 
     def get_tensorboard_path(self) -> Path:
+        """The trial's TensorBoard directory, in checkpoint storage (Determined's layout)."""
         if self._tensorboard is None:
             raise ValueError("this context has no TensorBoard path")
         return self._tensorboard
+
+    def upload_tensorboard_files(self, selector: Callable[[Path], bool] = lambda _: True,
+                                 mangler: Callable[[Path, int], Path] = lambda p, _: p) -> None:
+        """Determined's MANUAL-mode upload: nothing to copy, the directory is in storage."""
+        if self._tensorboard_mode == TensorboardMode.AUTO:
+            raise RuntimeError("upload_tensorboard_files can only be used in MANUAL mode")
 
     def close(self) -> None:
         self._queue.join()
         self._queue.put(None)
         self._thread.join(timeout=60)
+        if self._events is not None:
+            self._events.close()
         self._raise_pending()
 
 
@@ -267,6 +302,10 @@ class DummyTrainContext(_RunMetadata):
 
     def get_tensorboard_path(self) -> Path:
         return self._tensorboard or Path("tensorboard").resolve()
+
+    def upload_tensorboard_files(self, selector: Callable[[Path], bool] = lambda _: True,
+                                 mangler: Callable[[Path, int], Path] = lambda p, _: p) -> None:
+        log.info("upload_tensorboard_files()")
 
     def close(self) -> None:
         pass

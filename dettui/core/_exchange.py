@@ -1,0 +1,192 @@
+"""The sockets DistributedContext's collectives travel through (stdlib only).
+
+One rank listens (a `Hub`: the chief over TCP, or a node's local chief over a Unix socket) and
+every other rank connects to it once (a `Spoke`), on its first collective. Each connection
+starts with a mutual HMAC handshake keyed by the trial's session token, so a stranger can
+neither feed pickles to the ranks nor read theirs; after it, objects travel as pickles in
+`multiprocessing.connection` frames.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import hmac
+import os
+import pickle
+import socket
+import stat
+import struct
+import tempfile
+import time
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+CONNECT_TIMEOUT = 30 * 60.0  # how long a rank waits for its hub (the chief may load slowly)
+HANDSHAKE_TIMEOUT = 30.0  # a peer that connects but does not answer is dropped after this
+NONCE = 32
+
+
+class ExchangeError(RuntimeError):
+    """A collective could not reach its peers."""
+
+
+def trial_key() -> bytes:
+    """What every rank of a trial shares: its session token (on a cluster, the same for all
+    ranks of an allocation); off a cluster only the fixed prefix."""
+    return b"dettui-core/" + os.environ.get("DET_SESSION_TOKEN", "").encode()
+
+
+def _mac(key: bytes, role: bytes, nonce: bytes) -> bytes:
+    return hmac.new(key, role + nonce, hashlib.sha256).digest()
+
+
+def _read_exact(sock: socket.socket, n: int) -> bytes:
+    out = b""
+    while len(out) < n:
+        chunk = sock.recv(n - len(out))
+        if not chunk:
+            raise ConnectionError("the peer closed the connection during the handshake")
+        out += chunk
+    return out
+
+
+def _to_connection(sock: socket.socket) -> Connection:
+    sock.settimeout(None)  # blocking again before the descriptor changes hands
+    return Connection(sock.detach())
+
+
+class Hub:
+    """The listening end: `count` peers, numbered 1..count, connect and are kept in order."""
+
+    def __init__(self, family: socket.AddressFamily, address: Any, count: int,
+                 key: bytes) -> None:
+        self._count, self._key = count, key
+        self._path = address if family == socket.AF_UNIX else None
+        self._sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            if family == socket.AF_UNIX:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(address)  # a socket left by an earlier run of this trial
+            else:
+                self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            self._sock.bind(address)
+            self._sock.listen(count + 8)
+        except OSError as exc:
+            self._sock.close()
+            raise ExchangeError(f"cannot listen on {address!r} for the other ranks: {exc} "
+                                "(set INTER_TRAIN_PROCESS_COMM_PORT_1 to a free port)") from exc
+        self._peers: list[Connection] | None = None
+
+    def peers(self) -> list[Connection]:
+        """Every peer's connection, by number (waits for them on the first call)."""
+        if self._peers is None:
+            found: dict[int, Connection] = {}
+            while len(found) < self._count:
+                sock, _ = self._sock.accept()
+                number = self._admit(sock)
+                if number is None or number in found or not 1 <= number <= self._count:
+                    sock.close()
+                    continue
+                found[number] = _to_connection(sock)
+            self._peers = [found[n] for n in sorted(found)]
+        return self._peers
+
+    def _admit(self, sock: socket.socket) -> int | None:
+        """The peer's number if it proves it holds the key (and learns we do), else None."""
+        try:
+            sock.settimeout(HANDSHAKE_TIMEOUT)
+            challenge = os.urandom(NONCE)
+            sock.sendall(challenge)
+            answer = _read_exact(sock, 32 + NONCE + 4)
+            if not hmac.compare_digest(answer[:32], _mac(self._key, b"spoke", challenge)):
+                return None
+            sock.sendall(_mac(self._key, b"hub", answer[32:32 + NONCE]))
+            return int(struct.unpack("!I", answer[32 + NONCE:])[0])
+        except OSError:
+            return None
+
+    def gather(self) -> list[Any]:
+        return [pickle.loads(c.recv_bytes()) for c in self.peers()]
+
+    def send_all(self, obj: Any) -> None:
+        data = pickle.dumps(obj)
+        for c in self.peers():
+            c.send_bytes(data)
+
+    def close(self) -> None:
+        for c in self._peers or []:
+            c.close()
+        self._sock.close()
+        if self._path is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(self._path)
+
+
+class Spoke:
+    """A connecting end, number `number` among its hub's peers."""
+
+    def __init__(self, family: socket.AddressFamily, address: Any, number: int,
+                 key: bytes, timeout: float = CONNECT_TIMEOUT) -> None:
+        deadline, pause = time.monotonic() + timeout, 0.02
+        while True:
+            sock = socket.socket(family, socket.SOCK_STREAM)
+            try:
+                # the hub answers once it reaches its own first collective: wait that long
+                sock.settimeout(max(deadline - time.monotonic(), 1.0))
+                sock.connect(address)
+                break
+            except (FileNotFoundError, ConnectionRefusedError) as exc:
+                sock.close()
+                if time.monotonic() > deadline:
+                    raise ExchangeError(f"no rank listens on {address!r} after {timeout:.0f}s: "
+                                        f"{exc}") from exc
+                time.sleep(pause)
+                pause = min(pause * 2, 0.5)
+            except OSError as exc:
+                sock.close()
+                raise ExchangeError(f"cannot reach the other ranks at {address!r}: {exc}") from exc
+        try:
+            self._conn = self._handshake(sock, number, key)
+        except ExchangeError:
+            sock.close()
+            raise
+        except OSError as exc:
+            sock.close()
+            raise ExchangeError(f"the rank listening on {address!r} did not let this rank in: "
+                                f"{exc} (is it this trial's?)") from exc
+
+    @staticmethod
+    def _handshake(sock: socket.socket, number: int, key: bytes) -> Connection:
+        challenge = _read_exact(sock, NONCE)
+        mine = os.urandom(NONCE)
+        sock.sendall(_mac(key, b"spoke", challenge) + mine + struct.pack("!I", number))
+        if not hmac.compare_digest(_read_exact(sock, 32), _mac(key, b"hub", mine)):
+            raise ExchangeError("the rank listening for this trial does not hold its key")
+        return _to_connection(sock)
+
+    def send(self, obj: Any) -> None:
+        self._conn.send_bytes(pickle.dumps(obj))
+
+    def recv(self) -> Any:
+        try:
+            return pickle.loads(self._conn.recv_bytes())
+        except EOFError as exc:
+            raise ExchangeError("the chief went away during a collective") from exc
+
+    def close(self) -> None:
+        self._conn.close()
+
+
+def local_socket_path(chief_ip: str, port: int, node: int) -> str:
+    """Where a node's local chief listens: a private directory of this user under the temp
+    dir, one socket per (trial port, node), so trials and simulated nodes do not meet."""
+    base = Path(tempfile.gettempdir()) / f"dettui-dist-{os.getuid()}"
+    with contextlib.suppress(FileExistsError):
+        base.mkdir(mode=0o700)
+    st = os.lstat(base)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+        raise ExchangeError(f"{base} is not a private directory of this user")
+    name = hashlib.sha256(f"{chief_ip}:{port}:{node}".encode()).hexdigest()[:20]
+    return str(base / f"{name}.sock")
