@@ -3,9 +3,13 @@ absolute path, and the PATH the trial gets from it, the experiment and the agent
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 
-from dettui.launch import spec
+from dettui.launch import sitedir, spec
 
 VENV = "/opt/venv/bin/python3"
 
@@ -39,3 +43,22 @@ def test_the_trial_path() -> None:
     assert spec.trial_path("/usr/bin:/bin", VENV, agent) == "/opt/venv/bin:/usr/bin:/bin"
     assert spec.trial_path("/opt/venv/bin:/bin", VENV, agent) == "/opt/venv/bin:/bin"
     assert spec.trial_path("", VENV, agent) == "/opt/venv/bin"
+
+
+def test_a_python_without_determined_or_dettui_says_what_to_do_in_one_line() -> None:
+    """The trial's sitecustomize in a Python the experiment chose that has neither package."""
+    base = getattr(sys, "_base_executable", sys.executable)
+    probe = subprocess.run([base, "-c", "import dettui"], capture_output=True, cwd="/")
+    if probe.returncode == 0:
+        pytest.skip(f"{base} has dettui: no Python without it here")
+    env = {**os.environ, "PYTHONPATH": sitedir.DIRECTORY}
+    res = subprocess.run([base, "-m", "determined.launch.torch_distributed", "python3", "t.py"],
+                         capture_output=True, text=True, env=env, cwd="/", timeout=60)
+    assert res.returncode == 1
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"run `{base} -m pip install determined`" in lines[0], lines
+    # a probe for another module is untouched
+    res = subprocess.run([base, "-c", "import json, importlib.util as u; "
+                          "print(u.find_spec('no_such_module'))"],
+                         capture_output=True, text=True, env=env, cwd="/", timeout=60)
+    assert res.stdout.strip() == "None", res.stderr
