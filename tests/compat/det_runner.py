@@ -224,7 +224,7 @@ def classify(res: Ran) -> tuple[State, str]:
     if res.code == 2 and err and err[0].startswith("usage: det"):
         return State.FAIL, "the invocation is wrong: " + err[-1]
     message = (err or out or [""])[-1]
-    if message.rsplit(": ", 1)[-1].strip() in BARE:
+    if message.endswith(":") or message.rsplit(": ", 1)[-1].strip() in BARE:
         return State.FAIL, f"a bare HTTP status: {message}"
     return State.MESSAGE, message
 

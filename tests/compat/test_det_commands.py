@@ -535,3 +535,22 @@ def test_the_doc_is_this_runs_table(results: Results) -> None:
         DOC.write_text(table)
     assert DOC.read_text() == table, (f"{DOC} differs from this run: rewrite it with "
                                       "DETTUI_WRITE_DOCS=1 and read the diff")
+
+
+@pytest.mark.parametrize(("code", "stdout", "stderr", "state"), [
+    (0, "Created experiment 3\n", "", State.WORKS),
+    (1, "", "Failed to list notebooks: notebooks are not supported by dettui: run Jupyter\n",
+     State.MESSAGE),
+    (0, "Skipping: shells are not supported by dettui (APIException)\n", "", State.MESSAGE),
+    (1, "", "Failed to show master config: no such route: /api/v1/master/config\n", State.FAIL),
+    (1, "", "Failed to set config policies: Method Not Allowed\n", State.FAIL),
+    (1, "", "Failed to describe trial: \n", State.FAIL),
+    (1, "", "Failed to X: internal error: KeyError 'id'\n", State.FAIL),
+    (1, "", 'Traceback (most recent call last):\n  File "x.py", line 1\nKeyError: 1\nFailed\n',
+     State.FAIL),
+    (None, "", "", State.FAIL),
+    (2, "", "usage: det [-h]\ndet: error: unrecognized arguments: --nope\n", State.FAIL),
+])
+def test_the_classifier_tells_a_refusal_from_a_failure(code: int | None, stdout: str,
+                                                        stderr: str, state: State) -> None:
+    assert classify(Ran(code, stdout, stderr, 0))[0] is state
