@@ -128,17 +128,17 @@ def _fit(trial_class: type[Any], config: dict[str, Any], hparams: dict[str, Any]
 
     gbs = hparams.get("global_batch_size")
     gbs = int(gbs) if gbs else None
+    try:  # before the trial is built: a config error is the first thing said
+        periods = {what: pytorch.TrainUnit._from_values(
+            **(config.get(key) or {"batches": 0}), global_batch_size=gbs)
+            for what, key in (("checkpoint_period", "min_checkpoint_period"),
+                              ("validation_period", "min_validation_period"))}
+        max_length = None if info is not None else _legacy_max_length(config, hparams)
+    except (TypeError, ValueError) as exc:
+        raise HarnessError(str(exc)) from exc
     with pytorch.init(hparams=hparams, exp_conf=config, distributed=distributed) as context:
         context._set_is_pre_trainer()
         trial = trial_class(context)
-        try:
-            periods = {what: pytorch.TrainUnit._from_values(
-                **(config.get(key) or {"batches": 0}), global_batch_size=gbs)
-                for what, key in (("checkpoint_period", "min_checkpoint_period"),
-                                  ("validation_period", "min_validation_period"))}
-            max_length = None if info is not None else _legacy_max_length(config, hparams)
-        except (TypeError, ValueError) as exc:
-            raise HarnessError(str(exc)) from exc
         pytorch.Trainer(trial, context).fit(
             max_length=max_length, reporting_period=pytorch.Batch(
                 int(config.get("scheduling_unit") or 100)),

@@ -33,6 +33,8 @@ def write_user_code(path: Path, core_context: core.Context) -> None:
         data = _context_targz(core_context)
         code.mkdir(mode=0o755)
         model_context.extract(data, code)
+        if core_context.info is None:  # Determined's local copy leaves its .detignore out
+            (code / ".detignore").unlink(missing_ok=True)
     except (DettuiError, OSError, ValueError) as exc:
         log.warning("checkpoint %s: the model code was not saved with it (%s); "
                     "load_trial_from_checkpoint_path will need trial_class=", path.name, exc)

@@ -14,11 +14,13 @@ resume from one of the same trial continues at its batch, epoch and data positio
 from __future__ import annotations
 
 import contextlib
+import inspect
 import json
 import logging
 import pickle
 import random
 import sys
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +34,7 @@ from dettui.pytorch import _reducer
 from dettui.pytorch._callback import PyTorchCallback
 from dettui.pytorch._code import write_user_code
 from dettui.pytorch._data import as_loader
+from dettui.pytorch._tensorboard import MetricLog
 from dettui.pytorch._trial import LRScheduler, PyTorchTrial, PyTorchTrialContext
 from dettui.pytorch._units import (
     Batch,
@@ -101,6 +104,10 @@ class Controller:
         self.trial_id = 0 if options.local_training or self.core.info is None \
             else self.core.info.trial.trial_id
         self.callbacks: dict[str, PyTorchCallback] = dict(trial.build_callbacks() or {})
+        for callback in self.callbacks.values():
+            if _overridden(callback, "on_checkpoint_end", PyTorchCallback):
+                warnings.warn("The on_checkpoint_end callback is deprecated, please use "
+                              "on_checkpoint_write_end instead.", FutureWarning, stacklevel=2)
         if not context.models:
             raise ValueError("Must have at least one model. This might be caused by not "
                              "wrapping your model with wrap_model().")
@@ -114,6 +121,7 @@ class Controller:
                              "is recommended because it can be parallelized across all "
                              "devices.")
         self.state = TrialState(trial_id=self.trial_id)
+        self.tensorboard = MetricLog(context)
         self.seed = self.core.info.trial.trial_seed if self.core.info else 0
 
     # -- the run ----------------------------------------------------------------------------
@@ -217,8 +225,7 @@ class Controller:
             epoch_idx, in_epoch = divmod(batch_idx, self.epoch_len)
             self.context._current_batch_idx = batch_idx
             if in_epoch == 0:
-                for callback in self.callbacks.values():
-                    callback.on_training_epoch_start(epoch_idx)
+                self._on_epoch_start(epoch_idx)
             metrics.append(self._train_batch(batch, epoch_idx, batch_idx))
             self.state.batches_trained += 1
             epoch_end = in_epoch == self.epoch_len - 1
@@ -236,6 +243,15 @@ class Controller:
             if any(b.reached for b in boundaries):
                 break
         return metrics
+
+    def _on_epoch_start(self, epoch_idx: int) -> None:
+        for callback in self.callbacks.values():
+            if inspect.signature(callback.on_training_epoch_start).parameters:
+                callback.on_training_epoch_start(epoch_idx)
+            else:
+                log.warning("on_training_epoch_start() without parameters is deprecated since "
+                            "0.17.8. Please add epoch_idx parameter.")
+                callback.on_training_epoch_start()  # type: ignore[call-arg]
 
     def _train_batch(self, batch: Any, epoch_idx: int, batch_idx: int) -> dict[str, Any]:
         ctx = self.context
@@ -277,6 +293,7 @@ class Controller:
                                            self.is_chief, training=True))
         avg = self.dist.broadcast(avg if self.is_chief else None)
         if self.is_chief:
+            self.tensorboard.write("train", self.state.batches_trained, avg, batch_metrics)
             reported = dict(avg)
             reported.setdefault("batches", self.state.batches_trained)
             reported.setdefault("epochs", self.state.epochs_trained)
@@ -306,6 +323,7 @@ class Controller:
         self.state.last_val = self.state.batches_trained
         should_checkpoint = False
         if self.is_chief:
+            self.tensorboard.write("val", self.state.batches_trained, metrics)
             best_before = self.core.train.get_experiment_best_validation()
             metrics.setdefault("batches", self.state.batches_trained)
             metrics.setdefault("epochs", self.state.epochs_trained)
@@ -445,6 +463,10 @@ class Controller:
         for name, callback in self.callbacks.items():
             if name in (state.get("callbacks") or {}):
                 callback.load_state_dict(state["callbacks"][name])
+            elif _overridden(callback, "load_state_dict", PyTorchCallback):
+                log.warning("Callback '%s' implements load_state_dict(), but no callback state "
+                            "was found for that name when restoring from checkpoint. This "
+                            "callback will be initialized from scratch.", name)
         if saved is None and "batches_trained" in state:  # dettui's checkpoints before 0.38
             batches = int(state["batches_trained"])
             saved = {"trial_id": self.trial_id, "last_ckpt": batches, "last_val": batches,

@@ -77,15 +77,7 @@ def _import(module: str, code: Path) -> Any:
     if module == "__main__" or not (top_path.with_suffix(".py").is_file() or top_path.is_dir()):
         return sys.modules["__main__"] if module == "__main__" else \
             importlib.import_module(module)
-    top = module.split(".")[0]
-    saved = {n: m for n, m in sys.modules.items() if n == top or n.startswith(f"{top}.")}
-    for name in saved:
-        del sys.modules[name]
-    sys.path.insert(0, str(code))
-    try:
+    from dettui.launch._determined import import_from_path
+
+    with import_from_path(code):
         return importlib.import_module(module)
-    finally:
-        sys.path.remove(str(code))
-        for name in [n for n in sys.modules if n == top or n.startswith(f"{top}.")]:
-            del sys.modules[name]
-        sys.modules.update(saved)

@@ -131,3 +131,15 @@ def test_determined_trial_code_runs_unchanged(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr
     assert "validation at batch 4:" in out.stdout and "validation at batch 12:" in out.stdout
     assert "training done after 12 batches" in out.stdout
+
+
+def test_records_periods_need_global_batch_size(tmp_path: Path) -> None:
+    """As Determined's harness: a period in records converts with global_batch_size only."""
+    config = (SAMPLE / "trial.yaml").read_text().replace("  global_batch_size: 64\n", "")
+    config = config.replace("min_validation_period:\n  batches: 50",
+                            "min_validation_period:\n  records: 3200")
+    (tmp_path / "exp.yaml").write_text(config)
+    (tmp_path / "model_def.py").write_text((SAMPLE / "model_def.py").read_text())
+    out = run_harness(tmp_path, "model_def:SpiralsTrial", "--config", "exp.yaml")
+    assert out.returncode == 2, out.stderr
+    assert "global_batch_size is required for RECORD units" in out.stderr, out.stderr
