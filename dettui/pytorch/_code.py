@@ -10,6 +10,7 @@ directory, `.detignore` applied.
 from __future__ import annotations
 
 import base64
+import functools
 import logging
 import os
 import shutil
@@ -46,9 +47,15 @@ def _context_targz(core_context: core.Context) -> bytes:
     allocation's token reaches only its own trial); off a cluster, the working directory."""
     info, user_token = core_context.info, os.environ.get("DET_USER_TOKEN")
     if info is not None and user_token:
-        session = Session(info.master_url, user_token=user_token)
-        answer = session.get(f"/api/v1/experiments/{info.trial.experiment_id}/model_def")
-        return base64.b64decode(answer["b64Tgz"])
+        return _model_def(info.master_url, user_token, info.trial.experiment_id)
     if info is not None:
         raise ValueError("no DET_USER_TOKEN to read the experiment's model definition with")
     return model_context.to_targz(model_context.pack(Path(".")))
+
+
+@functools.lru_cache(maxsize=1)
+def _model_def(master_url: str, user_token: str, experiment_id: int) -> bytes:
+    """Read once per process: every checkpoint of the trial holds the same code."""
+    session = Session(master_url, user_token=user_token)
+    answer = session.get(f"/api/v1/experiments/{experiment_id}/model_def")
+    return base64.b64decode(answer["b64Tgz"])

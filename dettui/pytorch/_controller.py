@@ -69,6 +69,7 @@ class FitOptions:
     searcher_metric: str | None = None
     smaller_is_better: bool = True
     steps_completed: int = 0
+    profiling_enabled: bool = False
 
 
 @dataclass
@@ -138,6 +139,8 @@ class Controller:
             self.batches = self._enumerate(self.state.batches_trained)
             for callback in self.callbacks.values():
                 callback.on_training_start()
+            if self.options.profiling_enabled:
+                self.core.profiler.on()
             self._run()
 
     def _run(self) -> None:

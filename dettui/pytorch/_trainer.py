@@ -143,7 +143,8 @@ class Trainer:
             reporting_period=reporting_period or Batch(100), checkpoint_policy=checkpoint_policy,
             latest_checkpoint=latest_checkpoint, step_zero_validation=step_zero_validation,
             test_mode=test_mode, local_training=self._local_training, searcher_metric=metric,
-            smaller_is_better=smaller, steps_completed=steps)
+            smaller_is_better=smaller, steps_completed=steps,
+            profiling_enabled=profiling_enabled and not self._local_training)
         Controller(self._trial, self._context, options).run()
 
 
