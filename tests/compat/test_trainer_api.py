@@ -2,9 +2,10 @@
 install, where `determined.pytorch` is dettui's: train.py with a PyTorchTrial, `pytorch.init()`
 and `pytorch.Trainer.fit(max_length=Epoch(1))`, no `global_batch_size` hyperparameter, run as
 the tutorial's const, adaptive_asha (time_metric batches) and 2-slot distributed configs (data
-shrunk to random MNIST-shaped tensors). The checkpoint a trial wrote holds its code/ and
-Determined's load_data.json: the real determined==0.38.1 SDK loads its trial without being
-given the class."""
+shrunk to random MNIST-shaped tensors); beside them an old-style `model_def:Trial` entrypoint
+with its periods in records. The checkpoints trials wrote hold their code/ and Determined's
+load_data.json: the real determined==0.38.1 SDK loads their trials without being given the
+class."""
 
 from __future__ import annotations
 
@@ -159,6 +160,39 @@ def get_dataset(data_dir: pathlib.Path, train: bool) -> Any:
                                           torch.randint(0, 10, (n,), generator=g))
 '''
 
+LEGACY = '''
+import torch
+from torch.utils.data import TensorDataset
+
+from determined import pytorch
+
+
+class LinearTrial(pytorch.PyTorchTrial):
+    def __init__(self, context: pytorch.PyTorchTrialContext) -> None:
+        self.context = context
+        self.model = context.wrap_model(torch.nn.Linear(1, 1))
+        self.opt = context.wrap_optimizer(torch.optim.SGD(self.model.parameters(), 0.1))
+
+    def train_batch(self, batch, epoch_idx, batch_idx):
+        x, y = batch
+        loss = torch.nn.functional.mse_loss(self.model(x), y)
+        self.context.backward(loss)
+        self.context.step_optimizer(self.opt)
+        return {"loss": loss}
+
+    def evaluate_batch(self, batch, batch_idx):
+        x, y = batch
+        return {"validation_loss": torch.nn.functional.mse_loss(self.model(x), y)}
+
+    def _data(self):
+        x = torch.linspace(-1, 1, 64).unsqueeze(1)
+        return pytorch.DataLoader(TensorDataset(x, 2 * x),
+                                  batch_size=self.context.get_per_slot_batch_size())
+
+    build_training_data_loader = _data
+    build_validation_data_loader = _data
+'''
+
 HPARAMS = """
 hyperparameters:
   learning_rate: 1.0
@@ -192,6 +226,14 @@ CONFIGS = {
           max_time: 4  # 256 training images with batch size 64
         entrypoint: python3 train.py --epochs 1
         """),
+    # the old-style entrypoint: 64 records, 16 a batch, 4 batches an epoch
+    "legacy.yaml": textwrap.dedent("""
+        name: pytorch_trial_legacy
+        entrypoint: model_def:LinearTrial
+        hyperparameters: {global_batch_size: 16}
+        searcher: {name: single, metric: validation_loss, max_length: {epochs: 2}}
+        min_validation_period: {records: 64}
+        """),
 }
 
 LOAD = """
@@ -205,11 +247,20 @@ print("loaded", type(trial).__module__, type(trial).__qualname__,
 """
 
 
+LOAD_LEGACY = """
+import sys
+from determined import pytorch
+
+trial = pytorch.load_trial_from_checkpoint_path(sys.argv[1])
+print("loaded", type(trial).__module__, type(trial).__qualname__)
+"""
+
+
 def _context(tmp_path: Path) -> Path:
     ctx = tmp_path / "mnist_pytorch"
     ctx.mkdir()
     for name, text in {"train.py": TRAIN, "model.py": MODEL, "data.py": DATA,
-                       **CONFIGS}.items():
+                       "model_def.py": LEGACY, **CONFIGS}.items():
         (ctx / name).write_text(text.lstrip())
     return ctx
 
@@ -227,6 +278,9 @@ def test_the_mnist_tutorial_runs_as_written(served: Served, tmp_path: Path) -> N
         assert exp["state"] == "STATE_COMPLETED", f"{name}:\n{logs}"
         assert "global_batch_size" not in logs, logs
         assert "validation at batch 4:" in logs, f"{name}: one epoch is 4 batches:\n{logs}"
+    legacy = served.cli("t", "logs", str(served.api(
+        "GET", f"/api/v1/experiments/{ids['legacy.yaml']}/trials")["trials"][0]["id"])).stdout
+    assert "validation at batch 8:" in legacy and "training done after 8 batches" in legacy
     assert len(served.api("GET", f"/api/v1/experiments/{ids['adaptive.yaml']}/trials")
                ["trials"]) == 2
 
@@ -239,7 +293,7 @@ def test_the_mnist_tutorial_runs_as_written(served: Served, tmp_path: Path) -> N
     res = det(served, home, "checkpoint", "download", checkpoint["uuid"], "-o", str(got))
     assert res.returncode == 0, res.stderr
     assert sorted(p.name for p in (got / "code").iterdir()) == sorted(
-        ["train.py", "model.py", "data.py", *CONFIGS])
+        ["train.py", "model.py", "data.py", "model_def.py", *CONFIGS])
     hparams = {"learning_rate": 1.0, "n_filters1": 8, "n_filters2": 8, "dropout1": 0.25,
                "dropout2": 0.5}
     load = subprocess.run([str(Path(DET_VENV or "") / "bin" / "python"), "-c", LOAD, str(got),
@@ -247,3 +301,15 @@ def test_the_mnist_tutorial_runs_as_written(served: Served, tmp_path: Path) -> N
                           cwd=tmp_path)
     assert load.returncode == 0, load.stderr
     assert load.stdout.startswith("loaded train MNistTrial"), load.stdout
+
+    # the old-style trial's last checkpoint loads through the real SDK's legacy shims
+    last = max(served.api("GET", f"/api/v1/experiments/{ids['legacy.yaml']}/checkpoints")
+               ["checkpoints"], key=lambda c: c["metadata"]["steps_completed"])
+    assert last["metadata"]["steps_completed"] == 8
+    res = det(served, home, "checkpoint", "download", last["uuid"], "-o", str(tmp_path / "old"))
+    assert res.returncode == 0, res.stderr
+    load = subprocess.run([str(Path(DET_VENV or "") / "bin" / "python"), "-c", LOAD_LEGACY,
+                           str(tmp_path / "old")], capture_output=True, text=True, timeout=120,
+                          cwd=tmp_path)
+    assert load.returncode == 0, load.stderr
+    assert load.stdout.startswith("loaded model_def LinearTrial"), load.stdout
