@@ -16,8 +16,8 @@ config, the install and the last lines of the trial's log.
 
 from __future__ import annotations
 
+import contextlib
 import re
-import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -29,6 +29,7 @@ import pytest
 from tests.compat.conftest import real_404s
 from tests.compat.test_det_cli import DET_VENV, det
 from tests.conftest import Served
+from tests.poll import until
 
 # the first test waits for every experiment (the module's fixture): a no-hang bound for the lot
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("tutorials"), pytest.mark.timeout(600),
@@ -41,6 +42,7 @@ INSTALLS = ("plain", "real")
 # master answers that with 404 as well, which the package reads as "none yet".
 EXPECTED_404 = r"GET /api/v1/experiments/\d+/searcher/best_searcher_validation_metric"
 WAIT = 480  # no-hang bound for the whole batch of experiments
+END = ("STATE_COMPLETED", "STATE_CANCELED", "STATE_ERROR")
 
 
 @dataclass
@@ -219,14 +221,16 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
                 strict=True))
         created = [made[k] for k in range(len(combos))]
         ids = {exp_id for exp_id, _ in created if exp_id is not None}
-        deadline = time.monotonic() + WAIT
-        while time.monotonic() < deadline:
+
+        def running() -> list[int]:
             states = {e["id"]: e["state"] for e in served.api(
                 "GET", "/api/v1/experiments?limit=200")["experiments"]}
-            if all(states.get(i) in ("STATE_COMPLETED", "STATE_CANCELED", "STATE_ERROR")
-                   for i in ids):
-                break
-            time.sleep(1)
+            return [i for i in ids if states.get(i) not in END]
+
+        # past the bound, the tests of the experiments still running say so, one each
+        with contextlib.suppress(AssertionError):
+            until(running, "every experiment to end", done=lambda left: not left,
+                  timeout=WAIT, most=1)
         outcomes = {}
         for (key, _, _), (exp_id, text) in zip(combos, created, strict=True):
             outcomes[key] = _read(served, exp_id) if exp_id is not None else Outcome(
