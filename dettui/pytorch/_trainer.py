@@ -60,7 +60,9 @@ def init(*, hparams: dict[str, Any] | None = None, exp_conf: dict[str, Any] | No
             group = True
             distributed = core.DistributedContext.from_torch_distributed()
     try:
-        with core.init(distributed=distributed) as core_context:
+        # MANUAL, as Determined's: the loop writes its metrics to TensorBoard itself
+        with core.init(distributed=distributed,
+                       tensorboard_mode=core.TensorboardMode.MANUAL) as core_context:
             context = PyTorchTrialContext(
                 core_context, dict(hparams) if hparams is not None else None,
                 dict(exp_conf) if exp_conf is not None else None,

@@ -283,6 +283,10 @@ def test_the_mnist_tutorial_runs_as_written(served: Served, tmp_path: Path) -> N
     assert "validation at batch 8:" in legacy and "training done after 8 batches" in legacy
     assert len(served.api("GET", f"/api/v1/experiments/{ids['adaptive.yaml']}/trials")
                ["trials"]) == 2
+    # the loop writes its metrics as TensorBoard events, as Determined's does
+    events = list(served.state_dir.rglob(
+        f"tensorboard/experiment/{ids['const.yaml']}/trial/*/events.out.*"))
+    assert events, "no TensorBoard events for the const trial"
 
     # the real SDK loads the trial from the checkpoint alone (its code/ and load_data.json)
     home = tmp_path / "home"
