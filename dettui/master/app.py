@@ -12,7 +12,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from dettui.master import cycle_collector, offload, routes
+from dettui.master import cycle_collector, master_log, offload, routes
 from dettui.master.clock import SYSTEM, Clock
 from dettui.master.cluster import Cluster
 from dettui.master.groupcommit import GroupCommit
@@ -43,12 +43,19 @@ def create_app(settings: MasterSettings, clock: Clock = SYSTEM) -> web.Applicati
                                        middleware.auth])
     app[appkeys.SETTINGS] = settings
     app[CLOCK] = clock
+    app[appkeys.MASTER_LOG] = master_log.MasterLog()
     app.cleanup_ctx.append(_lifetime)
     routes.setup(app)
     return app
 
 
 async def _lifetime(app: web.Application) -> AsyncIterator[None]:
+    with master_log.kept(app[appkeys.MASTER_LOG]):
+        async for _ in _running(app):
+            yield
+
+
+async def _running(app: web.Application) -> AsyncIterator[None]:
     settings = app[appkeys.SETTINGS]
     _private_dir(settings.state_dir)
     _shared_dir(settings.checkpoint_root)

@@ -12,6 +12,7 @@ if TYPE_CHECKING:
     from dettui.master.cluster import Cluster
     from dettui.master.groupcommit import GroupCommit
     from dettui.master.http.principal import Principal
+    from dettui.master.master_log import MasterLog
     from dettui.master.notifier import Notifier
     from dettui.master.settings import MasterSettings
     from dettui.master.store import Database
@@ -30,4 +31,5 @@ CLUSTER_ID: web.AppKey[str] = web.AppKey("cluster_id")
 INGEST: web.AppKey[GroupCommit[MetricReport, None]] = web.AppKey("ingest")  # group-committed
 CREATIONS: web.AppKey[GroupCommit[tuple[NewExperiment, Opening], tuple[Experiment, list[int]]]] = (
     web.AppKey("creations"))  # new experiments, group-committed
+MASTER_LOG: web.AppKey[MasterLog] = web.AppKey("master_log")  # its own recent log lines
 PRINCIPAL: web.RequestKey[Principal] = web.RequestKey("principal")

@@ -83,7 +83,7 @@ def not_for_trials(what: str) -> Callable[[Handler], Handler]:
 
 def error_response(exc: DettuiError, request: web.Request) -> web.Response:
     body: dict[str, object] = {"message": exc.message}
-    if request.path.startswith("/api/"):
+    if request.path.startswith(("/api/", "/resources/")):  # the CLI reads `error.error`
         body["error"] = {"code": exc.grpc_code, "reason": exc.grpc_reason, "error": exc.message}
     resp = json_response(body, status=exc.http_status)
     if exc.retry_after is not None:  # a full disk: clients send the same request again later
@@ -142,12 +142,14 @@ def _bearer(value: str | None) -> str | None:
 
 @web.middleware
 async def auth(request: web.Request, handler: Handler) -> web.StreamResponse:
-    unsupported.check(request.path)  # 501 with what to use instead, signed in or not
+    unsupported.check(request.path, request.method)  # 501 saying what to use, signed in or not
     if (request.method, request.path) in PUBLIC or request.method == "OPTIONS":
         return await handler(request)
     principal = await _principal(request)
     if principal is None:
-        raise Unauthenticated("invalid credentials: log in first (dettui user login)")
+        task_token = _bearer(request.headers.get("Grpc-Metadata-x-allocation-token"))
+        ended = task_token and await request.app[appkeys.DB].read(callers.ended_task, task_token)
+        raise Unauthenticated(ended or "invalid credentials: log in first (dettui user login)")
     route_handler = request.match_info.handler
     if principal.agent is not None:
         if route_handler not in AGENT_HANDLERS and route_handler not in AGENT_TOO:

@@ -32,9 +32,32 @@ FEATURES: dict[str, tuple[str, str]] = {
 }
 
 
-def check(path: str) -> None:
+# Lists dettui answers although the feature is not offered: its one workspace (every
+# experiment is in it), and no templates (`det template list`, which reads both).
+ANSWERED = {("GET", "/api/v1/workspaces"), ("GET", "/api/v1/templates")}
+
+
+# Single operations dettui does not offer, with what to do instead.
+_RAW = ("per-workload usage (`det resources raw`) is", "`det resources allocations` lists each "
+        "allocation's slot-hours")
+OPERATIONS: dict[tuple[str, str], tuple[str, str]] = {
+    ("PATCH", "/api/v1/master/config"): (
+        "changing the master config while it runs is", "set DETTUI_LOG_LEVEL or edit "
+        "master.yaml and restart `dettui serve`"),
+    ("PUT", "/api/v1/master/cluster_message"): (
+        "cluster-wide messages are", "tell users through your usual channel"),
+    ("GET", "/api/v1/resources/allocation/raw"): _RAW,
+    ("GET", "/resources/allocation/raw"): _RAW,
+}
+
+
+def check(path: str, method: str = "GET") -> None:
     """Raise Unimplemented if `path` belongs to a feature dettui does not offer."""
-    if not path.startswith("/api/v1/"):
+    operation = OPERATIONS.get((method, path))
+    if operation is not None:
+        what, instead = operation
+        raise Unimplemented(f"{what} not supported by dettui: {instead}")
+    if not path.startswith("/api/v1/") or (method, path) in ANSWERED:
         return
     feature = FEATURES.get(path[len("/api/v1/"):].split("/", 1)[0])
     if feature is not None:

@@ -9,14 +9,20 @@ from dettui.master.routes import (
     checkpoints,
     experiments,
     jobs,
+    labels,
     logs,
+    master_info,
     metrics,
+    preview,
     reports,
+    retention,
     runs,
     session,
     stream,
     trials,
     unmanaged,
+    usage,
+    workspaces,
 )
 
 
@@ -26,6 +32,7 @@ def setup(app: web.Application) -> None:
     # /trials/{id}/metrics, GET then PATCH /trials/{id}; the reports' bodies, then the logs',
     # then the detached trials').
     for module in (session, experiments, metrics, reports, trials, logs, unmanaged, runs,
-                   checkpoints, jobs, agents):
+                   checkpoints, jobs, agents, master_info, preview, labels, retention, usage,
+                   workspaces):
         app.router.add_routes(module.routes)
     stream.setup(app)

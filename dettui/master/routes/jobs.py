@@ -94,6 +94,8 @@ async def update_jobs(request: web.Request) -> web.Response:
             raise InvalidArgument(f"updates[{i}].jobId: must be a string")
         try:
             exp = await db.read(exp_store.by_job_id, upd["jobId"])
+            if exp.state.is_terminal():  # as Determined: an ended experiment's job is gone
+                raise NotFound(f"job {upd['jobId']} not found")
             require_owner(request, exp.owner_id, f"job {upd['jobId']}")
             fields = await _job_update(request, exp, upd, i)
             await request.app[appkeys.CLUSTER].dispatcher.run(exp_store.update_fields, exp.id,

@@ -173,3 +173,17 @@ def task(conn: sqlite3.Connection, known: Callers | None,
     if known is not None:
         _keep(known.tasks, key, found)  # type: ignore[arg-type]
     return found
+
+
+def ended_task(conn: sqlite3.Connection, token: str) -> str | None:
+    """Why a task token no longer works, if it was an allocation's that has ended (its trial's
+    processes may still be stopping and calling): which allocation, how it ended, and whether
+    its agent has been disabled since. None if the token never was an allocation's."""
+    alloc = trials.allocation_by_token(conn, token)
+    if alloc is None or alloc.state is not AllocationState.EXITED:
+        return None
+    row = conn.execute("SELECT enabled FROM agents WHERE id=?", (alloc.agent_id,)).fetchone()
+    how = f"agent {alloc.agent_id} was disabled" if row is not None and not row[0] \
+        else (alloc.exit_reason or "exited")
+    return (f"invalid credentials: allocation {alloc.id} has ended ({how}); this trial's "
+            "token no longer works and its processes are being stopped")

@@ -173,6 +173,11 @@ def get(conn: sqlite3.Connection, exp_id: int) -> Experiment:
     return Experiment.from_row(row)
 
 
+def count(conn: sqlite3.Connection) -> int:
+    """How many experiments there are (the one workspace's count)."""
+    return int(conn.execute("SELECT COUNT(*) FROM experiments").fetchone()[0])
+
+
 def by_job_id(conn: sqlite3.Connection, job_id: str) -> Experiment:
     row = conn.execute(f"{SELECT} WHERE e.job_id=?", (job_id,)).fetchone()
     if row is None:
@@ -405,6 +410,28 @@ def update_fields(conn: sqlite3.Connection, exp_id: int, *, gc_policy: GcPolicy 
         exp = get(conn, exp_id)
     collect = Effects(collect=(exp_id,)) if gc_policy is not None else Effects()
     return Done(exp, experiment_changed(exp_id, jobs=True) | Effects(kick=True) | collect)
+
+
+MAX_LABELS = 100  # labels on one experiment
+
+
+@command
+def change_label(conn: sqlite3.Connection, exp_id: int, label: str,
+                 add: bool) -> Done[list[str]]:
+    """Add `label` to the experiment's labels (kept once, in the order added) or remove it;
+    the labels after. Followers are told."""
+    with transaction(conn):
+        labels = list(get(conn, exp_id).labels)
+        if add and label not in labels:
+            if len(labels) >= MAX_LABELS:
+                raise InvalidArgument(f"an experiment has at most {MAX_LABELS} labels")
+            labels.append(label)
+        elif not add and label in labels:
+            labels.remove(label)
+        else:
+            return Done(labels)
+        conn.execute("UPDATE experiments SET labels=? WHERE id=?", (json.dumps(labels), exp_id))
+    return Done(labels, experiment_changed(exp_id))
 
 
 def _with_policy(config: dict[str, Any], policy: GcPolicy) -> dict[str, Any]:

@@ -8,6 +8,7 @@ from typing import Any
 
 from aiohttp import web
 
+from dettui import DETERMINED_VERSION
 from dettui.master.cluster import AgentLink
 from dettui.master.http import appkeys
 from dettui.master.http.wire import ts
@@ -32,7 +33,7 @@ def agent_json(link: AgentLink, used: dict[int, str]) -> dict[str, Any]:
         "id": a.id, "registeredTime": ts(a.registered_time), "slots": slots,
         "slotStats": slot_stats(list(slots.values())),
         "resourcePools": [a.pool], "enabled": a.enabled, "draining": draining,
-        "addresses": a.addresses, "version": "dettui", "hostname": a.hostname,
+        "addresses": a.addresses, "version": DETERMINED_VERSION, "hostname": a.hostname,
         "lastHeartbeat": ts(time.time() - (time.monotonic() - link.last_seen)),
         "telemetry": link.telemetry.json(),  # null until the first heartbeat with a sample
         "noGpuReason": link.no_gpu_reason,  # null when the agent has GPUs

@@ -1,0 +1,107 @@
+"""The master about itself: its effective config (`det master config`), its own log lines
+(`det master logs`, support bundles), the cluster-wide message, config policies and resource
+pools' workspace bindings (dettui has none of either: it answers as a Determined master with
+none set)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+
+from aiohttp import web
+
+from dettui.errors import InvalidArgument, NotFound
+from dettui.master.http import appkeys
+from dettui.master.http.middleware import require_admin, require_user
+from dettui.master.http.openapi import op
+from dettui.master.http.wire import json_response, paginate, query_int, ts
+from dettui.master.master_log import Entry
+from dettui.master.views.master_config import effective
+
+routes = web.RouteTableDef()
+FOLLOW_WAIT = 5.0  # seconds between looks at a follower's connection while the log is quiet
+WORKLOAD_TYPES = ("EXPERIMENT", "NTSC")
+
+
+@routes.get("/api/v1/master/config")
+async def master_config(request: web.Request) -> web.Response:
+    """Admins only, as Determined's basic authorization."""
+    require_admin(request)
+    return json_response({"config": effective(request.app[appkeys.SETTINGS],
+                                              request.app[appkeys.CLUSTER_ID])})
+
+
+def _entry_json(e: Entry) -> str:
+    return json.dumps({"result": {"logEntry": {
+        "id": e.id, "message": e.message, "timestamp": ts(e.time), "level": e.level}}}) + "\n"
+
+
+@routes.get("/api/v1/master/logs")
+@op(query={"offset": int, "limit": int, "follow": bool}, long_poll="follow")
+async def master_logs(request: web.Request) -> web.StreamResponse:
+    """The master's lines since it started (the last 25,000), NDJSON; `offset` < 0 counts
+    from the end; `follow` keeps the stream open for new lines."""
+    require_user(request)
+    offset = query_int(request, "offset", 0)
+    limit = query_int(request, "limit", 0)
+    follow = request.query.get("follow", "false").lower() == "true"
+    if limit < 0:
+        raise InvalidArgument("limit: must be >= 0")
+    if follow and limit:
+        raise InvalidArgument("limit is required to be 0 when follow is true")
+    buffer = request.app[appkeys.MASTER_LOG]
+    lines = buffer.entries(offset)
+    if limit:
+        lines = lines[:limit]
+    resp = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
+    await resp.prepare(request)
+    with contextlib.suppress(ConnectionResetError):  # the reader may leave at any line
+        await resp.write("".join(_entry_json(e) for e in lines).encode())
+        last = lines[-1].id if lines else buffer.last_id()
+        while follow and request.transport is not None and not request.transport.is_closing():
+            await buffer.wait_after(last, FOLLOW_WAIT)
+            newer = buffer.after(last)
+            if newer:
+                await resp.write("".join(_entry_json(e) for e in newer).encode())
+                last = newer[-1].id
+        await resp.write_eof()
+    return resp
+
+
+@routes.get("/api/v1/master/cluster_message")
+async def cluster_message(request: web.Request) -> web.Response:
+    """No cluster-wide message is ever set on dettui (admins only, as Determined)."""
+    require_admin(request)
+    return json_response({"clusterMessage": None})
+
+
+@routes.delete("/api/v1/master/cluster_message")
+async def clear_cluster_message(request: web.Request) -> web.Response:
+    require_admin(request)
+    return json_response({})  # there is none to clear
+
+
+@routes.get("/api/v1/config-policies/global/{workloadType}")
+async def global_config_policies(request: web.Request) -> web.Response:
+    """No config policies are set on dettui (an Enterprise feature of Determined)."""
+    require_user(request)
+    kind = request.match_info["workloadType"]
+    if kind not in WORKLOAD_TYPES:
+        raise InvalidArgument(f"invalid workload type: {kind[:40]!r} (expected EXPERIMENT or "
+                              "NTSC)")
+    return json_response({"configPolicies": {}})
+
+
+@routes.get("/api/v1/resource-pools/{name}/workspace-bindings")
+@op(paged=True)
+async def workspace_bindings(request: web.Request) -> web.Response:
+    """No workspace is bound to any pool: dettui has one project, and every pool serves it."""
+    require_user(request)
+    name = request.match_info["name"]
+    settings = request.app[appkeys.SETTINGS]
+    known = set(settings.pools) | set(settings.slurm) | \
+        request.app[appkeys.CLUSTER].agents.pools()
+    if name not in known:
+        raise NotFound(f"resource pool {name[:80]!r} not found")
+    ids, pagination = paginate([], request)
+    return json_response({"workspaceIds": ids, "pagination": pagination})
