@@ -366,7 +366,8 @@ class Controller:
     def _full_dataset(self) -> dict[str, Any]:
         metrics = None
         if self.is_chief:
-            loader = getattr(self.val_loader, "loader", self.val_loader)
+            val = self.val_loader
+            loader = val.torch_loader() if hasattr(val, "torch_loader") else val.loader
             metrics = _as_metrics(self.trial.evaluate_full_dataset(loader),
                                   "evaluate_full_dataset")
         return dict(self.dist.broadcast(metrics) or {})

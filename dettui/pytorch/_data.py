@@ -75,15 +75,19 @@ class _Loader:
         return n // b if self.spec.drop_last else -(-n // b)
 
     def batches(self, epoch: int, start: int = 0) -> Iterator[Any]:
+        yield from self.torch_loader(epoch, start)
+
+    def torch_loader(self, epoch: int = 0, start: int = 0) -> torch_data.DataLoader[Any]:
+        """The torch DataLoader of this rank's batches of `epoch`, from batch `start` on (what
+        `evaluate_full_dataset` is given, as Determined gives a torch DataLoader)."""
         self.sampler.set_epoch(epoch)
         indices = list(self.sampler)
         b = self.spec.batch_size
         chunks = [indices[i:i + b] for i in range(0, len(indices), b)]
         if self.spec.drop_last and chunks and len(chunks[-1]) < b:
             chunks.pop()
-        loader = torch_data.DataLoader(self.spec.dataset, batch_sampler=chunks[start:],
-                                       **self.spec.kwargs)
-        yield from loader
+        return torch_data.DataLoader(self.spec.dataset, batch_sampler=chunks[start:],
+                                     **self.spec.kwargs)
 
 
 class _PlainLoader:

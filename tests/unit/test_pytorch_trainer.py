@@ -194,3 +194,18 @@ def test_a_checkpoint_holds_the_code_its_trial_is_loaded_from(
     loaded = pytorch.load_trial_from_checkpoint_path(saved)
     assert type(loaded).__qualname__ == "MyTrial" and "mytrial" not in sys.modules
     assert loaded.context.get_hparams() == {"lr": 0.5}
+
+
+class FullDatasetTrial(TutorialTrial):
+    evaluate_batch = pytorch.PyTorchTrial.evaluate_batch  # type: ignore[assignment]
+
+    def evaluate_full_dataset(self, data_loader: Any) -> dict[str, Any]:
+        assert isinstance(data_loader, torch.utils.data.DataLoader)
+        return {"n": float(sum(len(x) for x, _ in data_loader))}
+
+
+def test_evaluate_full_dataset_is_given_a_torch_data_loader() -> None:
+    with pytorch.init() as context:
+        trial = FullDatasetTrial(context, {"lr": 0.01})
+        pytorch.Trainer(trial, context).fit(max_length=pytorch.Batch(1))
+    assert "val 10" in trial.hooks.calls
