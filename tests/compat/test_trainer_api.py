@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.compat.test_det_cli import DET_VENV, det
+from tests.compat.test_det_cli import DET_VENV
 from tests.conftest import Served
 
-pytestmark = [pytest.mark.slow,
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(480),  # five trials on two slots
               pytest.mark.skipif(not DET_VENV, reason="run through `make test` "
                                  "(needs the determined venv)")]
 
@@ -256,6 +256,12 @@ print("loaded", type(trial).__module__, type(trial).__qualname__)
 """
 
 
+def _stored(served: Served, uuid: str) -> Path:
+    """The checkpoint's directory in the master's shared_fs storage (what a download gives)."""
+    (path,) = [p for p in served.state_dir.rglob(uuid) if p.is_dir()]
+    return path
+
+
 def _context(tmp_path: Path) -> Path:
     ctx = tmp_path / "mnist_pytorch"
     ctx.mkdir()
@@ -289,13 +295,9 @@ def test_the_mnist_tutorial_runs_as_written(served: Served, tmp_path: Path) -> N
     assert events, "no TensorBoard events for the const trial"
 
     # the real SDK loads the trial from the checkpoint alone (its code/ and load_data.json)
-    home = tmp_path / "home"
-    home.mkdir()
     (checkpoint,) = served.api(
         "GET", f"/api/v1/experiments/{ids['const.yaml']}/checkpoints")["checkpoints"]
-    got = tmp_path / "ckpt"
-    res = det(served, home, "checkpoint", "download", checkpoint["uuid"], "-o", str(got))
-    assert res.returncode == 0, res.stderr
+    got = _stored(served, checkpoint["uuid"])
     assert sorted(p.name for p in (got / "code").iterdir()) == sorted(
         ["train.py", "model.py", "data.py", "model_def.py", *CONFIGS])
     hparams = {"learning_rate": 1.0, "n_filters1": 8, "n_filters2": 8, "dropout1": 0.25,
@@ -310,10 +312,8 @@ def test_the_mnist_tutorial_runs_as_written(served: Served, tmp_path: Path) -> N
     last = max(served.api("GET", f"/api/v1/experiments/{ids['legacy.yaml']}/checkpoints")
                ["checkpoints"], key=lambda c: c["metadata"]["steps_completed"])
     assert last["metadata"]["steps_completed"] == 8
-    res = det(served, home, "checkpoint", "download", last["uuid"], "-o", str(tmp_path / "old"))
-    assert res.returncode == 0, res.stderr
     load = subprocess.run([str(Path(DET_VENV or "") / "bin" / "python"), "-c", LOAD_LEGACY,
-                           str(tmp_path / "old")], capture_output=True, text=True, timeout=120,
-                          cwd=tmp_path)
+                           str(_stored(served, last["uuid"]))], capture_output=True, text=True,
+                          timeout=120, cwd=tmp_path)
     assert load.returncode == 0, load.stderr
     assert load.stdout.startswith("loaded model_def LinearTrial"), load.stdout
