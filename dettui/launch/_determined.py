@@ -3,11 +3,6 @@ Determined's top-level names; `determined.core`, `.pytorch` and `.launch` are de
 
 from __future__ import annotations
 
-import contextlib
-import importlib
-import os
-import sys
-from collections.abc import Iterator
 from typing import Any
 
 from dettui import core
@@ -19,35 +14,12 @@ from dettui.core import (
     TrialInfo,
     get_cluster_info,
 )
+from dettui.launch.import_path import import_from_path
 
 __path__: list[str] = []  # a package: `import determined.core` goes through the alias finder
 __all__ = ["ClusterInfo", "InvalidHP", "LOG_FORMAT", "RendezvousInfo", "ResourcesInfo",
            "TrialInfo", "core", "get_cluster_info", "import_from_path"]
 LOG_FORMAT = "%(levelname)s: [%(process)s] %(name)s: %(message)s"
-
-
-def _modules_from(directory: str) -> list[str]:
-    top = os.path.abspath(directory) + os.sep
-    return [name for name, module in list(sys.modules.items())
-            if (getattr(module, "__file__", None) or "").startswith(top)]
-
-
-@contextlib.contextmanager
-def import_from_path(path: str | os.PathLike[str]) -> Iterator[None]:
-    """Determined's: import from `path` (a checkpoint's code/) as if anew; afterwards the
-    modules imported from there are forgotten and the working directory's are back, so a
-    same-named module of your own stays yours."""
-    popped = {name: sys.modules.pop(name) for name in _modules_from(os.getcwd())}
-    old_path = sys.path
-    sys.path = [os.path.abspath(path)] + [p for p in sys.path if p not in ("", os.getcwd())]
-    importlib.invalidate_caches()
-    try:
-        yield
-    finally:
-        for name in _modules_from(os.fspath(path)):
-            del sys.modules[name]
-        sys.path = old_path
-        sys.modules.update(popped)
 
 
 def __getattr__(name: str) -> Any:

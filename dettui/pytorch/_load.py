@@ -17,6 +17,7 @@ import torch
 
 from dettui import core
 from dettui.core._context import dummy_context
+from dettui.launch.import_path import import_from_path
 from dettui.pytorch._controller import STATE_FILE, _load_state
 from dettui.pytorch._trial import PyTorchTrial, PyTorchTrialContext
 
@@ -77,7 +78,6 @@ def _import(module: str, code: Path) -> Any:
     if module == "__main__" or not (top_path.with_suffix(".py").is_file() or top_path.is_dir()):
         return sys.modules["__main__"] if module == "__main__" else \
             importlib.import_module(module)
-    from dettui.launch._determined import import_from_path
 
     with import_from_path(code):
         return importlib.import_module(module)
