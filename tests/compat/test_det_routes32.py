@@ -81,7 +81,32 @@ def test_every_command_answers(served: Served, tmp_path: Path) -> None:
 
     assert "default" in _ok(det(served, user, "rp", "bindings", "list-workspaces", "default"))
     assert "{}" in _ok(det(served, user, "config-policies", "describe", "experiment"))
+    _tasks(served, user, admin, tmp_path)
     _labels(served, user)
+
+
+def _refused(res: subprocess.CompletedProcess[str], said: str) -> None:
+    assert res.returncode != 0 and said in res.stderr, res.stdout + res.stderr
+    assert "no such route" not in res.stderr and "Traceback" not in res.stderr, res.stderr
+
+
+def _tasks(served: Served, user: Path, admin: Path, tmp_path: Path) -> None:
+    """`det task config|kill|pause|cleanup-logs`, `det notebook open`, and the config-policy
+    and pool-binding changes: real answers or a one-line refusal."""
+    task = served.api("GET", "/api/v1/experiments/1/trials")["trials"][0]["taskId"]
+    assert "searcher:" in _ok(det(served, user, "task", "config", task))
+    _refused(det(served, user, "task", "kill", task), "as it is in state 'COMPLETED'")
+    _refused(det(served, user, "task", "pause", task), "det experiment pause 1")
+    _refused(det(served, user, "notebook", "open", "0a1b2c3d-0000-4000-8000-000000000000"),
+             "notebooks, shells, commands and TensorBoards are not supported")
+    assert "Deleted 0 rows" in _ok(det(served, admin, "task", "cleanup-logs"))
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("invariant_config:\n  description: set by a config policy\n")
+    _refused(det(served, admin, "config-policies", "set", "experiment", str(policy)),
+             "config policies are not supported by dettui")
+    _ok(det(served, admin, "config-policies", "delete", "experiment"))
+    _refused(det(served, admin, "rp", "bindings", "add", "default", "Uncategorized"),
+             "binding resource pools to workspaces is not supported")
 
 
 def _labels(served: Served, home: Path) -> None:

@@ -19,6 +19,7 @@ from dettui.master.routes import (
     runs,
     session,
     stream,
+    tasks,
     trials,
     unmanaged,
     usage,
@@ -33,6 +34,6 @@ def setup(app: web.Application) -> None:
     # then the detached trials').
     for module in (session, experiments, metrics, reports, trials, logs, unmanaged, runs,
                    checkpoints, jobs, agents, master_info, preview, labels, retention, usage,
-                   workspaces):
+                   workspaces, tasks):
         app.router.add_routes(module.routes)
     stream.setup(app)

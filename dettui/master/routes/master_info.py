@@ -1,7 +1,7 @@
 """The master about itself: its effective config (`det master config`), its own log lines
 (`det master logs`, support bundles), the cluster-wide message, config policies and resource
 pools' workspace bindings (dettui has none of either: it answers as a Determined master with
-none set)."""
+none set, and says setting them is not supported)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import json
 
 from aiohttp import web
 
-from dettui.errors import InvalidArgument, NotFound
+from dettui.errors import InvalidArgument, NotFound, Unimplemented
 from dettui.master.http import appkeys
 from dettui.master.http.middleware import require_admin, require_user
 from dettui.master.http.openapi import op
@@ -81,15 +81,47 @@ async def clear_cluster_message(request: web.Request) -> web.Response:
     return json_response({})  # there is none to clear
 
 
-@routes.get("/api/v1/config-policies/global/{workloadType}")
-async def global_config_policies(request: web.Request) -> web.Response:
-    """No config policies are set on dettui (an Enterprise feature of Determined)."""
-    require_user(request)
+def _workload_type(request: web.Request) -> str:
     kind = request.match_info["workloadType"]
     if kind not in WORKLOAD_TYPES:
         raise InvalidArgument(f"invalid workload type: {kind[:40]!r} (expected EXPERIMENT or "
                               "NTSC)")
+    return kind
+
+
+@routes.get("/api/v1/config-policies/global/{workloadType}")
+async def global_config_policies(request: web.Request) -> web.Response:
+    """No config policies are set on dettui (an Enterprise feature of Determined)."""
+    require_user(request)
+    _workload_type(request)
     return json_response({"configPolicies": {}})
+
+
+@routes.put("/api/v1/config-policies/global/{workloadType}")
+@op(body=dict)
+async def set_global_config_policies(request: web.Request) -> web.Response:
+    require_admin(request)
+    _workload_type(request)
+    raise Unimplemented("config policies are not supported by dettui: set resources and "
+                        "limits in each experiment's config")
+
+
+@routes.delete("/api/v1/config-policies/global/{workloadType}")
+async def delete_global_config_policies(request: web.Request) -> web.Response:
+    """Admins only, as Determined; none is ever set, so there is nothing to delete."""
+    require_admin(request)
+    _workload_type(request)
+    return json_response({})
+
+
+def _pool(request: web.Request) -> str:
+    name = request.match_info["name"]
+    settings = request.app[appkeys.SETTINGS]
+    known = set(settings.pools) | set(settings.slurm) | \
+        request.app[appkeys.CLUSTER].agents.pools()
+    if name not in known:
+        raise NotFound(f"resource pool {name[:80]!r} not found")
+    return name
 
 
 @routes.get("/api/v1/resource-pools/{name}/workspace-bindings")
@@ -97,11 +129,20 @@ async def global_config_policies(request: web.Request) -> web.Response:
 async def workspace_bindings(request: web.Request) -> web.Response:
     """No workspace is bound to any pool: dettui has one project, and every pool serves it."""
     require_user(request)
-    name = request.match_info["name"]
-    settings = request.app[appkeys.SETTINGS]
-    known = set(settings.pools) | set(settings.slurm) | \
-        request.app[appkeys.CLUSTER].agents.pools()
-    if name not in known:
-        raise NotFound(f"resource pool {name[:80]!r} not found")
+    _pool(request)
     ids, pagination = paginate([], request)
     return json_response({"workspaceIds": ids, "pagination": pagination})
+
+
+async def _bind(request: web.Request) -> web.Response:
+    """`det rp bindings add|remove|replace`: admins only, as Determined; dettui binds no
+    workspace to a pool."""
+    require_admin(request)
+    _pool(request)
+    raise Unimplemented("binding resource pools to workspaces is not supported by dettui: "
+                        "every pool serves its one workspace; choose a pool with "
+                        "resources.resource_pool in the experiment's config")
+
+
+for _method in ("POST", "PUT", "DELETE"):
+    routes.route(_method, "/api/v1/resource-pools/{name}/workspace-bindings")(_bind)
