@@ -17,7 +17,9 @@ config, the install and the last lines of the trial's log.
 from __future__ import annotations
 
 import contextlib
+import json
 import re
+import subprocess
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -339,3 +341,56 @@ def test_the_tutorials_meet_no_404(run: Run) -> None:
     assert log is not None
     seen = [s for s in real_404s(log) if not re.fullmatch(EXPECTED_404, s)]
     assert not seen, f"the master answered 404 to the real determined package: {seen}"
+
+
+LOAD = """
+import json, sys
+from determined import pytorch
+
+kwargs = json.loads(sys.argv[2])
+trial = pytorch.load_trial_from_checkpoint_path(sys.argv[1], **kwargs)
+print("loaded", type(trial).__module__, type(trial).__qualname__,
+      sum(p.numel() for p in trial.model.parameters()))
+"""
+
+
+def _stored(served: Served, uuid: str) -> Path:
+    """The checkpoint's directory in the master's shared_fs storage (what a download gives)."""
+    (path,) = [p for p in served.state_dir.rglob(uuid) if p.is_dir()]
+    return path
+
+
+@pytest.mark.parametrize(("key", "module", "kwargs"), [
+    ("mnist_pytorch/const.yaml-plain", "train", {"trial_kwargs": {"hparams": "HPARAMS"}}),
+    ("pytorch_trial/const.yaml-plain", "model_def", {}),
+])
+def test_the_real_sdk_loads_a_dettui_checkpoint_without_its_class(
+        run: Run, key: str, module: str, kwargs: dict[str, Any], tmp_path: Path) -> None:
+    """A checkpoint of dettui's harness holds code/ and load_data.json as Determined's: the
+    real package's `load_trial_from_checkpoint_path` imports the trial class from it (no
+    trial_class=), in a directory that has none of the tutorial's files."""
+    out = run.outcomes[key]
+    assert out.state == "STATE_COMPLETED", key
+    done = [c for c in out.checkpoints if c.get("state") == "STATE_COMPLETED"]
+    assert done, f"{key}: no checkpoint"
+    got = _stored(run.served, done[-1]["uuid"])
+    shape = key.split("/", 1)[0]
+    assert {p.name for p in (TUTORIALS / shape).iterdir()} <= {
+        p.name for p in (got / "code").iterdir()}, "code/ is the experiment's context"
+    if "trial_kwargs" in kwargs:
+        kwargs = {"trial_kwargs": {"hparams": out.trials[0]["hparams"]}}
+    load = subprocess.run([str(Path(DET_VENV or "") / "bin" / "python"), "-c", LOAD, str(got),
+                           json.dumps(kwargs)], capture_output=True, text=True, timeout=120,
+                          cwd=tmp_path)
+    assert load.returncode == 0, load.stderr[-2000:]
+    assert load.stdout.startswith(f"loaded {module} MNistTrial"), load.stdout
+
+
+@pytest.mark.parametrize("install", INSTALLS)
+def test_trainer_metrics_are_tensorboard_events(run: Run, install: str) -> None:
+    """The Trainer's reported metrics are TensorBoard events in the checkpoint storage, where
+    Determined's harness puts them (<storage>/<cluster>/tensorboard/experiment/E/trial/T)."""
+    out = run.outcomes[f"mnist_pytorch/const.yaml-{install}"]
+    events = list(run.served.state_dir.rglob(
+        f"tensorboard/experiment/{out.exp_id}/trial/*/events.out.*"))
+    assert events, f"no TensorBoard events for experiment {out.exp_id} ({install})"

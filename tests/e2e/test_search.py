@@ -81,6 +81,10 @@ def test_asha_stops_the_worse_trials_early(served: Served) -> None:
                    r"rung\)", logs)
     assert at and int(at[1]) == stopped[0]["totalBatchesProcessed"], logs
     assert logs.count("— attempt 1 of trial") == 1, logs
+    # a trial that trained to max_time was not stopped: its log does not say it was
+    full = served.cli("t", "logs", str(max(trials, key=lambda t: t["totalBatchesProcessed"])
+                                       ["id"])).stdout
+    assert "stopped by the searcher" not in full, full
     assert _marked_processes() == []
 
 

@@ -365,10 +365,19 @@ def _say_stops(conn: sqlite3.Connection, exp: Experiment, outcome: search_store.
             continue
         trial = trial_store.get(conn, trial_id)
         at = steps if trial_id == reporter else trial.total_batches
+        # a trial that reached max_time is done, not stopped: it was promoted as far as it goes
+        if why.startswith("ASHA") and _reached_max_time(exp, at):
+            continue
         told |= search_store.trial_log(conn, trial_id, trial.task_id,
                                        f"stopped by the searcher at step {at} ({why})\n",
                                        level="INFO")
     return told
+
+
+def _reached_max_time(exp: Experiment, at: int) -> bool:
+    """Whether a validation at step `at` was at the search's full length."""
+    max_time = (exp.config.get("searcher") or {}).get("max_time")
+    return isinstance(max_time, int) and at >= max_time
 
 
 @command

@@ -1,6 +1,6 @@
 # ruff: noqa
 # The Core API tutorial's 3_hpsearch.py (examples/tutorials/core_api at 0.38.1), with a
-# 0.01 s "batch" (not 0.1 s).
+# 0.05 s "batch" (not 0.1 s): long enough that the trials overlap and ASHA ranks them side by side.
 """
 Stage 3: Let's add hyperparameter search to our model.
 """
@@ -40,7 +40,7 @@ def main(core_context, latest_checkpoint, trial_id, increment_by):
     for batch in range(starting_batch, max_length):
         x += increment_by
         steps_completed = batch + 1
-        time.sleep(0.01)
+        time.sleep(0.05)
         logging.info(f"x is now {x}")
         if steps_completed % 10 == 0:
             core_context.train.report_training_metrics(
