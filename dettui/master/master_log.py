@@ -1,6 +1,8 @@
 """The master's own log lines, kept in memory for `det master logs` (and support bundles), as
 Determined's master keeps its recent entries in a ring buffer: the last MAX_ENTRIES lines since
-the master started, each with an id, its time and its level. Followers wait on `wait_after`."""
+the master started, each with an id, its time and its level. Followers wait on `wait_after`.
+The ring also holds at most MAX_KEPT_CHARS characters of text (the oldest lines go first), so a
+flood of long lines cannot make it, or an answer of all of it, large."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from dataclasses import dataclass
 
 MAX_ENTRIES = 25_000  # Determined's master keeps as many
 MAX_MESSAGE = 8_192  # characters of one line kept (a traceback is cut, not the buffer)
+MAX_KEPT_CHARS = 4_000_000  # characters of all lines kept: 25,000 lines of 160 on average
 LEVELS = {logging.DEBUG: "LOG_LEVEL_DEBUG", logging.INFO: "LOG_LEVEL_INFO",
           logging.WARNING: "LOG_LEVEL_WARNING", logging.ERROR: "LOG_LEVEL_ERROR",
           logging.CRITICAL: "LOG_LEVEL_CRITICAL"}
@@ -34,12 +37,16 @@ def level_name(levelno: int) -> str:
 
 
 class MasterLog(logging.Handler):
-    """A logging handler that keeps the last `capacity` lines; safe from any thread."""
+    """A logging handler that keeps the last `capacity` lines, of at most `chars` characters
+    in all; safe from any thread."""
 
-    def __init__(self, capacity: int = MAX_ENTRIES) -> None:
+    def __init__(self, capacity: int = MAX_ENTRIES, chars: int = MAX_KEPT_CHARS) -> None:
         super().__init__(logging.INFO)
         self.setFormatter(logging.Formatter("%(name)s: %(message)s"))
-        self._entries: deque[Entry] = deque(maxlen=capacity)
+        self._entries: deque[Entry] = deque()
+        self._capacity = capacity
+        self._most_chars = chars
+        self._chars = 0  # characters of the lines kept
         self._next = 0
         self._guard = threading.Lock()
         self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = []
@@ -52,6 +59,9 @@ class MasterLog(logging.Handler):
         with self._guard:
             self._entries.append(Entry(self._next, record.created, level_name(record.levelno),
                                        message))
+            self._chars += len(message)
+            while len(self._entries) > self._capacity or self._chars > self._most_chars:
+                self._chars -= len(self._entries.popleft().message)
             self._next += 1
             waiters, self._waiters = self._waiters, []
         for loop, event in waiters:

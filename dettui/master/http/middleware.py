@@ -94,11 +94,14 @@ def error_response(exc: DettuiError, request: web.Request) -> web.Response:
 @web.middleware
 async def not_found(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Every 404 on /api/v1/ is logged, one line with the method, path and client: a client
-    asking for a route the master lacks shows up in its log (the compat tests watch for it)."""
+    asking for a route the master lacks shows up in its log (the compat tests watch for it).
+    The path and client name are cut short, so a flood of 404s fills the log ring with short
+    lines."""
     resp = await handler(request)
     if resp.status == 404 and request.path.startswith("/api/v1/"):
-        log.info("404 %s %s (%s)", request.method, one_line(request.rel_url.raw_path),
-                 one_line(request.headers.get("User-Agent", "-")))
+        log.info("404 %s %s (%s)", one_line(request.method, 20),
+                 one_line(request.rel_url.raw_path, 200),
+                 one_line(request.headers.get("User-Agent", "-"), 80))
     return resp
 
 

@@ -5,8 +5,10 @@ none set, and says setting them is not supported)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
+from collections.abc import Sequence
 
 from aiohttp import web
 
@@ -20,6 +22,7 @@ from dettui.master.views.master_config import effective
 
 routes = web.RouteTableDef()
 FOLLOW_WAIT = 5.0  # seconds between looks at a follower's connection while the log is quiet
+CHUNK = 256  # lines encoded and written at a time; the loop serves other requests in between
 WORKLOAD_TYPES = ("EXPERIMENT", "NTSC")
 
 
@@ -33,14 +36,25 @@ async def master_config(request: web.Request) -> web.Response:
 
 def _entry_json(e: Entry) -> str:
     return json.dumps({"result": {"logEntry": {
-        "id": e.id, "message": e.message, "timestamp": ts(e.time), "level": e.level}}}) + "\n"
+        "id": e.id, "message": e.message, "timestamp": ts(e.time), "level": e.level}}},
+        ensure_ascii=False) + "\n"
+
+
+async def _write(resp: web.StreamResponse, lines: Sequence[Entry]) -> None:
+    """`lines` as NDJSON, CHUNK lines at a time, yielding to the loop after each: an answer of
+    the whole ring (some MB) does not hold up the master's other requests while it is built."""
+    for start in range(0, len(lines), CHUNK):
+        await resp.write("".join(_entry_json(e) for e in lines[start:start + CHUNK]).encode())
+        await asyncio.sleep(0)
 
 
 @routes.get("/api/v1/master/logs")
 @op(query={"offset": int, "limit": int, "follow": bool}, long_poll="follow")
 async def master_logs(request: web.Request) -> web.StreamResponse:
-    """The master's lines since it started (the last 25,000), NDJSON; `offset` < 0 counts
-    from the end; `follow` keeps the stream open for new lines."""
+    """The master's lines since it started (the last 25,000, of at most 4 million characters
+    in all: `master_log`), NDJSON, streamed in chunks; `offset` < 0 counts from the end (`det
+    master logs --tail N`), `limit` > 0 caps the lines; `follow` (`-f`) keeps the stream open
+    for new lines."""
     require_user(request)
     offset = query_int(request, "offset", 0)
     limit = query_int(request, "limit", 0)
@@ -56,13 +70,13 @@ async def master_logs(request: web.Request) -> web.StreamResponse:
     resp = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
     await resp.prepare(request)
     with contextlib.suppress(ConnectionResetError):  # the reader may leave at any line
-        await resp.write("".join(_entry_json(e) for e in lines).encode())
+        await _write(resp, lines)
         last = lines[-1].id if lines else buffer.last_id()
         while follow and request.transport is not None and not request.transport.is_closing():
             await buffer.wait_after(last, FOLLOW_WAIT)
             newer = buffer.after(last)
             if newer:
-                await resp.write("".join(_entry_json(e) for e in newer).encode())
+                await _write(resp, newer)
                 last = newer[-1].id
         await resp.write_eof()
     return resp
