@@ -11,6 +11,7 @@ import logging
 import os
 import shlex
 import shutil
+import stat
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -309,7 +310,8 @@ class AllocationRun:
     def _reach(self, env: dict[str, str], program: str) -> list[Path]:
         """What the trial's user must reach even under directories closed to it: its work dir,
         the master's own checkpoint storage, a venv of this agent's that the entrypoint names
-        by absolute path (its program, or the Python of its shell line).
+        by absolute path (its program, or the Python of its shell line); each resolved once,
+        here, as the sandbox binds them as given (`venv_of`).
         Never a path a user chose (`checkpoint_storage: {host_path: /root/x}` would read what
         /root closes): that one the trial reaches by its user's permissions or not at all, and
         its log says so at start."""
@@ -322,7 +324,8 @@ class AllocationRun:
                                       f"{self.user.describe()} cannot pass {where}, so this "
                                       "trial cannot write checkpoints there")
         venvs = {v for p in (program, self._named_python() or "") for v in venv_of(p)}
-        return [self.workdir, *[p for p in storage if self._trusted(p)], *sorted(venvs)]
+        trusted = [r for r in (p.resolve() for p in storage) if self._trusted(r)]
+        return [self.workdir.resolve(), *trusted, *sorted(venvs)]
 
     def _check_storage(self, env: dict[str, str]) -> None:
         """The checkpoint storage a trial is given must not reach what it must not read (this
@@ -477,14 +480,23 @@ def venv_of(program: str) -> list[Path]:
     """The virtual environment of this agent's user that an entrypoint names by absolute path
     (`/opt/det/bin/python train.py`), which its trial user must be able to run even where it
     lies under a directory closed to that user: a venv (it has pyvenv.cfg) the agent's own
-    user made holds code the admin installed, not another user's files."""
+    user made holds code the admin installed, not another user's files.
+
+    The venv is given by its resolved path (links followed once, here), never the path the
+    entrypoint wrote, and only where no user can change what that path names (it and every
+    directory above it are root's or this agent's, writable by neither group nor others): a
+    user's link (`/tmp/x/v`) swapped between a venv and `/tmp/sec/inner` after this check
+    would otherwise have the sandbox bind back whatever the link named later."""
     if not os.path.isabs(program):
         return []
-    root = Path(program).parent.parent
     try:
-        return [root] if (root / "pyvenv.cfg").stat().st_uid == os.geteuid() else []
-    except OSError:
+        root = Path(program).parent.parent.resolve(strict=True)
+        cfg = os.lstat(root / "pyvenv.cfg")
+    except (OSError, RuntimeError):
         return []
+    if not stat.S_ISREG(cfg.st_mode) or cfg.st_uid != os.geteuid():
+        return []
+    return [root] if trialuser.unswappable(root) else []
 
 
 def chown_tree(top: Path, uid: int, gid: int) -> None:

@@ -8,7 +8,10 @@
   database, the agent's work root with other allocations, the dettui config dir with tokens) are
   covered by empty read-only tmpfs, with only what the trial needs bound back: its own work dir
   and its checkpoint storage. Directories the trial's user could not pass anyway (/root, a
-  0700 temporary dir) are covered the same way, with the Python that runs the trial bound back;
+  0700 temporary dir) are covered the same way, with the Python that runs the trial bound back
+  (a venv the entrypoint names: by its resolved path, bound as given and only when no user can
+  swap a directory on its way, `allocation.venv_of`; a link of a user's resolved again here
+  would name, by then, what the cover closes);
 - a /dev/shm of the allocation's own (tmpfs, sticky as the host's), and TMPDIR a directory of
   its own in its run dir: a trial cannot plant files where another user's trial will look
   (torch's $TMPDIR/torchinductor_<user>, say). The host's /tmp stays visible (data, and paths
@@ -263,6 +266,11 @@ def covers(hidden: Sequence[Path], kept: Sequence[Path], user: TrialUser | None)
     return [h for h in outermost(out) if h.is_dir() and h != Path("/")]
 
 
+def under(path: Path, cover: Sequence[Path]) -> bool:
+    """Whether `path` lies in one of the covered directories (so must be bound back)."""
+    return any(path.is_relative_to(h) for h in cover)
+
+
 def stage_environment(marks: Mapping[str, str]) -> dict[str, str]:
     """The whole environment of what runs before the trial (the sandbox's setup as root, the
     agent's setpriv and prlimit): the system's PATH and `marks` (the allocation's, by which
@@ -287,19 +295,25 @@ def wrap(support: Support, argv: Sequence[str], cwd: str | Path, hidden: Sequenc
     them) bound back, from `cwd` as seen through the new mounts (a cwd inherited from before
     them would still reach what they cover through `..`), as `user` without capabilities;
     the directories `user` could not pass on the way to `reach` (and this Python) covered too,
-    with those bound back (never give it a path a user chose: it would read what it covers);
+    with those bound back exactly as given: each absolute, resolved, existing and unswappable
+    (never give it a path a user chose unchecked: it would read what it covers);
     without namespaces, `argv` as `user` (a root agent) or unchanged. A mount whose target
     cannot be made (outside /run, without root) is skipped. `label` (`trial 3`) is what `ps`
     shows of the sandbox after its name."""
     tail = [*become(support, user, nproc), *argv]
     if not support.on:
         return Launch(tail, {})
-    reach = [*reach, *needed_by_python()]
-    cover = covers(hidden, reach, user if support.root else None)
-    kept = [*kept, *reach]
-    keep = [k.resolve() for k in kept if any(k.resolve().is_relative_to(h) for h in cover)]
-    for k in keep:
-        k.mkdir(parents=True, exist_ok=True)  # a bind needs its source
+    python = [p.resolve() for p in needed_by_python()]
+    cover = covers(hidden, [*reach, *python], user if support.root else None)
+    # This agent's own paths (its work dir, storage it chose, its Python) are resolved and made
+    # here; `reach` is bound exactly as given (resolved once by the caller, when it checked
+    # it): resolved again, a user's link swapped since would name what the cover closes.
+    own = [k.resolve() for k in (*kept, *python)]
+    for k in own:
+        if under(k, cover):
+            k.mkdir(parents=True, exist_ok=True)  # a bind needs its source
+    keep = list(dict.fromkeys([*(k for k in own if under(k, cover)),
+                               *(k for k in reach if under(k, cover) and k.is_dir())]))
     placed = [m for m in mounts if m.source.is_dir()]
     pairs = [str(x) for m in placed for x in (m.source.resolve(), m.target)]
     for path in (*map(str, cover), *pairs, *map(str, keep), str(cwd)):

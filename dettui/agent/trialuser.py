@@ -13,7 +13,9 @@ linked the owner to root, or the agent was started with `--trial-user root`, exp
 the kernel checks them for a process without capabilities): the sandbox covers such a
 directory with an empty tmpfs and binds back only what the trial needs inside it (its work
 dir, its checkpoint storage, the Python that runs it), and the agent names the path and the
-user when something a trial needs stays out of reach.
+user when something a trial needs stays out of reach. `unswappable` tells whether a path a
+user named (a venv) is one no user could make name something else between the agent's check
+and the sandbox's bind: only such a path may be bound back under a covered directory.
 """
 
 from __future__ import annotations
@@ -143,3 +145,21 @@ def readable(path: Path, user: TrialUser) -> bool:
         return _passes(path.stat(), user, 4)
     except OSError:
         return False
+
+
+def unswappable(path: Path) -> bool:
+    """Whether no user but root and this agent's can change what `path` (absolute, resolved)
+    names: it and every directory above it are directories (not links) owned by root or this
+    agent's user, writable by neither group nor others. (A sticky /tmp is writable by others:
+    a user could not swap root's entries there, but neither would root name a venv there.)"""
+    if not path.is_absolute():
+        return False
+    for p in (path, *path.parents):
+        try:
+            st = os.lstat(p)
+        except OSError:
+            return False
+        if (not stat.S_ISDIR(st.st_mode) or st.st_uid not in (0, os.geteuid())
+                or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)):
+            return False
+    return True
