@@ -21,7 +21,16 @@ from typing import Any
 import psutil
 
 from dettui import context, lifeline, paths, retry
-from dettui.agent import logship, process, runinfo, sandbox, spool, trial_exec, trialuser
+from dettui.agent import (
+    logship,
+    process,
+    runinfo,
+    sandbox,
+    spool,
+    tensorboard_dirs,
+    trial_exec,
+    trialuser,
+)
 from dettui.agent.trialuser import TrialUser
 from dettui.client import Client
 from dettui.errors import ContextError, DettuiError, MasterUnreachable
@@ -222,6 +231,9 @@ class AllocationRun:
             raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), argv[0])
         await asyncio.to_thread(runinfo.write, self.run_dir, env, self.workdir, support.on)
         mounts = self._mounts(env)
+        why = await asyncio.to_thread(self._tensorboard_dir, env)
+        if why is not None:
+            self._system_line(f"warning: this trial's TensorBoard events cannot be written: {why}")
         (self.run_dir / "tmp").mkdir(exist_ok=True)
         # The trial's environment waits in its run dir for its exec, after setpriv: nothing
         # before it (root) runs with a user's PATH or LD_PRELOAD.
@@ -287,6 +299,19 @@ class AllocationRun:
         user = self.user.name if self.user is not None else _own_user_name()
         return (f"trial {self.spec.trial_id} allocation {self.id} started: {command} "
                 f"({slots} slot{'' if slots == 1 else 's'}, user {user})")
+
+    def _tensorboard_dir(self, env: dict[str, str]) -> str | None:
+        """The trial's TensorBoard directory in the master's storage, made by this agent (root)
+        for the trial's user, under levels no user owns (`tensorboard_dirs`); why not, if not."""
+        user = self.user
+        if user is None or user.uid == os.geteuid() or os.geteuid() != 0:
+            return None  # one user for every trial here: the trial makes it
+        for root in self._storage(env):
+            if self._trusted(root) and root.is_dir():
+                return tensorboard_dirs.prepare(
+                    root, env.get("DET_CLUSTER_ID", ""), env.get("DET_EXPERIMENT_ID", ""),
+                    env.get("DET_TRIAL_ID", ""), user.uid, user.gid)
+        return None
 
     def _kept(self, env: dict[str, str]) -> list[Path]:
         """What the trial needs of the hidden paths: its work dir and the master's checkpoint

@@ -65,6 +65,7 @@ for d in (tempfile.gettempdir(), "/dev/shm"):
     open(d + "/" + os.environ["PLANT"] + "-trial", "w").write("x")
 from dettui import core
 with core.init() as ctx:
+    ctx.train.report_training_metrics(steps_completed=1, metrics={"x": 1.0})  # TensorBoard too
     with ctx.checkpoint.store_path({"steps_completed": 1}) as (path, ckpt):
         (path / "w.txt").write_text("weights")
 out["checkpoint"] = ckpt
@@ -179,6 +180,14 @@ def test_two_linked_users_run_their_trials_as_their_own_unix_users(
         ckpt = served.state_dir / "checkpoints" / out["checkpoint"]
         assert (ckpt.stat().st_uid, ckpt.stat().st_gid) == (unix.pw_uid, unix.pw_gid)
         assert ckpt.stat().st_mode & 0o077 == 0  # the other user's trials cannot read it
+    # each user's trial wrote its TensorBoard events (the second one failed when the first
+    # trial's user made the shared levels, 0700), in a directory of its own user's
+    for unix in unix_users:
+        events = [p for p in (served.state_dir / "checkpoints").glob(
+            "*/tensorboard/experiment/*/trial/*/events.out.*") if p.stat().st_uid == unix.pw_uid]
+        assert events, f"no TensorBoard events of {unix.pw_name}'s trial"
+        assert events[0].parent.stat().st_uid == unix.pw_uid
+        assert events[0].parent.parent.stat().st_uid == 0  # trial/: shared, root's
 
 
 @needs_root
