@@ -18,10 +18,13 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_default=True)
 
 
+INT64_MAX = 2**63 - 1  # Determined's master holds these counts in Go ints
+
+
 class Length(Strict):
-    batches: int | None = Field(default=None, ge=0)
-    records: int | None = Field(default=None, ge=0)
-    epochs: int | None = Field(default=None, ge=0)
+    batches: int | None = Field(default=None, ge=0, le=INT64_MAX)
+    records: int | None = Field(default=None, ge=0, le=INT64_MAX)
+    epochs: int | None = Field(default=None, ge=0, le=INT64_MAX)
 
     @model_validator(mode="after")
     def _exactly_one(self) -> Length:
@@ -74,21 +77,47 @@ class Resources(Strict):
 
 SearcherName = Literal["single", "random", "grid", "adaptive_asha", "async_halving"]
 
+# What an ASHA search may plan, so that a preview or an experiment's searcher stays small. Each
+# bracket holds a list per rung and adaptive_asha has at most one bracket per rung count, so the
+# work is at most MAX_RUNGS²; Determined's examples use 5 rungs or fewer.
+MAX_RUNGS = 64  # rungs in one bracket, after max_time and max_trials have limited them
+MAX_BRACKETS = MAX_RUNGS  # entries in bracket_rungs
+MAX_DIVISOR_GROWTH = 1e300  # divisor^(rungs - 1) must stay a finite float
+MAX_TRIALS_AT_ONCE = 1000  # trials a searcher may start before any has reported
+_EPS = 1e-9  # ⌊log T / log d⌋ computed in floats must not lose an exact power (log 64/log 4)
+
+
+def rungs_within(budget: int, divisor: float) -> int:
+    """How many rungs a budget of `budget` units (or trials) holds: ⌊log_d budget⌋ + 1."""
+    return int(math.log(max(budget, 1)) / math.log(divisor) + _EPS) + 1
+
+
+def asha_top_rungs(max_rungs: int, max_time: int | None, max_trials: int | None,
+                   divisor: float) -> int:
+    """The rungs of adaptive_asha's longest bracket (Determined's rule): `max_rungs`, or fewer
+    when `max_time` or `max_trials` cannot fill that many rungs at this `divisor`. Computed
+    without building anything, so a hostile `max_rungs` costs nothing here."""
+    top = max_rungs
+    for budget in (max_time, max_trials):
+        if budget is not None:
+            top = min(top, rungs_within(budget, divisor))
+    return top
+
 
 class Searcher(Strict):
     name: str
     metric: str
     smaller_is_better: bool = SMALLER_IS_BETTER
-    max_trials: int | None = Field(default=None, ge=1)
+    max_trials: int | None = Field(default=None, ge=1, le=INT64_MAX)
     max_length: Length | int | None = None
-    max_concurrent_trials: int = Field(default=16, ge=0)
-    divisor: float = Field(default=4.0, gt=1)
-    max_rungs: int = Field(default=5, ge=1)
+    max_concurrent_trials: int = Field(default=16, ge=0, le=INT64_MAX)
+    divisor: float = Field(default=4.0, gt=1, allow_inf_nan=False)
+    max_rungs: int = Field(default=5, ge=1, le=INT64_MAX)
     mode: Literal["aggressive", "standard", "conservative"] = "standard"
     bracket_rungs: list[int] = Field(default_factory=list)
-    num_rungs: int | None = Field(default=None, ge=1)
+    num_rungs: int | None = Field(default=None, ge=1, le=MAX_RUNGS)
     time_metric: str | None = None
-    max_time: int | None = Field(default=None, ge=1)
+    max_time: int | None = Field(default=None, ge=1, le=INT64_MAX)
     stop_once: bool = False
     source_trial_id: int | None = None
     source_checkpoint_uuid: str | None = None
@@ -96,9 +125,61 @@ class Searcher(Strict):
     @field_validator("max_length", mode="before")
     @classmethod
     def _length(cls, v: Any) -> Any:
-        if isinstance(v, int) and not isinstance(v, bool) and v < 1:
-            raise ValueError("must be >= 1")
+        if isinstance(v, int) and not isinstance(v, bool) and not 1 <= v <= INT64_MAX:
+            raise ValueError(f"must be from 1 to {INT64_MAX}")
         return v
+
+    @field_validator("bracket_rungs", mode="after")
+    @classmethod
+    def _bracket_rungs(cls, v: list[int]) -> list[int]:
+        if len(v) > MAX_BRACKETS:
+            raise ValueError(f"has {len(v)} brackets; at most {MAX_BRACKETS} are allowed")
+        if any(not 1 <= r <= MAX_RUNGS for r in v):
+            raise ValueError(f"each entry must be from 1 to {MAX_RUNGS} rungs")
+        return v
+
+    def time_budget(self) -> int | None:
+        """ASHA's max time: `max_time` with a `time_metric`, or a legacy `max_length`."""
+        if self.time_metric and self.max_time:
+            return self.max_time
+        if isinstance(self.max_length, Length):
+            return next(iter(self.max_length.as_dict().values()))
+        return None
+
+    @model_validator(mode="after")
+    def _bounded(self) -> Searcher:
+        """Refuse a search whose plan alone would be huge, naming the keys and the limit."""
+        if self.name == "adaptive_asha":
+            self._check_adaptive_rungs()
+        if self.name in ("adaptive_asha", "async_halving"):
+            rungs = max(self.bracket_rungs or [self.num_rungs or 1])
+            if self.name == "adaptive_asha" and not self.bracket_rungs:
+                rungs = asha_top_rungs(self.max_rungs, self.time_budget(), self.max_trials,
+                                       self.divisor)
+            if (rungs - 1) * math.log(self.divisor) > math.log(MAX_DIVISOR_GROWTH):
+                raise ValueError(f"divisor {self.divisor} to the power of {rungs - 1} (rungs "
+                                 f"- 1) exceeds {MAX_DIVISOR_GROWTH:g}: lower divisor or the "
+                                 "rungs")
+        if self.name in ("random", "adaptive_asha", "async_halving") \
+                and self.max_trials is not None:
+            at_once = min(self.max_concurrent_trials or self.max_trials, self.max_trials)
+            if at_once > MAX_TRIALS_AT_ONCE:
+                raise ValueError(
+                    f"max_trials {self.max_trials} with max_concurrent_trials "
+                    f"{self.max_concurrent_trials} would start {at_once} trials at once; at most "
+                    f"{MAX_TRIALS_AT_ONCE} may start at once: set max_concurrent_trials from 1 to "
+                    f"{MAX_TRIALS_AT_ONCE}")
+        return self
+
+    def _check_adaptive_rungs(self) -> None:
+        if self.bracket_rungs:
+            return  # each entry is already at most MAX_RUNGS
+        top = asha_top_rungs(self.max_rungs, self.time_budget(), self.max_trials, self.divisor)
+        if top > MAX_RUNGS:
+            raise ValueError(
+                f"max_rungs {self.max_rungs} with divisor {self.divisor} gives brackets of "
+                f"{top} rungs; at most {MAX_RUNGS} are allowed: set max_rungs to {MAX_RUNGS} "
+                f"or less, or a larger divisor")
 
 
 StorageType = Literal["shared_fs", "directory", "s3", "gcs", "azure"]

@@ -12,11 +12,10 @@ search never stalls with trials left to run and nothing running.
 
 from __future__ import annotations
 
-import math
 import sys
 from typing import Any
 
-from dettui.config.schema import Length
+from dettui.config.schema import Length, asha_top_rungs
 from dettui.config.schema import Searcher as SearcherConfig
 from dettui.master.searcher.base import (
     Action,
@@ -30,7 +29,11 @@ from dettui.master.searcher.base import (
 
 EXITED_METRIC = sys.float_info.max  # what an errored trial scores in its rung
 MODES = ("aggressive", "standard", "conservative")
-_EPS = 1e-9  # ⌊log T / log d⌋ computed in floats must not lose an exact power (log 64/log 4)
+
+
+def rung_units(num_rungs: int, divisor: float, max_time: int) -> list[int]:
+    """The units of the time metric each rung of a `num_rungs` bracket needs."""
+    return [max(int(max_time / divisor ** (num_rungs - 1 - i)), 1) for i in range(num_rungs)]
 
 
 class Bracket:
@@ -40,8 +43,7 @@ class Bracket:
         self.max_trials = max_trials
         self.concurrency = concurrency
         self.divisor = divisor
-        self.units = [max(int(max_time / divisor ** (num_rungs - 1 - i)), 1)
-                      for i in range(num_rungs)]
+        self.units = rung_units(num_rungs, divisor, max_time)
         self.metrics: list[list[tuple[int, float]]] = [[] for _ in range(num_rungs)]
         self.trial_rung: dict[int, int] = {}
         self.stopped: set[int] = set()
@@ -98,11 +100,7 @@ class Bracket:
         self.invalid = int(state["invalid"])
 
 
-def max_rungs_for(max_rungs: int, max_time: int, max_trials: int, divisor: float) -> int:
-    def floor_log(x: int) -> int:
-        return int(math.log(x) / math.log(divisor) + _EPS) + 1
-
-    return min(max_rungs, floor_log(max(max_time, 1)), floor_log(max(max_trials, 1)))
+max_rungs_for = asha_top_rungs  # the rungs of the longest bracket (the schema's rule)
 
 
 def bracket_rungs(mode: str, max_rungs: int) -> list[int]:
@@ -142,18 +140,9 @@ class AdaptiveASHA(Searcher):
         self.time_metric, self.max_time = _time(config)
         self.divisor = config.divisor
         self.max_trials = required(config.max_trials, "max_trials", self.name)
-        rungs = self._bracket_rungs()
-        trials = bracket_trials(self.max_trials, self.divisor, rungs)
-        per = bracket_concurrency(config.max_concurrent_trials, self.divisor, trials)
         self.brackets = [Bracket(r, t, c, self.divisor, self.max_time)
-                         for r, t, c in zip(rungs, trials, per, strict=True)]
+                         for r, t, c in plan(config)]
         self.bracket_of: dict[int, int] = {}
-
-    def _bracket_rungs(self) -> list[int]:
-        if self.config.bracket_rungs:
-            return sorted(self.config.bracket_rungs, reverse=True)
-        top = max_rungs_for(self.config.max_rungs, self.max_time, self.max_trials, self.divisor)
-        return sorted(bracket_rungs(self.config.mode, top), reverse=True)
 
     def _new(self, bracket: int) -> Create:
         create = self._create()
@@ -250,8 +239,21 @@ class AsyncHalving(AdaptiveASHA):
 
     name = "async_halving"
 
-    def _bracket_rungs(self) -> list[int]:
-        return [required(self.config.num_rungs, "num_rungs", self.name)]
+
+def plan(config: SearcherConfig) -> list[tuple[int, int, int]]:
+    """The brackets of an ASHA search, longest first, as (rungs, max trials, concurrency): a
+    few numbers each (the schema caps rungs and brackets), whatever `max_trials` is."""
+    max_trials = required(config.max_trials, "max_trials", config.name)
+    if config.name == "async_halving":
+        rungs = [required(config.num_rungs, "num_rungs", config.name)]
+    elif config.bracket_rungs:
+        rungs = sorted(config.bracket_rungs, reverse=True)
+    else:
+        top = asha_top_rungs(config.max_rungs, _time(config)[1], max_trials, config.divisor)
+        rungs = sorted(bracket_rungs(config.mode, top), reverse=True)
+    trials = bracket_trials(max_trials, config.divisor, rungs)
+    per = bracket_concurrency(config.max_concurrent_trials, config.divisor, trials)
+    return list(zip(rungs, trials, per, strict=True))
 
 
 def _time(config: SearcherConfig) -> tuple[str, int]:

@@ -7,7 +7,7 @@ from typing import Any
 
 from dettui.config import hyperparameters as hp
 from dettui.config.schema import Searcher as SearcherConfig
-from dettui.master.searcher.asha import AdaptiveASHA, AsyncHalving, _time
+from dettui.master.searcher.asha import _time, plan, rung_units
 from dettui.master.searcher.base import SearcherError
 
 TrialSummary = dict[str, Any]  # {"count": n, "unit": {"maxLength": bool, "name"?, "value"?}}
@@ -26,20 +26,21 @@ def simulate(config: SearcherConfig, hparams: dict[str, Any]) -> list[TrialSumma
     if name == "grid":
         return [{"count": hp.grid_size(hparams), "unit": TO_COMPLETION}]
     if name in ("adaptive_asha", "async_halving"):
-        return _asha(config, hparams)
+        return _asha(config)
     raise SearcherError(f"searcher.name: unknown searcher '{name}'")
 
 
-def _asha(config: SearcherConfig, hparams: dict[str, Any]) -> list[TrialSummary]:
-    kind = AdaptiveASHA if config.name == "adaptive_asha" else AsyncHalving
-    search = kind(config, hparams, 0)
-    unit, _ = _time(config)
+def _asha(config: SearcherConfig) -> list[TrialSummary]:
+    """From the bracket plan alone (rungs × brackets numbers, which the schema caps): no
+    searcher is built and nothing is kept per trial, however large `max_trials` is."""
+    unit, max_time = _time(config)
     per_length: dict[int, int] = {}
-    for bracket in search.brackets:
-        left = bracket.max_trials
-        for i, units in enumerate(bracket.units):
-            going_on = max(int(left / bracket.divisor), 1)
-            stopped = left if i == len(bracket.units) - 1 else left - going_on
+    for rungs, max_trials, _ in plan(config):
+        left = max_trials
+        units_by_rung = rung_units(rungs, config.divisor, max_time)
+        for i, units in enumerate(units_by_rung):
+            going_on = max(int(left / config.divisor), 1)
+            stopped = left if i == len(units_by_rung) - 1 else left - going_on
             per_length[units] = per_length.get(units, 0) + stopped
             left = going_on
     return [{"count": n, "unit": {"maxLength": False, "name": unit, "value": units}}
