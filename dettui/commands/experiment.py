@@ -72,12 +72,15 @@ def _check_entrypoint(cfg: Any, files: list[dict[str, Any]], config: Path) -> No
 def _progress() -> Progress:
     """A transient bar on stderr. Its own console wraps as the terminal does (the messages'
     console does not), so that the bar, once done, is erased whole: a line wider than the
-    terminal left a blank line behind."""
+    terminal left a blank line behind. Not drawn where stderr is no terminal (a pipe, a log
+    file), which it would leave a blank line in."""
+    import sys
+
     from rich.console import Console
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 
     return Progress(TextColumn("{task.description}"), BarColumn(bar_width=20), DownloadColumn(),
-                    TransferSpeedColumn(), transient=True,
+                    TransferSpeedColumn(), transient=True, disable=not sys.stderr.isatty(),
                     console=Console(stderr=True, highlight=False, markup=False))
 
 
