@@ -23,8 +23,13 @@ async def test_a_trials_task_has_its_runs_and_its_experiments_config(api: Api) -
     (run,) = task["allocations"]
     assert run["allocationId"] == alloc.id and run["state"] == "STATE_STARTING"
     assert run["slots"] == 1 and run["taskId"] == trial["taskId"]
-    missing = await api.call("GET", f"/api/v1/tasks/{NO_TASK}", status=501)
-    assert f"task '{NO_TASK}' is no trial's" in missing["error"]["error"]
+    missing = await api.call("GET", f"/api/v1/tasks/{NO_TASK}", status=404)
+    assert f"task '{NO_TASK}' not found: notebooks" in missing["error"]["error"]
+    assert "its only tasks are trials'" in missing["message"]
+    for method, path in (("GET", "/api/v1/tasks/x"), ("GET", "/api/v1/tasks/%00/config"),
+                         ("POST", "/api/v1/tasks/x/kill"), ("POST", "/api/v1/tasks/x/pause")):
+        hostile = await api.call(method, path, {} if method == "POST" else None, status=404)
+        assert "not found" in hostile["message"], (path, hostile)
 
     config = json.loads((await api.call("GET", f"/api/v1/tasks/{trial['taskId']}/config"))[
         "config"])
@@ -45,9 +50,9 @@ async def test_killing_a_task_kills_its_trial_for_its_owner_or_an_admin(api: Api
         "STATE_CANCELED"
     ended = await api.call("POST", path, body, status=400)
     assert "as it is in state 'CANCELED'" in ended["message"]
-    await api.call("POST", f"/api/v1/tasks/{NO_TASK}/kill", body, status=501)
+    await api.call("POST", f"/api/v1/tasks/{NO_TASK}/kill", body, status=404)
 
-    paused = await api.call("POST", f"/api/v1/tasks/{trial['taskId']}/pause", status=501)
+    paused = await api.call("POST", f"/api/v1/tasks/{trial['taskId']}/pause", status=400)
     assert "not supported by dettui" in paused["error"]["error"]
     assert f"det experiment pause {exp['id']}" in paused["message"]
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from aiohttp import web
 
-from dettui.errors import FailedPrecondition, NotFound, Unimplemented
+from dettui.errors import FailedPrecondition, NotFound
 from dettui.master.http import appkeys
 from dettui.master.http.middleware import check_trial, require_admin, require_owner, task_route
 from dettui.master.http.openapi import op
@@ -38,15 +38,17 @@ def _task(conn: sqlite3.Connection, task_id: str) -> tuple[Trial, Experiment, li
 
 
 async def _lookup(request: web.Request) -> tuple[Trial, Experiment, list[Allocation]]:
-    """A task that is no trial's would be a notebook's, shell's, command's or TensorBoard's,
-    which dettui does not run: it is refused as such (501, not a bare "not found")."""
+    """A task that is no trial's is not found (404, as Determined answers an unknown id); the
+    message says why it may be a notebook's, shell's, command's or TensorBoard's."""
     task_id = request.match_info["taskId"][:200]
     try:
+        if "\x00" in task_id:  # no task's id (and PostgreSQL refuses to compare with it)
+            raise NotFound(task_id)
         found = await request.app[appkeys.DB].read(_task, task_id)
     except NotFound:
-        raise Unimplemented(f"task {task_id!r} is no trial's, and notebooks, shells, commands "
-                            "and TensorBoards are not supported by dettui: its only tasks are "
-                            "trials' (`det task list`)") from None
+        raise NotFound(f"task {task_id!r} not found: notebooks, shells, commands and "
+                       "TensorBoards are not supported by dettui, its only tasks are trials' "
+                       "(`det task list`)") from None
     check_trial(request, found[0].id)  # a task token: only its own task
     return found
 
@@ -107,9 +109,11 @@ async def kill_task(request: web.Request) -> web.Response:
 
 
 async def _pause(request: web.Request, what: str, instead: str) -> web.Response:
+    """Determined pauses only generic tasks and refuses any other (400 here, not a 5xx): a
+    trial's task is paused with its experiment."""
     trial, exp, _ = await _lookup(request)
-    raise Unimplemented(f"{what} one task is not supported by dettui: {instead} its experiment "
-                        f"(`det experiment {instead} {exp.id}`)")
+    raise FailedPrecondition(f"{what} one task is not supported by dettui: {instead} its "
+                             f"experiment (`det experiment {instead} {exp.id}`)")
 
 
 @routes.post("/api/v1/tasks/{taskId}/pause")
