@@ -3,22 +3,43 @@ Determined's signature: build it from the ranks (`DistributedContext(rank=..., s
 chief_ip=...)`) or from a launcher's environment (`from_torch_distributed()`,
 `from_horovod(hvd)`, `from_deepspeed()`).
 
-As in Determined, the chief serves the trial-wide collectives on `pub_port` (the allocation's
-INTER_TRAIN_PROCESS_COMM_PORT_1) and each node's local chief serves that node's `*_local`
-ones; the transport is `_exchange` (stdlib sockets, authenticated by the trial's token, opened
-on the first collective), independent of the process group the training code creates.
+The transport is `_exchange` (stdlib sockets), independent of the process group the training
+code creates; the chief and each node's local chief listen from the moment the context is
+built. Ranks of one node meet on Unix sockets in a directory private to the user (other users
+cannot connect). Ranks of several nodes meet over TCP on `pub_port` (the allocation's
+INTER_TRAIN_PROCESS_COMM_PORT_1), authenticated by a secret every rank holds: the trial's
+session token on a cluster; off a cluster DETTUI_EXCHANGE_KEY, else one the chief makes and
+shares through torch.distributed's store (when torch.distributed is initialised: the same
+trust as torch's own process group, whose store is unauthenticated) or horovod's
+`broadcast_object`. Without any of these the context refuses to span nodes rather than take
+unauthenticated pickles. Determined itself uses unauthenticated ZMQ on every interface.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import socket
+import sys
 from typing import Any
 
-from dettui.core._exchange import Hub, Spoke, local_socket_path, trial_key
+from dettui.core._exchange import (
+    PUBLIC_KEY,
+    ExchangeError,
+    Hub,
+    Spoke,
+    local_socket_path,
+    trial_key,
+    trial_secret,
+)
 
 DEFAULT_PUB_PORT = 12360  # Determined's INTER_TRAIN_PROCESS_COMM_PORT_1
 MAX_SLOTS_PER_AGENT = 16
+_contexts_built = itertools.count()  # names each context's key in torch's store
+NO_SECRET = ("off a cluster, ranks on several nodes need a shared secret before dettui will "
+             "take their objects over TCP: initialise torch.distributed (or horovod) before "
+             "building the DistributedContext, or set DETTUI_EXCHANGE_KEY to one secret in "
+             "every rank's environment")
 
 
 def _port(name: str, default: int) -> int:
@@ -36,7 +57,7 @@ class DistributedContext:
                  cross_rank: int | None = None, cross_size: int | None = None,
                  chief_ip: str | None = None, pub_port: int | None = None,
                  pull_port: int | None = None, port_offset: int = 0,
-                 force_tcp: bool = False) -> None:
+                 force_tcp: bool = False, _hvd: Any = None) -> None:
         self.rank = rank or 0
         self.size = size or 1
         self.local_rank = self.rank if local_rank is None else local_rank
@@ -56,6 +77,31 @@ class DistributedContext:
                                              self._pub_port + MAX_SLOTS_PER_AGENT)
         self._global: Hub | Spoke | None = None
         self._local: Hub | Spoke | None = None
+        self._key = self._trial_wide_key(_hvd)
+        try:  # the listening ends hold their addresses from the start
+            if self.is_chief and self.size > 1:
+                self._trial_wide()
+            if self.is_local_chief and self.local_size > 1:
+                self._node_wide()
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def _one_node(self) -> bool:
+        return self.local_size == self.size
+
+    def _trial_wide_key(self, hvd: Any) -> bytes:
+        """The handshake key of the trial-wide collectives (see the module docstring)."""
+        if self.size == 1 or self._one_node:
+            return trial_key()  # a private Unix socket
+        secret = trial_secret() or _shared_through_torch(self.rank, self._pub_port)
+        if secret is None and hvd is not None and hasattr(hvd, "broadcast_object"):
+            secret = PUBLIC_KEY + hvd.broadcast_object(os.urandom(32).hex().encode(),
+                                                       root_rank=0)
+        if secret is None:
+            raise ExchangeError(NO_SECRET)
+        return secret
 
     @classmethod
     def from_torch_distributed(cls, chief_ip: str | None = None) -> DistributedContext:
@@ -80,7 +126,7 @@ class DistributedContext:
         return cls(rank=hvd.rank(), size=hvd.size(), local_rank=hvd.local_rank(),
                    local_size=hvd.local_size(), cross_rank=hvd.cross_rank(),
                    cross_size=hvd.cross_size(),
-                   chief_ip=chief_ip or os.environ.get("DET_CHIEF_IP"))
+                   chief_ip=chief_ip or os.environ.get("DET_CHIEF_IP"), _hvd=hvd)
 
     @classmethod
     def from_deepspeed(cls, chief_ip: str | None = None) -> DistributedContext:
@@ -124,13 +170,18 @@ class DistributedContext:
 
     def _trial_wide(self) -> Hub | Spoke:
         if self._global is None:
-            if self.is_chief:
-                host = "127.0.0.1" if self.local_size == self.size else _bindable(self.chief_ip)
-                self._global = Hub(socket.AF_INET, (host, self._pub_port), self.size - 1,
-                                   trial_key())
+            family: socket.AddressFamily
+            hub_at: Any
+            join_at: Any
+            if self._one_node:
+                family = socket.AF_UNIX
+                hub_at = join_at = local_socket_path(str(self.chief_ip), self._pub_port, "trial")
             else:
-                self._global = Spoke(socket.AF_INET, (self.chief_ip, self._pub_port),
-                                     self.rank, trial_key())
+                family = socket.AF_INET
+                hub_at = (_bindable(self.chief_ip), self._pub_port)
+                join_at = (self.chief_ip, self._pub_port)
+            self._global = (Hub(family, hub_at, self.size - 1, self._key) if self.is_chief
+                            else Spoke(family, join_at, self.rank, self._key))
         return self._global
 
     def _node_wide(self) -> Hub | Spoke:
@@ -216,6 +267,21 @@ def _broadcast(end: Hub | Spoke, stuff: Any) -> Any:
         end.send_all(stuff)
         return stuff
     return end.recv()
+
+
+def _shared_through_torch(rank: int, port: int) -> bytes | None:
+    """A secret the chief makes and puts in torch.distributed's store, if the script has
+    initialised torch.distributed (never imports torch itself)."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is None or not dist.is_available() or not dist.is_initialized():
+        return None
+    from torch.distributed import distributed_c10d
+
+    store = distributed_c10d._get_default_store()
+    name = f"dettui/exchange-key/{port}/{next(_contexts_built)}"
+    if rank == 0:
+        store.set(name, os.urandom(32).hex())
+    return PUBLIC_KEY + bytes(store.get(name))
 
 
 def _bindable(ip: str | None) -> str:

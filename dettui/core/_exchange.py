@@ -1,10 +1,16 @@
 """The sockets DistributedContext's collectives travel through (stdlib only).
 
-One rank listens (a `Hub`: the chief over TCP, or a node's local chief over a Unix socket) and
-every other rank connects to it once (a `Spoke`), on its first collective. Each connection
-starts with a mutual HMAC handshake keyed by the trial's session token, so a stranger can
-neither feed pickles to the ranks nor read theirs; after it, objects travel as pickles in
-`multiprocessing.connection` frames.
+One rank listens (a `Hub`: the chief, or a node's local chief) and every other rank connects
+to it once (a `Spoke`), on its first collective; the hub binds when the context is built, so
+its address is held from the start. Ranks of one node meet on a Unix socket in a directory
+only this user can enter; ranks of several nodes meet over TCP. Each connection starts with a
+mutual HMAC handshake keyed by a secret every rank holds: the trial's session token on a
+cluster, else `DETTUI_EXCHANGE_KEY`, else one the chief shares through torch.distributed's
+store or horovod's broadcast (see `_distributed`). Over TCP a stranger without that secret
+can neither feed pickles to the ranks nor read theirs; without any secret TCP is refused.
+After the handshake objects travel as pickles in `multiprocessing.connection` frames.
+Handshakes run concurrently with a short timeout, so idle strangers cannot stall a
+collective.
 """
 
 from __future__ import annotations
@@ -14,28 +20,39 @@ import hashlib
 import hmac
 import os
 import pickle
+import queue
 import socket
 import stat
 import struct
 import tempfile
+import threading
 import time
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
 CONNECT_TIMEOUT = 30 * 60.0  # how long a rank waits for its hub (the chief may load slowly)
-HANDSHAKE_TIMEOUT = 30.0  # a peer that connects but does not answer is dropped after this
+HANDSHAKE_TIMEOUT = 5.0  # a peer that connects but does not answer is dropped after this
+MAX_PENDING = 64  # handshakes under way at once; further connections wait to be accepted
 NONCE = 32
+PUBLIC_KEY = b"dettui-core/"
 
 
 class ExchangeError(RuntimeError):
     """A collective could not reach its peers."""
 
 
+def trial_secret() -> bytes | None:
+    """A secret every rank of this run holds, if the environment gives one: the session
+    token (on a cluster, the same for all ranks of an allocation) or DETTUI_EXCHANGE_KEY."""
+    secret = os.environ.get("DET_SESSION_TOKEN") or os.environ.get("DETTUI_EXCHANGE_KEY")
+    return PUBLIC_KEY + secret.encode() if secret else None
+
+
 def trial_key() -> bytes:
-    """What every rank of a trial shares: its session token (on a cluster, the same for all
-    ranks of an allocation); off a cluster only the fixed prefix."""
-    return b"dettui-core/" + os.environ.get("DET_SESSION_TOKEN", "").encode()
+    """The handshake key for node-local Unix sockets: the secret if there is one, else the
+    public prefix (there the private directory keeps other users out)."""
+    return trial_secret() or PUBLIC_KEY
 
 
 def _mac(key: bytes, role: bytes, nonce: bytes) -> bytes:
@@ -64,15 +81,14 @@ class Hub:
                  key: bytes) -> None:
         self._count, self._key = count, key
         self._path = address if family == socket.AF_UNIX else None
+        if family == socket.AF_UNIX:
+            _clear_stale(address)
         self._sock = socket.socket(family, socket.SOCK_STREAM)
         try:
-            if family == socket.AF_UNIX:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(address)  # a socket left by an earlier run of this trial
-            else:
+            if family != socket.AF_UNIX:
                 self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             self._sock.bind(address)
-            self._sock.listen(count + 8)
+            self._sock.listen(max(count + 8, 128))
         except OSError as exc:
             self._sock.close()
             raise ExchangeError(f"cannot listen on {address!r} for the other ranks: {exc} "
@@ -80,18 +96,44 @@ class Hub:
         self._peers: list[Connection] | None = None
 
     def peers(self) -> list[Connection]:
-        """Every peer's connection, by number (waits for them on the first call)."""
+        """Every peer's connection, by number (waits for them on the first call). Each
+        connection's handshake runs in its own thread, so a silent one holds up nothing."""
         if self._peers is None:
+            admitted: queue.Queue[tuple[int | None, socket.socket]] = queue.Queue()
+            pending = threading.BoundedSemaphore(MAX_PENDING)
             found: dict[int, Connection] = {}
-            while len(found) < self._count:
-                sock, _ = self._sock.accept()
-                number = self._admit(sock)
-                if number is None or number in found or not 1 <= number <= self._count:
-                    sock.close()
-                    continue
-                found[number] = _to_connection(sock)
+            self._sock.settimeout(0.05)
+            try:
+                while len(found) < self._count:
+                    self._accept_one(admitted, pending)
+                    while not admitted.empty():
+                        number, sock = admitted.get()
+                        if number is None or number in found or not 1 <= number <= self._count:
+                            sock.close()
+                        else:
+                            found[number] = _to_connection(sock)
+            finally:
+                self._sock.settimeout(None)
             self._peers = [found[n] for n in sorted(found)]
         return self._peers
+
+    def _accept_one(self, admitted: queue.Queue[tuple[int | None, socket.socket]],
+                    pending: threading.BoundedSemaphore) -> None:
+        if not pending.acquire(timeout=0.05):
+            return  # too many handshakes under way: the rest wait in the backlog
+        try:
+            sock, _ = self._sock.accept()
+        except TimeoutError:
+            pending.release()
+            return
+
+        def admit() -> None:
+            try:
+                admitted.put((self._admit(sock), sock))
+            finally:
+                pending.release()
+
+        threading.Thread(target=admit, daemon=True, name="dettui-exchange-admit").start()
 
     def _admit(self, sock: socket.socket) -> int | None:
         """The peer's number if it proves it holds the key (and learns we do), else None."""
@@ -179,7 +221,21 @@ class Spoke:
         self._conn.close()
 
 
-def local_socket_path(chief_ip: str, port: int, node: int) -> str:
+def _clear_stale(path: str) -> None:
+    """Remove a socket left by an earlier run; refuse if a live run still listens there."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        try:
+            probe.connect(path)
+        except OSError:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+            return
+    raise ExchangeError(f"another run's ranks already meet at {path} (same chief address and "
+                        "port): give this run another port (pub_port or "
+                        "INTER_TRAIN_PROCESS_COMM_PORT_1)")
+
+
+def local_socket_path(chief_ip: str, port: int, node: int | str) -> str:
     """Where a node's local chief listens: a private directory of this user under the temp
     dir, one socket per (trial port, node), so trials and simulated nodes do not meet."""
     base = Path(tempfile.gettempdir()) / f"dettui-dist-{os.getuid()}"
