@@ -313,24 +313,38 @@ class AllocationRun:
                     env.get("DET_TRIAL_ID", ""), user.uid, user.gid)
         return None
 
-    def _kept(self, env: dict[str, str]) -> list[Path]:
+    def _kept(self, env: dict[str, str]) -> list[Path | trialuser.Pinned]:
         """What the trial needs of the hidden paths: its work dir and the master's checkpoint
         storage. (Storage a user named is never inside a hidden path, `_check_storage`; under
-        a directory covered for `_reach` its user could not reach it anyway.)"""
-        return [self.workdir, *[p for p in self._storage(env) if self._trusted(p)]]
+        a directory covered for `_reach` its user could not reach it anyway.) The storage is
+        made here and pinned (`trialuser.pin`): `<root>/sub` in the master's sticky root may be
+        a user's directory, renamed and swapped for a link after this check; the sandbox binds
+        what was checked or refuses the trial."""
+        kept: list[Path | trialuser.Pinned] = [self.workdir]
+        for path in self._storage(env):
+            if not self._trusted(path):
+                continue
+            with contextlib.suppress(OSError):
+                path.resolve().mkdir(parents=True, exist_ok=True)
+            pinned = trialuser.pin(path)
+            if pinned is not None and self._trusted(pinned.path, resolve=False):
+                kept.append(pinned)
+        return kept
 
     def _storage(self, env: dict[str, str]) -> list[Path]:
         with contextlib.suppress(ValueError, KeyError, TypeError):
             return [storage_base(json.loads(env["DET_EXPERIMENT_CONFIG"]))]
         return []
 
-    def _trusted(self, path: Path) -> bool:
+    def _trusted(self, path: Path, resolve: bool = True) -> bool:
         """Whether `path` is storage the master or this agent chose (the master's checkpoint
         root), not one a user named: only those may be made by the agent, and reached by the
-        trial through directories its user could not pass."""
+        trial through directories its user could not pass. `resolve=False`: `path` is a
+        pinned one's real path, taken as it is."""
         roots = [*self.exposed, *([Path(self.spec.checkpoint_root)]
                                   if self.spec.checkpoint_root else [])]
-        return any(path.resolve().is_relative_to(r.resolve()) for r in roots)
+        path = path.resolve() if resolve else path
+        return any(path.is_relative_to(r.resolve()) for r in roots)
 
     def _reach(self, env: dict[str, str], program: str) -> list[Path]:
         """What the trial's user must reach even under directories closed to it: its work dir,
@@ -379,15 +393,26 @@ class AllocationRun:
                         m.source.chmod(0o1777)  # the master's root, on another machine
             # a path a user named is never made by the agent (root): `host_path: /etc/nologin`
             # would make a directory there; it must exist, else its mount is left out
-        return [m for m in out if self._mountable(m)]
+        return [p for p in (self._mountable(m) for m in out) if p is not None]
 
-    def _mountable(self, mount: runinfo.Mount) -> bool:
-        """A mount the trial may have: not a path a user named that its user could not reach
-        (a bind made by root passes the directories above it, as /root)."""
-        if mount.source in (self.run_dir, self.workdir) or self._trusted(mount.source):
-            return True
+    def _mountable(self, mount: runinfo.Mount) -> runinfo.Mount | None:
+        """The mount the trial may have, if any: the agent's own dirs as they are; storage
+        pinned (`trialuser.pin`: its real path and identity, which the sandbox requires of what
+        it binds), and a path a user named only when its user can reach that real path (a bind
+        made by root passes the directories above it, as /root). A user's link resolved again
+        at the bind could name, by then, a directory closed to the trial."""
+        if mount.source in (self.run_dir, self.workdir):
+            return mount
+        pinned = trialuser.pin(mount.source)
+        if pinned is None:
+            return None  # no directory: never placed
+        checked = runinfo.Mount(pinned.path, mount.target, pinned.identity)
+        if self._trusted(pinned.path, resolve=False):
+            return checked
         user = self.user
-        return user is None or trialuser.unreachable(mount.source, user) is None
+        if user is not None and trialuser.unreachable(pinned.path, user) is not None:
+            return None
+        return checked if trialuser.pin(mount.source) == pinned else None
 
     async def _pump(self, stream: asyncio.StreamReader, stdtype: str) -> None:
         rest = b""

@@ -31,10 +31,13 @@ SHARED_FS = "/determined_shared_fs"
 
 @dataclass(frozen=True)
 class Mount:
-    """`source` (a host path) mounted at `target` inside the allocation's mount namespace."""
+    """`source` (a host path) mounted at `target` inside the allocation's mount namespace;
+    `identity` ("st_dev:st_ino", `trialuser.pin`) what `source` was when the agent checked it,
+    which the sandbox requires of what it bound ("": the agent's own path, not checked)."""
 
     source: Path
     target: str
+    identity: str = ""
 
 
 def info_files(env: Mapping[str, str]) -> dict[str, dict[str, Any]]:

@@ -11,7 +11,10 @@
   0700 temporary dir) are covered the same way, with the Python that runs the trial bound back
   (a venv the entrypoint names: by its resolved path, bound as given and only when no user can
   swap a directory on its way, `allocation.venv_of`; a link of a user's resolved again here
-  would name, by then, what the cover closes);
+  would name, by then, what the cover closes); checkpoint storage by its real path and
+  identity as the agent checked it (`trialuser.pin`): a bind keeps its source's st_dev:st_ino,
+  so after each bind the setup compares them and refuses the trial on a mismatch (a user's
+  link or directory swapped between the check and the bind);
 - a /dev/shm of the allocation's own (tmpfs, sticky as the host's), and TMPDIR a directory of
   its own in its run dir: a trial cannot plant files where another user's trial will look
   (torch's $TMPDIR/torchinductor_<user>, say). The host's /tmp stays visible (data, and paths
@@ -53,7 +56,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dettui.agent import runinfo
-from dettui.agent.trialuser import TrialUser, readable, unreachable
+from dettui.agent.trialuser import Pinned, TrialUser, readable, unreachable, unswappable
 from dettui.errors import DettuiError
 from dettui.launch import sitedir
 
@@ -63,12 +66,15 @@ OFF_SWITCH = "DETTUI_NO_SANDBOX"  # set (to anything): as --no-sandbox
 # work dir, which holds the user's context).
 SYSTEM_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
 STAGE_TEMPLATE = "/tmp/.dettui-stage.XXXXXX"  # mktemp's template of the dir kept paths wait in
+NO_IDENTITY = "-"  # a bind the script does not check (the agent's own paths)
 
 # Run as the init of the new namespaces: place the mounts, stage what is kept, cover what is
 # hidden, put what is kept back, then become the entrypoint. It comes in the environment, not
 # as an argument, so that `ps` shows a short line (`... sh -c eval "$DETTUI_SANDBOX_SCRIPT"
 # dettui-sandbox trial 3`) instead of 2.5 KB of shell; its arguments, shell-quoted, too:
-# N_HIDDEN hidden... N_MOUNTS (source target)... kept... -- argv...
+# N_HIDDEN hidden... N_MOUNTS (source target identity)... (kept identity)... -- argv...
+# An identity ("st_dev:st_ino", or NO_IDENTITY) is what a source was when the agent checked
+# it: a bind mount keeps its source's, so a source swapped since is refused after its bind.
 SCRIPT_VAR, ARGS_VAR = "DETTUI_SANDBOX_SCRIPT", "DETTUI_SANDBOX_ARGS"
 STAGE_VAR, CWD_VAR = "DETTUI_SANDBOX_STAGE", "DETTUI_SANDBOX_CWD"
 RUN_SCRIPT = f'eval "${SCRIPT_VAR}"'
@@ -86,11 +92,19 @@ n=$1; shift
 binds=""; i=0
 while [ "$i" -lt "$n" ]; do binds="$binds
 $1
-$2"; shift 2; i=$((i + 1)); done
+$2
+$3"; shift 3; i=$((i + 1)); done
 kept=""
 while [ "$1" != "--" ]; do kept="$kept
-$1"; shift; done
+$1
+$2"; shift 2; done
 shift
+same() {  # $1 a bind just made of $3, $2 what $3 was when the agent checked it (- unchecked)
+  if [ "$2" = - ] || [ "$(stat -c %d:%i -- "$1")" = "$2" ]; then return 0; fi
+  umount -l "$1" 2>/dev/null || true
+  printf 'checkpoint storage %s changed while the trial started; refusing\n' "$3" >&2
+  exit 1
+}
 mount --make-rprivate /
 TMPSTAGE=$STAGE
 STAGE=$(mktemp -d "$TMPSTAGE")
@@ -108,14 +122,16 @@ open_run() {  # /run is not writable here: a tmpfs over it, its entries bound ba
     mount --rbind "$e" "$b" 2>/dev/null || true
   done
 }
-src=""
+src=""; dst=""
 for x in $binds; do
   if [ -z "$src" ]; then src=$x; continue; fi
-  if ! mkdir -p "$x" 2>/dev/null; then
-    case "$x" in /run/*) open_run; mkdir -p "$x" ;; *) src=""; continue ;; esac
+  if [ -z "$dst" ]; then dst=$x; continue; fi
+  if ! mkdir -p "$dst" 2>/dev/null; then
+    case "$dst" in /run/*) open_run; mkdir -p "$dst" ;; *) src=""; dst=""; continue ;; esac
   fi
-  mount --rbind "$src" "$x"
-  src=""
+  mount --rbind "$src" "$dst"
+  same "$dst" "$x" "$src"
+  src=""; dst=""
 done
 umount -l "$STAGE"
 rmdir "$STAGE" 2>/dev/null || true
@@ -128,14 +144,22 @@ else
   STAGE=$(mktemp -d "$TMPSTAGE")
 fi
 mount -t tmpfs -o mode=0700,size=64k dettui-stage "$STAGE"
-i=0
-for k in $kept; do i=$((i + 1)); mkdir -p "$STAGE/$i"; mount --rbind "$k" "$STAGE/$i"; done
+i=0; k=""
+for x in $kept; do
+  if [ -z "$k" ]; then k=$x; continue; fi
+  i=$((i + 1)); mkdir -p "$STAGE/$i"; mount --rbind "$k" "$STAGE/$i"; same "$STAGE/$i" "$x" "$k"
+  k=""
+done
 for h in $hidden; do mount -t tmpfs -o mode=0755,size=64k dettui-hidden "$h"; done
 for p in $private; do
   if [ -d "$p" ]; then mount -t tmpfs -o mode=1777,nosuid,nodev dettui-private "$p"; fi
 done
-i=0
-for k in $kept; do i=$((i + 1)); mkdir -p "$k"; mount --rbind "$STAGE/$i" "$k"; done
+i=0; k=""
+for x in $kept; do
+  if [ -z "$k" ]; then k=$x; continue; fi
+  i=$((i + 1)); mkdir -p "$k"; mount --rbind "$STAGE/$i" "$k"
+  k=""
+done
 for h in $hidden; do mount -o remount,ro,bind "$h" 2>/dev/null || true; done
 umount -l "$STAGE"
 rmdir "$STAGE" 2>/dev/null || true
@@ -288,7 +312,7 @@ class Launch:
 
 
 def wrap(support: Support, argv: Sequence[str], cwd: str | Path, hidden: Sequence[Path],
-         kept: Sequence[Path], mounts: Sequence[runinfo.Mount] = (),
+         kept: Sequence[Path | Pinned], mounts: Sequence[runinfo.Mount] = (),
          user: TrialUser | None = None, nproc: int | None = None,
          reach: Sequence[Path] = (), label: str = "") -> Launch:
     """`argv` run in new namespaces with `mounts` placed, `hidden` covered and `kept` (inside
@@ -296,7 +320,9 @@ def wrap(support: Support, argv: Sequence[str], cwd: str | Path, hidden: Sequenc
     them would still reach what they cover through `..`), as `user` without capabilities;
     the directories `user` could not pass on the way to `reach` (and this Python) covered too,
     with those bound back exactly as given: each absolute, resolved, existing and unswappable
-    (never give it a path a user chose unchecked: it would read what it covers);
+    (never give it a path a user chose unchecked: it would read what it covers); a pinned
+    `kept` or a mount with an identity bound as given, and the trial refused if what was
+    bound is not what was checked;
     without namespaces, `argv` as `user` (a root agent) or unchanged. A mount whose target
     cannot be made (outside /run, without root) is skipped. `label` (`trial 3`) is what `ps`
     shows of the sandbox after its name."""
@@ -305,20 +331,28 @@ def wrap(support: Support, argv: Sequence[str], cwd: str | Path, hidden: Sequenc
         return Launch(tail, {})
     python = [p.resolve() for p in needed_by_python()]
     cover = covers(hidden, [*reach, *python], user if support.root else None)
-    # This agent's own paths (its work dir, storage it chose, its Python) are resolved and made
-    # here; `reach` is bound exactly as given (resolved once by the caller, when it checked
-    # it): resolved again, a user's link swapped since would name what the cover closes.
-    own = [k.resolve() for k in (*kept, *python)]
+    # This agent's own paths (its work dir, its Python) are resolved and made here; `reach`
+    # is bound exactly as given (resolved once by the caller, when it checked it), and only
+    # where no user can swap a directory on its way; pinned storage exactly as given, and
+    # only if what is bound is still what was checked (its device and inode, in the script).
+    pinned = {k.path: k.identity for k in kept if isinstance(k, Pinned)}
+    own = [k.resolve() for k in (*kept, *python) if not isinstance(k, Pinned)]
     for k in own:
         if under(k, cover):
             k.mkdir(parents=True, exist_ok=True)  # a bind needs its source
-    keep = list(dict.fromkeys([*(k for k in own if under(k, cover)),
-                               *(k for k in reach if under(k, cover) and k.is_dir())]))
+    keep = {k: NO_IDENTITY for k in own if under(k, cover)}
+    keep.update({k: i for k, i in pinned.items() if under(k, cover)})
+    for k in reach:
+        if k not in keep and under(k, cover) and k.is_dir() and unswappable(k):
+            keep[k] = NO_IDENTITY
     placed = [m for m in mounts if m.source.is_dir()]
-    pairs = [str(x) for m in placed for x in (m.source.resolve(), m.target)]
-    for path in (*map(str, cover), *pairs, *map(str, keep), str(cwd)):
+    triples = [str(x) for m in placed
+               for x in ((m.source, m.target, m.identity) if m.identity
+                         else (m.source.resolve(), m.target, NO_IDENTITY))]
+    pairs = [str(x) for k, i in keep.items() for x in (k, i)]
+    for path in (*map(str, cover), *triples, *pairs, str(cwd)):
         refuse_odd(path)
-    args = [str(len(cover)), *map(str, cover), str(len(placed)), *pairs, *map(str, keep), "--",
+    args = [str(len(cover)), *map(str, cover), str(len(placed)), *triples, *pairs, "--",
             *tail]
     env = {SCRIPT_VAR: SCRIPT, ARGS_VAR: shlex.join(args), STAGE_VAR: STAGE_TEMPLATE,
            CWD_VAR: str(cwd)}

@@ -16,6 +16,8 @@ dir, its checkpoint storage, the Python that runs it), and the agent names the p
 user when something a trial needs stays out of reach. `unswappable` tells whether a path a
 user named (a venv) is one no user could make name something else between the agent's check
 and the sandbox's bind: only such a path may be bound back under a covered directory.
+`pin` records what a directory is when the agent checks it (its real path and identity), for
+storage that a user can swap: the sandbox refuses a bind that is not that directory.
 """
 
 from __future__ import annotations
@@ -163,3 +165,34 @@ def unswappable(path: Path) -> bool:
                 or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)):
             return False
     return True
+
+
+@dataclass(frozen=True)
+class Pinned:
+    """A directory as the agent checked it: `path`, the kernel's name of it then (absolute, no
+    link on the way), and `identity` ("st_dev:st_ino"). The sandbox binds exactly `path`
+    and, since a bind mount keeps its source's device and inode, refuses the trial when what
+    it bound is another directory (a user's link or directory swapped after the check)."""
+
+    path: Path
+    identity: str
+
+
+def pin(path: Path) -> Pinned | None:
+    """The directory `path` names now, by one open (links followed once, by the kernel): its
+    real path and identity, or None when it is no directory. Check the returned `path`, never
+    `path` again: a link resolved twice may name two directories."""
+    try:
+        fd = os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        real = os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    if not real.startswith("/") or real.endswith(" (deleted)"):
+        return None
+    return Pinned(Path(real), f"{st.st_dev}:{st.st_ino}")
