@@ -71,6 +71,24 @@ def opened(path: Path | str) -> Iterator[int]:
         os.close(fd)
 
 
+def make_under(base: Path | str, names: list[str] | tuple[str, ...], mode: int = 0o755) -> None:
+    """`base/names[0]/names[1]/...` made where missing, each level made and opened from its
+    parent's descriptor without following links (`mkdir -p` that a link planted on the way
+    cannot lead out of `base`). OSError where a level is a link or not a directory."""
+    fd = open_path(base)
+    try:
+        for name in names:
+            if not name or name in (".", "..") or "/" in name:
+                raise OSError(errno.EINVAL, f"not a directory name: {name!r}")
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(name, mode, dir_fd=fd)
+            child = open_dir(fd, name)
+            os.close(fd)
+            fd = child
+    finally:
+        os.close(fd)
+
+
 def open_dir(dir_fd: int, name: str) -> int:
     """The directory `name` inside `dir_fd` (one component, never a symlink)."""
     return os.open(name, DIR_FLAGS, dir_fd=dir_fd)

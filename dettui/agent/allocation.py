@@ -20,7 +20,7 @@ from typing import Any
 
 import psutil
 
-from dettui import context, lifeline, paths, retry
+from dettui import context, dirfd, lifeline, paths, retry
 from dettui.agent import (
     logship,
     process,
@@ -307,7 +307,9 @@ class AllocationRun:
         if user is None or user.uid == os.geteuid() or os.geteuid() != 0:
             return None  # one user for every trial here: the trial makes it
         for root in self._storage(env):
-            if self._trusted(root) and root.is_dir():
+            # only the master's root itself: a `storage_path` under it is a name a user chose
+            # (a link of theirs in the sticky root may point anywhere between check and use)
+            if root in self._roots() and root.is_dir():
                 return tensorboard_dirs.prepare(
                     root, env.get("DET_CLUSTER_ID", ""), env.get("DET_EXPERIMENT_ID", ""),
                     env.get("DET_TRIAL_ID", ""), user.uid, user.gid)
@@ -324,12 +326,30 @@ class AllocationRun:
         for path in self._storage(env):
             if not self._trusted(path):
                 continue
-            with contextlib.suppress(OSError):
-                path.resolve().mkdir(parents=True, exist_ok=True)
+            with contextlib.suppress(OSError, ValueError):
+                self._make_storage(path)
             pinned = trialuser.pin(path)
             if pinned is not None and self._trusted(pinned.path, resolve=False):
                 kept.append(pinned)
         return kept
+
+    def _make_storage(self, path: Path) -> None:
+        """The storage directory, made (as root) where missing: the master's root as
+        configured, and what lies under it (`storage_path`, a user's name, in a root every
+        trial user may write) one level at a time without following links, so a link planted
+        there makes nothing outside (ValueError when `path` does not name a place under a
+        root as written)."""
+        for root in self._roots():
+            if path == root or path.is_relative_to(root):
+                root.mkdir(parents=True, exist_ok=True)
+                dirfd.make_under(root, path.relative_to(root).parts)
+                return
+        raise ValueError(f"{path} is not under the master's storage as written")
+
+    def _roots(self) -> list[Path]:
+        """The storage roots the master or this agent chose (never a name a user gave)."""
+        return [*self.exposed, *([Path(self.spec.checkpoint_root)]
+                                 if self.spec.checkpoint_root else [])]
 
     def _storage(self, env: dict[str, str]) -> list[Path]:
         with contextlib.suppress(ValueError, KeyError, TypeError):
@@ -341,8 +361,7 @@ class AllocationRun:
         root), not one a user named: only those may be made by the agent, and reached by the
         trial through directories its user could not pass. `resolve=False`: `path` is a
         pinned one's real path, taken as it is."""
-        roots = [*self.exposed, *([Path(self.spec.checkpoint_root)]
-                                  if self.spec.checkpoint_root else [])]
+        roots = self._roots()
         path = path.resolve() if resolve else path
         return any(path.is_relative_to(r.resolve()) for r in roots)
 

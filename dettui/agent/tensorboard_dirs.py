@@ -7,15 +7,18 @@ its own directory, they would be its user's (mode 0700 or 0755): every other use
 fail to write there (the real package fails at `core.init()`), and that first user could rename
 or plant other users' event directories. So the agent (root) makes them: the shared levels
 (`<cluster>`, `tensorboard`, `experiment`, `E`, `trial`) root's and 0755, and the trial's own
-directory `T` its user's. A level some user made first is taken back (root's, 0755); a level
-that is a symlink or not a directory is left alone and the trial is told its TensorBoard events
-cannot be written. Every level is opened from its parent's descriptor without following links
-(dettui.dirfd), so nothing outside the storage is ever changed.
+directory `T` its user's. A level some user made first is taken back (root's, 0755); a link
+or file a user put in a level's place is removed (never followed) and the level made; one of
+root's own is left alone and the trial told its TensorBoard events cannot be written. Only
+the master's own storage root gets this (a `storage_path` under it is a user's name).
+Every level is opened from its parent's descriptor without following links (dettui.dirfd), so
+nothing outside the storage is ever changed.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import stat
 from pathlib import Path
@@ -65,10 +68,21 @@ def prepare(root: Path, cluster_id: str, experiment_id: str, trial_id: str, uid:
 
 def _level(parent: int, name: str, owner: tuple[int, int]) -> int:
     """The directory `name` in `parent`, made if missing, owned by `owner`, mode 0755; its
-    descriptor. OSError when `name` is a symlink or not a directory."""
+    descriptor. A link or file a user put there first (a squatter: any trial user may write
+    the storage root) is removed and the directory made; OSError when that fails, or when it
+    is root's own."""
     with contextlib.suppress(FileExistsError):
         os.mkdir(name, SHARED_MODE, dir_fd=parent)
-    fd = dirfd.open_dir(parent, name)  # ELOOP / ENOTDIR for a link or a file
+    try:
+        fd = dirfd.open_dir(parent, name)  # ELOOP / ENOTDIR for a link or a file
+    except OSError as exc:
+        if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
+            raise
+        if os.stat(name, dir_fd=parent, follow_symlinks=False).st_uid == 0:
+            raise
+        os.unlink(name, dir_fd=parent)  # the link itself, never what it names
+        os.mkdir(name, SHARED_MODE, dir_fd=parent)
+        fd = dirfd.open_dir(parent, name)
     try:
         st = os.fstat(fd)
         if (st.st_uid, st.st_gid) != owner:

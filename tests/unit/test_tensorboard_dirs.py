@@ -64,3 +64,39 @@ def test_ids_that_are_not_one_name_are_refused(tmp_path: Path, bad: str) -> None
     root = _storage(tmp_path)
     assert tensorboard_dirs.prepare(root, bad, "8", "12", BOB, BOB) is not None
     assert list(root.iterdir()) == []
+
+
+def test_a_users_squatting_link_or_file_is_replaced_never_followed(tmp_path: Path) -> None:
+    root = _storage(tmp_path)
+    elsewhere = tmp_path / "victim"
+    elsewhere.mkdir(mode=0o700)
+    os.chown(elsewhere, 1234, 1234)
+    (root / "c1").symlink_to(elsewhere)  # before the first trial: every user's events lost
+    os.chown(root / "c1", ALICE, ALICE, follow_symlinks=False)
+    assert tensorboard_dirs.prepare(root, "c1", "8", "12", BOB, BOB) is None
+    assert not (root / "c1").is_symlink()
+    assert (root / "c1/tensorboard/experiment/8/trial/12").stat().st_uid == BOB
+    st = elsewhere.stat()
+    assert (st.st_uid, st.st_mode & 0o7777, list(elsewhere.iterdir())) == (1234, 0o700, [])
+    (root / "c1/tensorboard/experiment/9").write_text("squat")
+    os.chown(root / "c1/tensorboard/experiment/9", ALICE, ALICE)
+    assert tensorboard_dirs.prepare(root, "c1", "9", "13", BOB, BOB) is None
+    assert (root / "c1/tensorboard/experiment/9/trial/13").is_dir()
+
+
+def test_storage_under_the_root_is_made_without_following_a_planted_link(tmp_path: Path) -> None:
+    """The agent makes `<root>/sub` (a user's storage_path) level by level: a link a user put
+    at `sub` makes nothing where it points (it did: `path.resolve().mkdir(parents=True)`)."""
+    from dettui import dirfd
+
+    root = _storage(tmp_path)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (root / "sub").symlink_to(outside)
+    with pytest.raises(OSError):
+        dirfd.make_under(root, ("sub", "deeper"))
+    assert list(outside.iterdir()) == []
+    dirfd.make_under(root, ("mine", "deeper"))
+    assert (root / "mine" / "deeper").is_dir()
+    with pytest.raises(OSError):
+        dirfd.make_under(root, ("..", "x"))
