@@ -236,13 +236,31 @@ def _clear_stale(path: str) -> None:
 
 
 def local_socket_path(chief_ip: str, port: int, node: int | str) -> str:
-    """Where a node's local chief listens: a private directory of this user under the temp
-    dir, one socket per (trial port, node), so trials and simulated nodes do not meet."""
-    base = Path(tempfile.gettempdir()) / f"dettui-dist-{os.getuid()}"
-    with contextlib.suppress(FileExistsError):
-        base.mkdir(mode=0o700)
-    st = os.lstat(base)
-    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
-        raise ExchangeError(f"{base} is not a private directory of this user")
+    """Where a node's local chief listens: a private directory of this user, one socket per
+    (trial port, node), so trials and simulated nodes do not meet."""
     name = hashlib.sha256(f"{chief_ip}:{port}:{node}".encode()).hexdigest()[:20]
-    return str(base / f"{name}.sock")
+    return str(_private_dir() / f"{name}.sock")
+
+
+def _private_dir() -> Path:
+    """The first of these that is (or can be made) a directory of this user's that no one
+    else may enter: under the temp dir (a trial's own on a cluster), else $XDG_RUNTIME_DIR,
+    else the user's cache. Another user who made the temp dir's name first (its name is
+    predictable in a shared /tmp) only moves the ranks to the next one: every rank sees the
+    same and picks the same."""
+    uid = os.getuid()
+    candidates = [Path(tempfile.gettempdir()) / f"dettui-dist-{uid}"]
+    if os.environ.get("XDG_RUNTIME_DIR"):
+        candidates.append(Path(os.environ["XDG_RUNTIME_DIR"]) / "dettui-dist")
+    candidates.append(Path.home() / ".cache" / "dettui-dist")
+    for base in candidates:
+        with contextlib.suppress(OSError):
+            base.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            with contextlib.suppress(FileExistsError):
+                base.mkdir(mode=0o700)
+            st = os.lstat(base)
+            if stat.S_ISDIR(st.st_mode) and st.st_uid == uid and not st.st_mode & 0o077:
+                return base
+    raise ExchangeError("no private directory for this run's ranks to meet in (tried "
+                        + ", ".join(str(c) for c in candidates) + "): each is another user's "
+                        "or open to others")

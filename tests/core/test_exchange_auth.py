@@ -11,6 +11,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
 import threading
 from pathlib import Path
@@ -165,3 +166,31 @@ def test_a_second_run_on_the_same_port_is_named_not_hijacked() -> None:
         core.DistributedContext(rank=0, size=2, pub_port=port)
     first.close()
     core.DistributedContext(rank=0, size=2, pub_port=port).close()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="making a directory another user owns needs root")
+def test_a_squatted_temp_dir_moves_the_ranks_elsewhere(monkeypatch: pytest.MonkeyPatch,
+                                                       tmp_path: Path) -> None:
+    """Another user who made `dettui-dist-<uid>` first in a shared temp dir (its name is
+    predictable) blocked every local multi-rank run ("is not a private directory"): the ranks
+    now meet in the next private directory."""
+    shared = tmp_path / "tmp"
+    shared.mkdir(mode=0o1777)
+    squat = shared / f"dettui-dist-{os.getuid()}"
+    squat.mkdir(mode=0o777)
+    os.chown(squat, 2_000_100_009, 2_000_100_009)
+    monkeypatch.setenv("TMPDIR", str(shared))
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path / "run"))
+    (tmp_path / "run").mkdir(mode=0o700)
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    port = free_port()
+    chief = core.DistributedContext(rank=0, size=2, pub_port=port)
+    gathering, got = in_thread(chief.gather, "chief")
+    worker = core.DistributedContext(rank=1, size=2, pub_port=port)
+    working, _ = in_thread(worker.gather, "worker")
+    gathering.join(20)
+    working.join(20)
+    assert got == [["chief", "worker"]]
+    assert list(squat.iterdir()) == []
+    chief.close()
+    worker.close()
