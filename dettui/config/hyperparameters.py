@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import itertools
 import math
 import random
 from typing import Any
 
 TYPES = ("const", "int", "double", "log", "categorical")
 MAX_GRID = 100_000  # trials a grid search may have
+MAX_GRID_CELLS = 10_000_000  # points x hyperparameters: the values a grid search hands out
 
 
 def normalize(raw: Any) -> dict[str, Any]:
@@ -34,28 +34,53 @@ def is_leaf(spec: Any) -> bool:
 def problems(hps: dict[str, Any], grid: bool, prefix: str = "hyperparameters") -> list[str]:
     found = _problems(hps, grid, prefix)
     if grid and not found and prefix == "hyperparameters":
-        size = grid_size(hps)
-        if size > MAX_GRID:
-            found.append(f"hyperparameters: the grid has {_count(size)} points, over the limit "
-                         f"of {MAX_GRID:,} trials; lower some counts")
+        found += _grid_size_problems(hps)
     return found
 
 
-def _count(n: int) -> str:
-    return f"{n:,}" if n < 10**15 else f"about 10^{len(str(n)) - 1}"
+def _grid_size_problems(hps: dict[str, Any]) -> list[str]:
+    size = grid_size(hps)
+    if size > MAX_GRID:
+        return [f"hyperparameters: the grid has {_count(hps)} points, over the limit of "
+                f"{MAX_GRID:,} trials; lower some counts"]
+    leaves = len(_flatten(hps))
+    if size * leaves > MAX_GRID_CELLS:
+        return [f"hyperparameters: the grid has {size:,} points of {leaves:,} hyperparameters "
+                f"each ({size * leaves:,} values), over the limit of {MAX_GRID_CELLS:,}; "
+                "lower some counts or use fewer hyperparameters"]
+    return []
+
+
+def _count(hps: dict[str, Any]) -> str:
+    """The grid's size for a message: exact below 10^15, else its power of ten from a sum of
+    logarithms (a product of hostile counts would be an integer too long to print)."""
+    sizes = [_axis_size(spec) for _, spec in _flatten(hps)]
+    size = 1
+    for n in sizes:
+        size *= n
+        if size >= 10**15:
+            return f"about 10^{int(sum(math.log10(n) for n in sizes))}"
+    return f"{size:,}"
+
+
+def _axis_size(spec: dict[str, Any]) -> int:
+    kind = spec["type"]
+    if kind == "categorical":
+        return len(spec["vals"])
+    if kind == "int":
+        return min(int(spec["count"]), int(spec["maxval"]) - int(spec["minval"]) + 1)
+    return 1 if kind == "const" else int(spec["count"])
 
 
 def grid_size(hps: dict[str, Any]) -> int:
-    """How many points `grid(hps)` has, computed without building any of them."""
+    """How many points `grid(hps)` has, computed without building any of them. Past MAX_GRID
+    it stops multiplying and answers some number over MAX_GRID (every axis has at least one
+    value), so a hostile config's product never grows into a huge integer."""
     size = 1
     for _, spec in _flatten(hps):
-        kind = spec["type"]
-        if kind == "categorical":
-            size *= len(spec["vals"])
-        elif kind == "int":
-            size *= min(int(spec["count"]), int(spec["maxval"]) - int(spec["minval"]) + 1)
-        elif kind != "const":
-            size *= int(spec["count"])
+        size *= _axis_size(spec)
+        if size > MAX_GRID:
+            return size
     return size
 
 
@@ -186,19 +211,36 @@ def _flatten(hps: dict[str, Any], prefix: tuple[str, ...] = ()) -> list[tuple[tu
     return out
 
 
-def grid(hps: dict[str, Any]) -> list[dict[str, Any]]:
-    """The cartesian product of every axis, names in sorted order, the first name outermost;
-    nested groups give nested dicts."""
-    leaves = _flatten(hps)
-    if not leaves:
-        return [{}]
-    points: list[dict[str, Any]] = []
-    for combo in itertools.product(*(grid_axis(spec) for _, spec in leaves)):
+class Grid:
+    """The points of a grid search (a validated one: at most MAX_GRID points), each built on
+    demand from its index, so a search holds its axes and not every point."""
+
+    def __init__(self, hps: dict[str, Any]) -> None:
+        self.axes = [(path, grid_axis(spec)) for path, spec in _flatten(hps)]
+        self.size = math.prod(len(values) for _, values in self.axes)
+
+    def __len__(self) -> int:
+        return self.size
+
+    def point(self, index: int) -> dict[str, Any]:
+        """Point `index` of the cartesian product, names in sorted order, the first name
+        outermost (itertools.product's order); nested groups give nested dicts."""
+        if not 0 <= index < self.size:
+            raise IndexError(index)
+        picks: list[Any] = []
+        for _, values in reversed(self.axes):
+            index, at = divmod(index, len(values))
+            picks.append(values[at])
         point: dict[str, Any] = {}
-        for (path, _), value in zip(leaves, combo, strict=True):
+        for (path, _), value in zip(self.axes, reversed(picks), strict=True):
             node = point
             for part in path[:-1]:
                 node = node.setdefault(part, {})
             node[path[-1]] = value
-        points.append(point)
-    return points
+        return point
+
+
+def grid(hps: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every point of the grid, in order (small grids; a search uses `Grid`)."""
+    points = Grid(hps)
+    return [points.point(i) for i in range(len(points))]

@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from dettui.config import hyperparameters as hp
 from dettui.metric import SMALLER_IS_BETTER
 
 
@@ -312,3 +313,22 @@ class ExperimentSchema(Strict):
     log_policies: list[LogPolicy] | None = None
     tensorboard_storage: dict[str, Any] | None = None
     integrations: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _grid_at_once(self) -> ExperimentSchema:
+        """A grid search starts at most MAX_TRIALS_AT_ONCE trials at once; its size comes from
+        the hyperparameters (checked only once they are a valid grid of at most MAX_GRID)."""
+        if self.searcher.name != "grid":
+            return self
+        hps = hp.normalize(self.hyperparameters)
+        if hp.problems(hps, grid=True):
+            return self  # reported by the config's own hyperparameter checks
+        size = hp.grid_size(hps)
+        at_once = min(self.searcher.max_concurrent_trials or size, size)
+        if at_once > MAX_TRIALS_AT_ONCE:
+            raise ValueError(
+                f"a grid of {size} points with max_concurrent_trials "
+                f"{self.searcher.max_concurrent_trials} would start {at_once} trials at once; "
+                f"at most {MAX_TRIALS_AT_ONCE} may start at once: set max_concurrent_trials "
+                f"from 1 to {MAX_TRIALS_AT_ONCE}")
+        return self

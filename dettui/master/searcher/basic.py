@@ -30,11 +30,14 @@ class RandomSearch(Searcher):
 
     def _refill(self) -> list[Action]:
         out: list[Action] = []
-        while len(self.open_trials()) < self.concurrency:
+        open_now = len(self.open_trials())  # once per call, then counted as trials are added
+        while open_now < self.concurrency:
             action = self._next()
             if action is None:
                 break
             out.append(action)
+            if action.request_id not in self.closed:  # a stored state may close ids early
+                open_now += 1
         return out
 
     def initial(self) -> list[Action]:
@@ -73,7 +76,7 @@ class GridSearch(RandomSearch):
     name = "grid"
 
     def __init__(self, config: SearcherConfig, hparams: dict[str, Any], seed: int) -> None:
-        self.points = hp.grid(hparams)
+        self.points = hp.Grid(hparams)
         super().__init__(config, hparams, seed)
 
     def _max_trials(self) -> int:
@@ -85,4 +88,4 @@ class GridSearch(RandomSearch):
     def _next(self) -> Action | None:
         if not self._more():
             return None
-        return self._create(self.points[len(self.created)])
+        return self._create(self.points.point(len(self.created)))
