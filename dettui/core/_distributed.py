@@ -37,7 +37,8 @@ DEFAULT_PUB_PORT = 12360  # Determined's INTER_TRAIN_PROCESS_COMM_PORT_1
 MAX_SLOTS_PER_AGENT = 16
 _contexts_built = itertools.count()  # names each context's key in torch's store
 NO_SECRET = ("off a cluster, ranks on several nodes need a shared secret before dettui will "
-             "take their objects over TCP: initialise torch.distributed (or horovod) before "
+             "take their objects over TCP: run under torchrun, or initialise torch.distributed "
+             "(or horovod) before "
              "building the DistributedContext, or set DETTUI_EXCHANGE_KEY to one secret in "
              "every rank's environment")
 
@@ -270,18 +271,35 @@ def _broadcast(end: Hub | Spoke, stuff: Any) -> Any:
 
 
 def _shared_through_torch(rank: int, port: int) -> bytes | None:
-    """A secret the chief makes and puts in torch.distributed's store, if the script has
-    initialised torch.distributed (never imports torch itself)."""
-    dist = sys.modules.get("torch.distributed")
-    if dist is None or not dist.is_available() or not dist.is_initialized():
+    """A secret the chief makes and puts in torch.distributed's store: the default group's,
+    if the script has initialised torch.distributed, else torchrun's own (its agent hosts
+    it at MASTER_ADDR:MASTER_PORT for the workers' process group). Torch is imported only
+    when the script did, or under torchrun."""
+    store = _torch_store()
+    if store is None:
         return None
-    from torch.distributed import distributed_c10d
-
-    store = distributed_c10d._get_default_store()
     name = f"dettui/exchange-key/{port}/{next(_contexts_built)}"
     if rank == 0:
         store.set(name, os.urandom(32).hex())
     return PUBLIC_KEY + bytes(store.get(name))
+
+
+def _torch_store() -> Any:
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        from torch.distributed import distributed_c10d
+
+        return distributed_c10d._get_default_store()
+    env = os.environ
+    if env.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true" and \
+            env.get("MASTER_ADDR") and env.get("MASTER_PORT", "").isdigit():
+        import datetime
+
+        from torch.distributed import TCPStore
+
+        return TCPStore(env["MASTER_ADDR"], int(env["MASTER_PORT"]), is_master=False,
+                        timeout=datetime.timedelta(seconds=120))
+    return None
 
 
 def _bindable(ip: str | None) -> str:
