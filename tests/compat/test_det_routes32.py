@@ -28,6 +28,7 @@ def _ok(res: subprocess.CompletedProcess[str]) -> str:
 
 
 @pytest.mark.expect_404(r"POST /api/v1/job-queues")  # an ended experiment's job is gone
+@pytest.mark.expect_404(r"GET /api/v1/tasks/0a1b2c3d-0000-4000-8000-000000000000")  # no task
 def test_every_command_answers(served: Served, tmp_path: Path) -> None:
     user, admin = tmp_path / "user", tmp_path / "admin"
     for home, name in ((user, "determined"), (admin, "admin")):
