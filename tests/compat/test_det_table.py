@@ -45,9 +45,7 @@ with core.init() as ctx:
 """
 NOT_SUPPORTED = [
     (["model", "list"], "the model registry is not supported by dettui"),
-    (["workspace", "list"], "workspaces and projects are not supported by dettui"),
     (["project", "list", "1"], "workspaces and projects are not supported by dettui"),
-    (["template", "list"], "not supported by dettui"),  # det asks for the workspace first
     (["notebook", "list"], "notebooks are not supported by dettui"),
     (["shell", "list"], "shells are not supported by dettui"),
     (["cmd", "list"], "commands are not supported by dettui"),
