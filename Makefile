@@ -62,7 +62,7 @@ postgres-packages:
 # processes (tests/conftest.py RUN) and one Slurm runs at a time (xdist_group "slurm").
 test: $(STAMP) $(DET_STAMP) slurm-packages postgres-packages
 	DETTUI_DET_VENV=$(CURDIR)/$(DET_VENV) $(PY) -m pytest -q -p no:cacheprovider --durations=25 \
-	  -n 2 --dist loadgroup
+	  -n 2 --dist loadgroup $(PYTEST_ARGS)
 
 # The inner loop: the pure parts and the master in-process on SQLite (no agents, no terminals),
 # under 3 min. -k leaves out the [postgres] legs (test names say "postgresql"); test_pg_store's

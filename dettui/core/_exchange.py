@@ -35,6 +35,8 @@ CONNECT_TIMEOUT = 30 * 60.0  # how long a rank waits for its hub (the chief may 
 HANDSHAKE_TIMEOUT = 5.0  # a peer that connects but does not answer is dropped after this
 MAX_PENDING = 64  # handshakes under way at once; further connections wait to be accepted
 NONCE = 32
+SUN_PATH = 108  # bytes of a Unix socket address on Linux, its final NUL included
+SOCKET_NAME = 25  # "<20 hex>.sock"
 PUBLIC_KEY = b"dettui-core/"
 
 
@@ -238,7 +240,7 @@ def _clear_stale(path: str) -> None:
 def local_socket_path(chief_ip: str, port: int, node: int | str) -> str:
     """Where a node's local chief listens: a private directory of this user, one socket per
     (trial port, node), so trials and simulated nodes do not meet."""
-    name = hashlib.sha256(f"{chief_ip}:{port}:{node}".encode()).hexdigest()[:20]
+    name = hashlib.sha256(f"{chief_ip}:{port}:{node}".encode()).hexdigest()[:SOCKET_NAME - 5]
     return str(_private_dir() / f"{name}.sock")
 
 
@@ -246,14 +248,17 @@ def _private_dir() -> Path:
     """The first of these that is (or can be made) a directory of this user's that no one
     else may enter: under the temp dir (a trial's own on a cluster), else $XDG_RUNTIME_DIR,
     else the user's cache. Another user who made the temp dir's name first (its name is
-    predictable in a shared /tmp) only moves the ranks to the next one: every rank sees the
-    same and picks the same."""
+    predictable in a shared /tmp) only moves the ranks to the next one, and so does a directory
+    whose sockets' paths would not fit in a Unix socket address (108 bytes on Linux): every
+    rank sees the same and picks the same."""
     uid = os.getuid()
     candidates = [Path(tempfile.gettempdir()) / f"dettui-dist-{uid}"]
     if os.environ.get("XDG_RUNTIME_DIR"):
         candidates.append(Path(os.environ["XDG_RUNTIME_DIR"]) / "dettui-dist")
     candidates.append(Path.home() / ".cache" / "dettui-dist")
     for base in candidates:
+        if len(os.fsencode(base)) + 1 + SOCKET_NAME >= SUN_PATH:
+            continue
         with contextlib.suppress(OSError):
             base.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             with contextlib.suppress(FileExistsError):
@@ -262,5 +267,5 @@ def _private_dir() -> Path:
             if stat.S_ISDIR(st.st_mode) and st.st_uid == uid and not st.st_mode & 0o077:
                 return base
     raise ExchangeError("no private directory for this run's ranks to meet in (tried "
-                        + ", ".join(str(c) for c in candidates) + "): each is another user's "
-                        "or open to others")
+                        + ", ".join(str(c) for c in candidates) + "): each is another user's, "
+                        f"open to others or longer than {SUN_PATH - SOCKET_NAME - 2} bytes")

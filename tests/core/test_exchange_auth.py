@@ -8,6 +8,7 @@ past the short handshake timeout, and the chief holds its port from the moment i
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -194,3 +195,32 @@ def test_a_squatted_temp_dir_moves_the_ranks_elsewhere(monkeypatch: pytest.Monke
     assert list(squat.iterdir()) == []
     chief.close()
     worker.close()
+
+
+def test_a_temp_dir_too_deep_for_a_socket_address_moves_the_ranks_elsewhere(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A temp dir whose sockets' paths pass the 108 bytes of a Unix socket address failed the
+    run ("AF_UNIX path too long", CI's pytest directories are that deep): the ranks meet in
+    the next private directory whose socket paths fit."""
+    deep = tmp_path / ("d" * 100)
+    deep.mkdir()
+    monkeypatch.setenv("TMPDIR", str(deep))
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    short = Path(tempfile.mkdtemp(prefix="xdg-", dir="/tmp"))  # this test's own
+    try:
+        monkeypatch.setenv("XDG_RUNTIME_DIR", str(short))
+        port = free_port()
+        path = core._exchange.local_socket_path("127.0.0.1", port, 0)
+        assert path.startswith(str(short) + "/dettui-dist/") and len(path) < 108
+        chief = core.DistributedContext(rank=0, size=2, pub_port=port)
+        gathering, got = in_thread(chief.gather, "chief")
+        worker = core.DistributedContext(rank=1, size=2, pub_port=port)
+        working, _ = in_thread(worker.gather, "worker")
+        gathering.join(20)
+        working.join(20)
+        assert got == [["chief", "worker"]]
+        assert not (deep / f"dettui-dist-{os.getuid()}").exists()
+        chief.close()
+        worker.close()
+    finally:
+        shutil.rmtree(short, ignore_errors=True)

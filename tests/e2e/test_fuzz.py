@@ -37,6 +37,9 @@ from dettui.master.http.middleware import PUBLIC, TASK_HANDLERS
 from dettui.master.settings import MasterSettings
 from tests.conftest import Served
 
+pytestmark = pytest.mark.xdist_group("fuzz")  # one master for the module: the last test reads
+# what every operation's fuzzing did to it
+
 EXAMPLES = int(os.environ.get("DETTUI_FUZZ_EXAMPLES", "40"))  # per operation
 DERANDOMIZE = "DETTUI_FUZZ_EXAMPLES" not in os.environ  # exploring: new examples each run
 SLOW = 5.0  # seconds: an answer later than this is a hang
