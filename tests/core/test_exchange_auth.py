@@ -184,17 +184,21 @@ def test_a_squatted_temp_dir_moves_the_ranks_elsewhere(monkeypatch: pytest.Monke
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path / "run"))
     (tmp_path / "run").mkdir(mode=0o700)
     monkeypatch.setattr(tempfile, "tempdir", None)
-    port = free_port()
+    assert two_ranks_gather(free_port()) == [["chief", "worker"]]
+    assert list(squat.iterdir()) == []
+
+
+def two_ranks_gather(port: int) -> list[Any]:
+    """What the chief of two local ranks (this process's threads) gathers from both."""
     chief = core.DistributedContext(rank=0, size=2, pub_port=port)
     gathering, got = in_thread(chief.gather, "chief")
     worker = core.DistributedContext(rank=1, size=2, pub_port=port)
     working, _ = in_thread(worker.gather, "worker")
     gathering.join(20)
     working.join(20)
-    assert got == [["chief", "worker"]]
-    assert list(squat.iterdir()) == []
     chief.close()
     worker.close()
+    return got
 
 
 def test_a_temp_dir_too_deep_for_a_socket_address_moves_the_ranks_elsewhere(
@@ -212,15 +216,7 @@ def test_a_temp_dir_too_deep_for_a_socket_address_moves_the_ranks_elsewhere(
         port = free_port()
         path = core._exchange.local_socket_path("127.0.0.1", port, 0)
         assert path.startswith(str(short) + "/dettui-dist/") and len(path) < 108
-        chief = core.DistributedContext(rank=0, size=2, pub_port=port)
-        gathering, got = in_thread(chief.gather, "chief")
-        worker = core.DistributedContext(rank=1, size=2, pub_port=port)
-        working, _ = in_thread(worker.gather, "worker")
-        gathering.join(20)
-        working.join(20)
-        assert got == [["chief", "worker"]]
+        assert two_ranks_gather(port) == [["chief", "worker"]]
         assert not (deep / f"dettui-dist-{os.getuid()}").exists()
-        chief.close()
-        worker.close()
     finally:
         shutil.rmtree(short, ignore_errors=True)
