@@ -1,16 +1,15 @@
-"""The compare colours are names both the chart (plotext) and the table (Rich) take."""
+"""The compare colours: Rich's name and the ANSI number given to plotext are the same colour."""
 
 from __future__ import annotations
 
-from plotext._dict import color_codes
 from rich.color import Color
 
-from dettui.widgets.trial_colours import PALETTE, colour
+from dettui.widgets.trial_colours import PALETTE, colour, plot_colour
 
 
-def test_every_colour_is_known_to_rich_and_plotext_and_they_cycle() -> None:
-    for name in PALETTE:
-        Color.parse(name)
-        assert name in color_codes
-    assert len(set(PALETTE)) == len(PALETTE)
-    assert colour(0) == PALETTE[0] and colour(len(PALETTE)) == PALETTE[0]
+def test_rich_and_plotext_get_the_same_ansi_colour_and_they_cycle() -> None:
+    for i, (name, number) in enumerate(PALETTE):
+        assert Color.parse(name).number == number == plot_colour(i)
+        assert colour(i) == name
+    assert len({n for _, n in PALETTE}) == len(PALETTE)
+    assert colour(len(PALETTE)) == PALETTE[0][0]
