@@ -1,7 +1,9 @@
 """Logs. Reading: a trial's (`det trial logs`) and a task's (`det task logs`), NDJSON, with
 Determined's filters (ranks, agents, containers, sources, stdtypes, levels, time, text), head,
-tail and follow. Writing: the lines a task ships (its allocation's token), and those of
-Determined's detached log shipper (`POST /task-logs`)."""
+tail and follow, and dettui's id cursors `idBefore` / `idAfter` (a page of a long log before or
+after the lines a reader holds: no two lines share an id, many share a timestamp). Writing: the
+lines a task ships (its allocation's token), and those of Determined's detached log shipper
+(`POST /task-logs`)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import contextlib
 import json
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
@@ -29,7 +32,7 @@ LOG_BATCH = 1000
 LOG_QUERY = {"rankIds": list[int], "agentIds": list[str], "containerIds": list[str],
              "sources": list[str], "stdtypes": list[str], "levels": list[str],
              "searchText": str, "timestampBefore": str, "timestampAfter": str, "limit": int,
-             "follow": bool, "orderBy": str}
+             "follow": bool, "orderBy": str, "idBefore": int, "idAfter": int}
 FOLLOW_GRACE = 0.3  # seconds to wait for last lines after a trial ends
 Serializer = Callable[[Any], dict[str, Any]]
 
@@ -69,27 +72,34 @@ async def _stream(request: web.Request, trial_id: int,
                   line_json: Serializer) -> web.StreamResponse:
     flt = _filter(request)
     limit = query_int(request, "limit", 0)
+    cursor = Cursor(max(query_int(request, "idAfter", 0), 0),
+                    max(query_int(request, "idBefore", 0), 0))
     follow = request.query.get("follow", "false").lower() == "true"
     descending = request.query.get("orderBy") == "ORDER_BY_DESC"
     resp = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
     await resp.prepare(request)
     # The reader may leave at any line (Ctrl-C on `t logs -f`): the stream just ends.
     with contextlib.suppress(ConnectionResetError):
-        await _lines(request, resp, trial_id, flt, line_json, limit, follow, descending)
+        await _lines(request, resp, trial_id, flt, line_json, limit, follow, descending,
+                     cursor)
     return resp
 
 
 async def _lines(request: web.Request, resp: web.StreamResponse, trial_id: int,
                  flt: log_store.LogFilter, line_json: Serializer, limit: int, follow: bool,
-                 descending: bool) -> None:
-    """Write the lines asked for to `resp`, following the trial's new ones while `follow`."""
+                 descending: bool, cursor: Cursor) -> None:
+    """Write the lines asked for to `resp`, following the trial's new ones while `follow`
+    (those after the last written; with `idBefore`, there are none to follow)."""
     db = request.app[appkeys.DB]
     if descending:
-        lines = await db.read(log_store.fetch, trial_id, flt, limit=limit, descending=True)
+        lines = await db.read(log_store.fetch, trial_id, flt, limit=limit, descending=True,
+                              after_id=cursor.after, before_id=cursor.before)
         await _write(resp, lines, line_json)
-        last = max((ln.id for ln in lines), default=0)
+        last = max((ln.id for ln in lines), default=cursor.after)
     else:
-        last = await _drain(request, resp, trial_id, flt, line_json, 0, limit)
+        last = await _drain(request, resp, trial_id, flt, line_json, cursor.after, limit,
+                            cursor.before)
+    follow = follow and not cursor.before
     if follow:
         await _follow(request, resp, trial_id, flt, line_json, last)
     await resp.write_eof()
@@ -103,14 +113,15 @@ async def _write(resp: web.StreamResponse, lines: list[Any], line_json: Serializ
 
 async def _drain(request: web.Request, resp: web.StreamResponse, trial_id: int,
                  flt: log_store.LogFilter, line_json: Serializer, after: int,
-                 limit: int = 0) -> int:
+                 limit: int = 0, before: int = 0) -> int:
     db = request.app[appkeys.DB]
     sent = 0
     while True:
         batch = LOG_BATCH if limit <= 0 else min(LOG_BATCH, limit - sent)
         if batch <= 0:
             return after
-        lines = await db.read(log_store.fetch, trial_id, flt, after_id=after, limit=batch)
+        lines = await db.read(log_store.fetch, trial_id, flt, after_id=after, limit=batch,
+                              before_id=before)
         await _write(resp, lines, line_json)
         if not lines:
             return after
@@ -130,6 +141,14 @@ async def _follow(request: web.Request, resp: web.StreamResponse, trial_id: int,
             await _drain(request, resp, trial_id, flt, line_json, last)
             return
         await notifier.wait(f"logs:{trial_id}", 1.0)
+
+
+@dataclass(frozen=True)
+class Cursor:
+    """Ids the lines read lie between (0: no bound)."""
+
+    after: int = 0
+    before: int = 0
 
 
 def _gone(request: web.Request) -> bool:

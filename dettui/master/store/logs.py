@@ -76,12 +76,18 @@ def _where(trial_id: int, flt: LogFilter) -> tuple[str, list[Any]]:
 
 def fetch(
     conn: sqlite3.Connection, trial_id: int, flt: LogFilter, *, after_id: int = 0,
-    limit: int = 0, descending: bool = False,
+    limit: int = 0, descending: bool = False, before_id: int = 0,
 ) -> list[LogLine]:
+    """The trial's lines that pass `flt`, by id (newest first if `descending`), only those
+    after `after_id` and (if given) before `before_id`: a page's cursor, which (unlike a
+    timestamp) no two lines share."""
     where, args = _where(trial_id, flt)
     if after_id:
         where += " AND id > ?"
         args.append(after_id)
+    if before_id:
+        where += " AND id < ?"
+        args.append(before_id)
     sql = f"{FROM_LOGS} WHERE {where} ORDER BY id {'DESC' if descending else 'ASC'}"
     if limit > 0:
         sql += f" LIMIT {int(limit)}"
