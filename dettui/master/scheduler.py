@@ -85,12 +85,65 @@ class Assignment:
     backfilled: bool = False
 
 
+class Wait(NamedTuple):
+    """Why a request the pass looked at did not start, as the pass found it (`text` words it).
+    `kind` is one of WAIT_WORDS' keys; `values` fill its words."""
+
+    kind: str
+    pool: str
+    values: tuple[str | int, ...] = ()
+
+    @property
+    def text(self) -> str:
+        return WAIT_WORDS[self.kind].format(*self.values, pool=self.pool)
+
+
+WAIT_WORDS = {  # in words a user acts on (move a job, raise a priority, enable an agent)
+    "priority": "behind job {0} (priority {1}) of higher priority",
+    "queue": "behind job {0}, ahead in the queue",
+    "full": "pool {pool} full: {0} of {0} slots in use",
+    "short": "needs {0} slots: {1} of {2} free in pool {pool}",
+    "spread": "needs {0} slots on one agent: at most {1} free on any",
+    "whole": "needs {0} free agents of {1} slots: {2} free",
+    "disabled": "slots disabled: {0} disabled",
+    "preempting": "preempting {0} lower-priority allocation(s) to start",
+    "preemption": "pool {pool} full: waits for a preemption to free slots",
+    "max_slots": "max_slots {0} of the experiment reached",
+    "share": "fair share: its weight gives it {0} of {1} slots",
+}
+
+
+class Tail(NamedTuple):
+    """Why the requests a pool's pass never looked at wait: behind `ahead` (the first request
+    that waited), or else for `capacity`."""
+
+    ahead: Request | None
+    capacity: Wait | None
+
+    def wait(self, job_id: str, priority: int, pool: str) -> Wait | None:
+        """The wait of a job (its first request unread by the pass) of this pool."""
+        ahead = self.ahead
+        if ahead is not None and ahead.job_id != job_id:
+            return _behind(ahead, priority, pool)
+        return self.capacity
+
+
+def _behind(ahead: Request, priority: int, pool: str) -> Wait:
+    if ahead.priority < priority:
+        return Wait("priority", pool, (ahead.job_id[:8], ahead.priority))
+    return Wait("queue", pool, (ahead.job_id[:8],))
+
+
 @dataclass(frozen=True)
 class Decision:
     start: tuple[Assignment, ...] = ()
     preempt: tuple[str, ...] = ()
     # Requests that can never fit their pool as it is, with the reason to show on the job.
     unschedulable: dict[int, str] = field(default_factory=dict)
+    # Why each job waits: its first request the pass looked at and did not start -> the wait.
+    waits: dict[int, Wait] = field(default_factory=dict)
+    # Per pool where the pass stopped before the end of the queue: why the rest wait.
+    tails: dict[str, Tail] = field(default_factory=dict)
 
 
 _ORDER = operator.attrgetter("priority", "queue_position", "key")
@@ -156,17 +209,20 @@ def schedule(
     policies = policies or {}
     queue = Listed(requests, ordered) if isinstance(requests, Sequence) else requests
     by_pool_agents: dict[str, list[AgentView]] = {}
+    off_agents: dict[str, list[AgentView]] = {}  # disabled (or draining): why some wait
     for agent in agents:
-        if agent.enabled:
-            by_pool_agents.setdefault(agent.pool, []).append(agent)
+        (by_pool_agents if agent.enabled else off_agents).setdefault(agent.pool, []).append(agent)
     start: list[Assignment] = []
     preempt: list[str] = []
     unschedulable: dict[int, str] = {}
+    waits: dict[int, Wait] = {}
+    tails: dict[str, Tail] = {}
     runs_by_pool: dict[str, list[Running]] = {}
     for run in running:
         runs_by_pool.setdefault(run.pool, []).append(run)
     for pool in sorted(set(queue.pools()) | runs_by_pool.keys()):
         members = by_pool_agents.get(pool, [])
+        off = off_agents.get(pool, [])
         runs = runs_by_pool.get(pool, [])
         policy = policies.get(pool, PoolPolicy())
         shape = PoolShape.of(members)
@@ -176,19 +232,32 @@ def schedule(
             fitting = queue.in_order(pool)  # taken as the pass goes
         else:  # in order: those that can never fit say why, the rest are tried
             fitting = []
+            whole = PoolShape.of([*members, *off]) if off else shape
             for req in queue.in_order(pool):
                 why = shape.never_fits(req)
+                if why and off:  # it would fit with the agents enabled, or says why not
+                    why = whole.never_fits(req) or _disabled(off, pool).text
                 if why:
                     unschedulable[req.key] = why
                 else:
                     fitting.append(req)
+        free = FreeIndex(members)
+        waiting = Waiting(pool, free, off, waits)
         if policy.scheduler == FAIR_SHARE:
-            s, p = _fair_share(list(fitting), members, runs, policy, unread or {})
+            s, p = _fair_share(list(fitting), free, runs, policy, unread or {}, waiting)
         else:
-            s, p = _priority(fitting, members, runs, policy, zero=0 in sizes)
+            s, p, tail = _priority(fitting, free, runs, policy, 0 in sizes, waiting)
+            if tail is not None:
+                tails[pool] = tail
         start += s
         preempt += p
-    return Decision(tuple(start), tuple(preempt), unschedulable)
+    return Decision(tuple(start), tuple(preempt), unschedulable, waits, tails)
+
+
+def _disabled(off: Sequence[AgentView], pool: str) -> Wait:
+    names = ", ".join(a.id for a in off[:3]) + (f" and {len(off) - 3} more" if len(off) > 3
+                                                 else "")
+    return Wait("disabled", pool, (f"agent{'s' if len(off) > 1 else ''} {names}",))
 
 
 @dataclass(frozen=True)
@@ -327,13 +396,82 @@ def _assignment(req: Request, parts: Parts, backfilled: bool = False) -> Assignm
     return Assignment(req.key, agent_id, slots, parts if len(parts) > 1 else (), backfilled)
 
 
+class Waiting:
+    """Why each job waits, recorded by a pool's pass as it goes (the pass's own reasons, not a
+    second scheduler's): for each job, at its first request that does not start, behind the
+    first job ahead of it that waits too, else for what the free slots lack."""
+
+    def __init__(self, pool: str, free: FreeIndex, off: Sequence[AgentView],
+                 waits: dict[int, Wait]) -> None:
+        self.pool = pool
+        self.free = free  # the pass's free slots, as it takes them
+        self.off = off  # the pool's disabled agents
+        self.waits = waits
+        self.jobs: set[str] = set()
+        self.first: Request | None = None  # the first request that waited
+        self.second: Request | None = None  # the first that waited of another job than first's
+
+    def add(self, req: Request, why: Wait | None = None, behind: bool = True,
+            in_flight: bool = False) -> None:
+        """`req` did not start: for `why`, else behind a job ahead (`behind`), else for what
+        the pool lacks now."""
+        first = self.first
+        if req.job_id not in self.jobs:
+            self.jobs.add(req.job_id)
+            ahead = first if first is not None and first.job_id != req.job_id else self.second
+            if why is None and behind and ahead is not None:
+                why = _behind(ahead, req.priority, self.pool)
+            self.waits[req.key] = why or self.capacity(req, in_flight)
+        if first is None:
+            self.first = req
+        elif self.second is None and req.job_id != first.job_id:
+            self.second = req
+
+    def tail(self, req: Request | None, in_flight: bool) -> Tail:
+        """Why the requests from `req` on, which the pass does not look at, wait: behind the
+        first that waited (else `req`'s job, which takes the next free slots)."""
+        if req is None:
+            return Tail(self.first, None)
+        return Tail(self.first or req, self.capacity(req, in_flight))
+
+    def capacity(self, req: Request, in_flight: bool = False) -> Wait:
+        free, pool = self.free, self.pool
+        if self.off and req.slots and fit(req, free) is None and \
+                fit(req, _with(free, self.off)) is not None:
+            return _disabled(self.off, pool)
+        if in_flight:
+            return Wait("preemption", pool)
+        total = sum(free.size.values())
+        if not free.total:
+            return Wait("full", pool, (total,))
+        if req.slots > free.total:
+            return Wait("short", pool, (req.slots, free.total, total))
+        if req.slots <= free.largest:
+            return Wait("spread", pool, (req.slots, max(map(len, free.free.values()))))
+        n = max((n for n in free.size.values() if n and req.slots % n == 0), default=1)
+        whole = sum(1 for a, f in free.free.items() if free.size[a] == n and len(f) == n)
+        return Wait("whole", pool, (req.slots // n, n, whole))
+
+
+def _with(free: FreeIndex, more: Sequence[AgentView]) -> FreeIndex:
+    """`free` with the free slots of the agents `more` too."""
+    index = free.copy()
+    for a in more:
+        index.size[a.id] = len(a.slot_ids)
+        index.free.setdefault(a.id, [])
+        index.give(a.id, a.free)
+    index.largest = max(index.size.values(), default=0)
+    return index
+
+
 # --- priority -------------------------------------------------------------------------------
 
 
-def _priority(reqs: Iterable[Request], members: list[AgentView], runs: list[Running],
-              policy: PoolPolicy, zero: bool) -> tuple[list[Assignment], list[str]]:
-    """`reqs` in `order`, taken one at a time; `zero`: some of them ask for no slot."""
-    free = FreeIndex(members)
+def _priority(reqs: Iterable[Request], free: FreeIndex, runs: list[Running],
+              policy: PoolPolicy, zero: bool, waiting: Waiting,
+              ) -> tuple[list[Assignment], list[str], Tail | None]:
+    """`reqs` in `order`, taken one at a time; `zero`: some of them ask for no slot. The tail:
+    why those the pass stopped before wait (None: it went through them all)."""
     start: list[Assignment] = []
     preempt: list[str] = []
     victims: list[Running] | None = None  # sorted on first need: lowest priority, newest first
@@ -343,17 +481,14 @@ def _priority(reqs: Iterable[Request], members: list[AgentView], runs: list[Runn
     in_flight = any(r.preempting for r in runs)
     for req in reqs:
         if blocked is not None and req.priority != blocked and not policy.preemption:
-            break  # nothing below the first blocked priority starts
+            return start, preempt, waiting.tail(None, in_flight)  # nothing below it starts
         if not free.total and (in_flight or not policy.preemption) and not zero:
-            break  # every slot is taken, none may be freed by preemption, all need slots
+            # every slot is taken, none may be freed by preemption, all need slots
+            return start, preempt, waiting.tail(req, in_flight)
         parts = fit(req, free)
         if parts is not None:
-            if blocked is None or req.priority == blocked:
-                start.append(_assignment(req, parts))
-                _take(free, parts)
-            else:
-                start.append(_assignment(req, parts, backfilled=True))
-                _take(free, parts)
+            start.append(_assignment(req, parts, backfilled=blocked not in (None, req.priority)))
+            _take(free, parts)
             continue
         if blocked is None:
             blocked = req.priority
@@ -362,18 +497,23 @@ def _priority(reqs: Iterable[Request], members: list[AgentView], runs: list[Runn
                 victims = sorted((r for r in runs if r.preemptible and not r.preempting),
                                  key=lambda r: (-r.priority, -r.started))
             if not victims or victims[0].priority < req.priority:
+                waiting.add(req)
                 continue
             if any(n <= req.slots and p <= req.priority for n, p in hopeless):
+                waiting.add(req)
                 continue  # a smaller, more urgent request already found no victims
             chosen = _victims(req, free, victims)
             if not chosen:
                 hopeless.append((req.slots, req.priority))
+                waiting.add(req)
                 continue
             preempt += [v.key for v in chosen]
+            waiting.add(req, Wait("preempting", req.pool, (len(chosen),)))
             # One preemption per pool and pass: the freed slots are this request's, and the
             # next pass (when the victims have exited) goes on down the queue.
-            break
-    return start, preempt
+            return start, preempt, waiting.tail(None, in_flight)
+        waiting.add(req, in_flight=in_flight)
+    return start, preempt, None
 
 
 def _victims(req: Request, free: FreeIndex, candidates: list[Running]) -> list[Running]:
@@ -435,9 +575,9 @@ def shares(demand: dict[str, int], weight: dict[str, float], capacity: int) -> d
     return given
 
 
-def _fair_share(reqs: list[Request], members: list[AgentView], runs: list[Running],
-                policy: PoolPolicy, unread: dict[str, int]) -> tuple[list[Assignment], list[str]]:
-    capacity = sum(len(a.slot_ids) for a in members)
+def _fair_share(reqs: list[Request], free: FreeIndex, runs: list[Running], policy: PoolPolicy,
+                unread: dict[str, int], waiting: Waiting) -> tuple[list[Assignment], list[str]]:
+    capacity = sum(free.size.values())
     demand: dict[str, int] = {}
     weight: dict[str, float] = {}
     for r in [*reqs, *runs]:
@@ -458,13 +598,20 @@ def _fair_share(reqs: list[Request], members: list[AgentView], runs: list[Runnin
         if used[r.job_id] > allotted[r.job_id] and r.preemptible and not r.preempting:
             preempt.append(r.key)
             used[r.job_id] -= r.slots
-    free = FreeIndex(members)
     start = []
     for req in sorted(reqs, key=lambda r: (r.queue_position, r.key)):
-        if used[req.job_id] + req.slots > allotted[req.job_id] or preempt:
+        if used[req.job_id] + req.slots > allotted[req.job_id]:
+            cap = caps.get(req.job_id)
+            waiting.add(req, Wait("max_slots", req.pool, (cap,)) if cap is not None and
+                        allotted[req.job_id] >= cap else
+                        Wait("share", req.pool, (allotted[req.job_id], capacity)))
+            continue
+        if preempt:
+            waiting.add(req, behind=False, in_flight=True)
             continue
         parts = fit(req, free)
         if parts is None:
+            waiting.add(req, behind=False)
             continue
         start.append(_assignment(req, parts))
         _take(free, parts)

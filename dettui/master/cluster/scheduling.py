@@ -101,6 +101,10 @@ class Scheduling:
         self.watching = False
         self.passing = asyncio.Lock()  # held by a pass (a test holds it to see the kept queue)
         self.unschedulable: dict[int, str] = {}  # trial -> why it waits (the last pass's)
+        # Why the other jobs wait, as the last pass found: experiment -> the wait of its first
+        # request the pass looked at, and per pool why those it stopped before wait.
+        self.waits: dict[int, scheduler.Wait] = {}
+        self.tails: dict[str, scheduler.Tail] = {}
         # Where else trials wait, and why (the Slurm pools' pending jobs): trial -> reason.
         self.holds: list[Callable[[], Mapping[int, str]]] = []
         self.stopped = False  # the master is stopping: no allocation starts any more
@@ -150,16 +154,18 @@ class Scheduling:
             self.waiting.reset()  # the changes it took are not in the queue it keeps
             raise
         if planned is None:
-            if self.unschedulable:
+            if self.unschedulable or self.waits or self.tails:
                 self.dispatcher.notify("jobs")
-            self.unschedulable = {}
+            self.unschedulable, self.waits, self.tails = {}, {}, {}
             return
-        decision, more = planned
+        decision, more, waits = planned
         if more:
             self.dispatcher.kick()  # trials not read this pass (zero-slot ones) may start next
-        if dict(decision.unschedulable) != self.unschedulable:
+        if dict(decision.unschedulable) != self.unschedulable or waits != self.waits or \
+                decision.tails != self.tails:
             self.dispatcher.notify("jobs")  # the queue shows why jobs wait
         self.unschedulable = dict(decision.unschedulable)
+        self.waits, self.tails = waits, decision.tails
         for alloc_id in decision.preempt:
             if alloc_id not in self.dispatcher.preempting:
                 log.info("preempting allocation %s for a more urgent job", alloc_id)
@@ -170,10 +176,12 @@ class Scheduling:
 
     def _plan(self, read: queue_reads.Read, now: float, per_job: int, live: list[Allocation],
               experiment_of: dict[int, int], agents: list[scheduler.AgentView],
-              preempting: set[str]) -> tuple[scheduler.Decision, bool] | None:
+              preempting: set[str],
+              ) -> tuple[scheduler.Decision, bool, dict[int, scheduler.Wait]] | None:
         """The queue kept brought up to date with `read`, then the pass's decision over it,
-        and whether trials it did not read may start at once (None: nothing waits and nothing
-        runs). The pass takes the requests one by one and only as many as it can use."""
+        whether trials it did not read may start at once, and why jobs wait, by experiment
+        (None: nothing waits and nothing runs). The pass takes the requests one by one and
+        only as many as it can use."""
         self.waiting.apply(read, now)
         if not self.waiting.heads and not live:
             return None
@@ -183,7 +191,9 @@ class Scheduling:
         unread = self.waiting.unread(per_job) if fair else {}
         decision = scheduler.schedule(self.waiting.queue(per_job), agents, running, policies,
                                       unread=unread)
-        return decision, bool(decision.start) and self.waiting.any_unread(per_job)
+        owner = self.waiting.experiment_of
+        waits = {owner[t]: w for t, w in decision.waits.items() if t in owner}
+        return decision, bool(decision.start) and self.waiting.any_unread(per_job), waits
 
     async def _start(self, assignments: list[scheduler.Assignment],
                      experiment_of: dict[int, int]) -> int:
@@ -212,6 +222,12 @@ class Scheduling:
         for held in self.holds:
             out.update(held())
         return out
+
+    def job_waits(self) -> tuple[dict[int, scheduler.Wait], dict[str, scheduler.Tail]]:
+        """Why jobs wait, as the last pass found (`scheduler.Waiting`): by experiment, and per
+        pool for the jobs the pass stopped before (each pass replaces both, never changes
+        them: safe to read from another thread)."""
+        return self.waits, self.tails
 
     def trial_experiments(self) -> Mapping[int, int]:
         """Each queued trial the scheduler has read -> its experiment (for reads only: a

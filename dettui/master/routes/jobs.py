@@ -71,7 +71,10 @@ async def resource_pools(request: web.Request) -> web.Response:
 @op(query={"resourcePool": str, "states": list[str], "includeIdle": bool}, paged=True)
 async def job_queue(request: web.Request) -> web.Response:
     """Determined's job queue: jobs with a pending or running request. dettui's own clients
-    add `includeIdle=true` to see every live job (a paused one too, to activate it)."""
+    add `includeIdle=true` to see every live job (a paused one too, to activate it). Each job
+    is Determined's v1Job plus `waitReason`: why its waiting trials have not started, as the
+    last scheduling pass found ("behind job 3f2a9c01 (priority 10) of higher priority",
+    "pool default full: 4 of 4 slots in use", "paused", ...), or null (views/jobs.py)."""
     idle = request.query.get("includeIdle", "false").lower() == "true"
     body = await request.app[appkeys.DB].read(job_views.queue_body, *job_views.queue_args(
         request.app, page_of(request), request.query.get("resourcePool") or None,

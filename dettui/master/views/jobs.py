@@ -1,6 +1,12 @@
 """The job queue as Determined's job-queues-v2 shows it: live experiments as jobs, in queue
 order, with their slots, state and why they wait. Read by the job queue route and the push
-stream's `jobs` topics."""
+stream's `jobs` topics.
+
+Each job is Determined's v1Job, with one more field: `waitReason`, why a job with trials
+waiting has not started them, in words a user acts on ("behind job 3f2a9c01 (priority 10) of
+higher priority", "pool default full: 4 of 4 slots in use", "max_slots 2 of the experiment
+reached", "paused", ...), as the last scheduling pass found it (scheduler.Waiting), or null.
+`unschedulableReason` stays Determined's: set only when a trial can never fit its pool."""
 
 from __future__ import annotations
 
@@ -13,12 +19,12 @@ from aiohttp import web
 
 from dettui.master.http import appkeys
 from dettui.master.http.wire import json_bytes, ts
-from dettui.master.scheduler import FAIR_SHARE
+from dettui.master.scheduler import FAIR_SHARE, Tail, Wait
 from dettui.master.store import experiments as exp_store
 from dettui.master.store import trials as trial_store
 from dettui.master.store.page import Page, Window
 from dettui.master.store.records import JobView
-from dettui.models import JobState
+from dettui.models import ExperimentState, JobState
 
 
 @dataclass(frozen=True)
@@ -44,11 +50,37 @@ class Requests:
                 self.queued.get(exp_id, 0) + len(held), reason)
 
 
+@dataclass(frozen=True)
+class Waits:
+    """Why jobs wait, as the last scheduling pass found (Scheduling.job_waits)."""
+
+    by_experiment: Mapping[int, Wait]
+    tails: Mapping[str, Tail]
+
+    def reason(self, e: JobView, waiting: int, unschedulable: str | None) -> str | None:
+        """A job's `waitReason`: paused; else, with trials waiting, why they can never fit
+        (or Slurm holds them), why the pass did not start its first, or why the pass stopped
+        before it."""
+        if e.state is ExperimentState.PAUSED:
+            return "paused"
+        if not waiting:
+            return None
+        if unschedulable:
+            return unschedulable
+        wait = self.by_experiment.get(e.id)
+        if wait is None and (tail := self.tails.get(e.resource_pool)) is not None:
+            wait = tail.wait(e.job_id, e.priority, e.resource_pool)
+        return wait.text if wait is not None else None
+
+
+NO_WAITS = Waits({}, {})
+
+
 def job_rows(
     exps: list[JobView], requests: Requests, ahead_of: dict[int, int],
     fair_pools: set[str] = frozenset(),  # type: ignore[assignment]
     backfilled: set[int] = frozenset(),  # type: ignore[assignment]
-    only_requests: bool = False,
+    only_requests: bool = False, waits: Waits = NO_WAITS,
 ) -> list[dict[str, Any]]:
     """Live experiments as jobs, in the order given, with their slots and state.
 
@@ -79,6 +111,7 @@ def job_rows(
             "allocatedSlots": e.slots_per_trial * len(running), "name": e.name,
             "progress": e.progress or 0, "workspaceId": 1,
             "unschedulableReason": reason,
+            "waitReason": waits.reason(e, waiting, reason),
             "experimentState": e.state.value,
         })
     return rows
@@ -107,7 +140,8 @@ def queue_args(app: web.Application, want: Page, pool: str | None, only_requests
     scheduling = app[appkeys.CLUSTER].scheduling
     fair = {p for p, pol in app[appkeys.SETTINGS].policies.items() if pol.scheduler == FAIR_SHARE}
     return (want, pool, only_requests, states, scheduling.backfilled_trials(),
-            scheduling.waiting_reasons(), fair, scheduling.trial_experiments())
+            scheduling.waiting_reasons(), fair, scheduling.trial_experiments(),
+            Waits(*scheduling.job_waits()))
 
 
 def queue_body(conn: sqlite3.Connection, *args: Any) -> bytes:
@@ -119,7 +153,7 @@ def queue_body(conn: sqlite3.Connection, *args: Any) -> bytes:
 
 def _queue_rows(conn: sqlite3.Connection, want: Page, pool: str | None, only_requests: bool,
                 states: list[str] | None, backfilled: set[int], reasons: dict[int, str],
-                fair: set[str], owners: Mapping[int, int],
+                fair: set[str], owners: Mapping[int, int], waits: Waits = NO_WAITS,
                 ) -> tuple[list[dict[str, Any]], Window]:
     if not states:  # a walk of the queue's index (Determined's queue: the jobs with requests)
         exps, window = exp_store.queue_views(conn, want, pool, only_requests)
@@ -151,7 +185,7 @@ def _queue_rows(conn: sqlite3.Connection, want: Page, pool: str | None, only_req
         if e in on_page and t < first.get(e, t + 1):
             first[e] = t
     requests = Requests(runs, trial_store.queued_counts(conn, ids), reasons, first)
-    return job_rows(exps, requests, ahead, fair, backfilled, only_requests), window
+    return job_rows(exps, requests, ahead, fair, backfilled, only_requests, waits), window
 
 
 def _filtered(conn: sqlite3.Connection, want: Page, pool: str | None, only_requests: bool,
