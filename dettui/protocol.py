@@ -83,9 +83,19 @@ class GpuReading(Message):
     processes: list[GpuProcess] | None = None  # None: NVML cannot list them
 
 
+MAX_CPU_PERCENT = 100.0 * 65536  # percent of one core: 65,536 cores busy
+
+
 class AllocationUsage(Message):
-    cpu_percent: Finite | None = None  # of one core: 250.0 is two and a half cores busy
-    rss: Int64 | None = None  # bytes, the whole process tree
+    """What an allocation's processes on one agent use (the agent's part of it)."""
+
+    cpu_percent: Annotated[Finite, Field(ge=0, le=MAX_CPU_PERCENT)] | None = None  # of a core
+    rss: Count | None = None  # bytes, the whole process tree
+    gpu_util: Annotated[Finite, Field(ge=0, le=100)] | None = None  # mean over its GPUs
+    gpu_memory: Count | None = None  # bytes its processes hold on its GPUs
+
+
+MAX_SAMPLE_ALLOCATIONS = 1024  # allocations one telemetry sample may report
 
 
 class TelemetrySample(Message):
@@ -96,7 +106,8 @@ class TelemetrySample(Message):
     mem_used: Int64 | None = None  # bytes
     mem_total: Int64 | None = None
     gpus: list[GpuReading] = []
-    allocations: dict[str, AllocationUsage] = {}
+    allocations: Annotated[dict[str, AllocationUsage],
+                           Field(max_length=MAX_SAMPLE_ALLOCATIONS)] = {}
 
 
 class AgentLogLine(Message):

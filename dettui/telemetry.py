@@ -35,6 +35,9 @@ class GpuSample:
     power: float | None  # watts
     processes: list[dict[str, int | None]] | None = None  # {"pid", "memUsed"} on this GPU
     name: str | None = None
+    # SM utilisation (percent of this GPU) by pid over the last seconds; None: NVML cannot
+    # tell (not in the API's shape: the agent sums it per allocation)
+    process_util: dict[int, float] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -102,6 +105,7 @@ def sample_gpus(indices: list[int]) -> list[GpuSample]:
         power = _read(nv.nvmlDeviceGetPowerUsage, h)
         procs = _read(nv.nvmlDeviceGetComputeRunningProcesses, h)
         name = _read(nv.nvmlDeviceGetName, h)
+        by_pid = _process_util(nv, h)
         out.append(GpuSample(
             i, float(util.gpu) if util is not None else None,
             int(mem.used) if mem is not None else None,
@@ -111,44 +115,118 @@ def sample_gpus(indices: list[int]) -> list[GpuSample]:
             [{"pid": int(p.pid), "memUsed": _int_or_none(getattr(p, "usedGpuMemory", None))}
              for p in procs] if procs is not None else None,
             _text(name) if name is not None else None,
+            by_pid,
         ))
     return out
 
 
-def sample_host(gpu_indices: list[int]) -> dict[str, Any]:
+PROCESS_UTIL_WINDOW = 5.0  # seconds of NVML's per-process samples averaged
+
+
+def _process_util(nv: Any, handle: Any) -> dict[int, float] | None:
+    """Each process's SM utilisation on this GPU, averaged over NVML's samples of the last
+    PROCESS_UTIL_WINDOW seconds; {} when NVML has none (no process used the GPU: its
+    NotFound), None when it cannot tell (not supported, or an older pynvml)."""
+    since = int((time.time() - PROCESS_UTIL_WINDOW) * 1e6)  # NVML's microseconds
+    try:
+        samples = nv.nvmlDeviceGetProcessUtilization(handle, since)
+    except Exception as exc:  # noqa: BLE001 - NVMLError_NotFound and friends
+        return {} if "NotFound" in type(exc).__name__ else None
+    seen: dict[int, list[float]] = {}
+    for sample in samples or ():
+        pid, util = getattr(sample, "pid", None), getattr(sample, "smUtil", None)
+        if isinstance(pid, int) and isinstance(util, int | float):
+            seen.setdefault(pid, []).append(float(util))
+    return {pid: sum(values) / len(values) for pid, values in seen.items()}
+
+
+def allocation_gpu(gpus: list[GpuSample], devices: list[int],
+                   pids: set[int]) -> tuple[float | None, int | None]:
+    """An allocation's use of its GPUs (`devices`) by its processes (`pids`): the mean over
+    its GPUs of their SM utilisation by those processes (percent of a GPU; a GPU NVML cannot
+    split by process counts whole when only the allocation's processes use it), and the GPU
+    memory they hold. (None, None) without GPUs; None where NVML cannot tell."""
+    mine = [g for g in gpus if g.index in set(devices)]
+    if not mine:
+        return None, None
+    memory: int | None = 0
+    utils: list[float] = []
+    for gpu in mine:
+        if gpu.processes is None or memory is None:
+            memory = None
+        else:
+            memory += sum(p["memUsed"] or 0 for p in gpu.processes if p["pid"] in pids)
+        util = _gpu_util(gpu, pids)
+        if util is not None:
+            utils.append(util)
+    mean = round(sum(utils) / len(utils), 1) if len(utils) == len(mine) else None
+    return mean, memory
+
+
+def _gpu_util(gpu: GpuSample, pids: set[int]) -> float | None:
+    if gpu.process_util is not None:
+        return min(100.0, sum(u for pid, u in gpu.process_util.items() if pid in pids))
+    listed = {p["pid"] for p in gpu.processes or ()}
+    if gpu.processes is not None and listed and listed <= pids:
+        return gpu.utilization  # the allocation's processes alone use this GPU
+    return 0.0 if gpu.processes == [] else None
+
+
+def sample_host(gpu_indices: list[int],
+                gpus: list[GpuSample] | None = None) -> dict[str, Any]:
     """One telemetry sample of this machine: `{"time", "cpuPercent", "memUsed", "memTotal",
     "gpus": [{"index", "name", "util", "memUsed", "memTotal", "temperature", "power",
-    "processes": [{"pid", "memUsed"}] | None}]}`. CPU percent is since the previous call."""
+    "processes": [{"pid", "memUsed"}] | None}]}`. CPU percent is since the previous call.
+    `gpus`: the GPUs' readings when the caller has just taken them."""
     vm = psutil.virtual_memory()
     return {
         "time": time.time(),
         "cpuPercent": psutil.cpu_percent(interval=None),
         "memUsed": int(vm.used),
         "memTotal": int(vm.total),
-        "gpus": [s.to_json() for s in sample_gpus(gpu_indices)],
+        "gpus": [s.to_json() for s in (sample_gpus(gpu_indices) if gpus is None else gpus)],
     }
 
 
 class TreeUsage:
-    """CPU % and RSS of process trees, sampled repeatedly (psutil needs the same Process
-    objects between calls to measure CPU)."""
+    """The CPU % and RSS of one allocation's processes, sampled repeatedly: CPU from the
+    processes' CPU times between two looks (no blocking interval, no scan of /proc: the
+    caller names the processes). A process born since the last look counts all its CPU
+    time; one that ended since loses its last interval. RSS is summed (pages that forked
+    workers share count once per process, as `ps` does)."""
 
-    def __init__(self) -> None:
-        self._procs: dict[int, psutil.Process] = {}
+    def __init__(self, clock: Any = time.monotonic) -> None:
+        self._clock = clock
+        self._at: float | None = None  # the last look: clock, and wall time
+        self._wall = 0.0
+        self._cpu: dict[int, tuple[float, float]] = {}  # pid -> (create time, CPU seconds)
 
-    def measure(self, procs: list[psutil.Process]) -> dict[str, float]:
-        cpu = rss = 0.0
-        seen = {}
+    def measure(self, procs: list[psutil.Process]) -> dict[str, Any] | None:
+        """`{"cpuPercent", "rss"}` since the last call (percent of one core: 250.0 is two
+        and a half cores busy); None at the first call (nothing to compare with yet)."""
+        now, wall = self._clock(), time.time()
+        busy = 0.0
+        rss = 0
+        seen: dict[int, tuple[float, float]] = {}
         for proc in procs:
-            known = self._procs.get(proc.pid, proc)
             try:
-                cpu += known.cpu_percent(interval=None)
-                rss += known.memory_info().rss
-                seen[proc.pid] = known
+                with proc.oneshot():
+                    times = proc.cpu_times()
+                    mem = proc.memory_info().rss
+                born = proc.create_time()
             except psutil.Error:
                 continue
-        self._procs.update(seen)
-        return {"cpuPercent": round(cpu, 1), "rss": int(rss)}
+            spent = times.user + times.system
+            before = self._cpu.get(proc.pid)
+            if before is not None and before[0] == born:
+                busy += max(0.0, spent - before[1])
+            elif born >= self._wall:  # born since the last look: all its time is new
+                busy += spent
+            seen[proc.pid] = (born, spent)
+            rss += int(mem)
+        last, self._at, self._wall, self._cpu = self._at, now, wall, seen
+        if last is None or now <= last:
+            return None
+        return {"cpuPercent": round(100.0 * busy / (now - last), 1), "rss": rss}
 
-    def forget(self, alive: set[int]) -> None:
-        self._procs = {pid: p for pid, p in self._procs.items() if pid in alive}
+

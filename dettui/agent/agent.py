@@ -97,7 +97,7 @@ class Agent:
         self.heartbeat_seconds = 2.0
         self.samples: list[dict[str, Any]] = []  # telemetry since the last heartbeat
         self.latest_sample: dict[str, Any] | None = None
-        self._usage = telemetry.TreeUsage()
+        self._usage: dict[str, telemetry.TreeUsage] = {}  # by allocation id
         self._stopping = asyncio.Event()
         self._registered = asyncio.Event()
         self._supervisors: set[asyncio.Task[None]] = set()
@@ -277,17 +277,23 @@ class Agent:
             await asyncio.sleep(SAMPLE_SECONDS)
 
     def _sample(self) -> dict[str, Any]:
-        """One telemetry sample (`telemetry.sample_host`) plus `allocations`: the CPU % and
-        RSS of each running allocation's process tree."""
-        sample = telemetry.sample_host(self.gpu_indices)
+        """One telemetry sample (`telemetry.sample_host`) plus `allocations`: for each running
+        allocation (from its second look on), the CPU % and RSS of its processes and, on its
+        GPUs, their SM utilisation and memory (protocol.AllocationUsage). Its processes are
+        its root and those its run has found (`AllocationRun.known`): no scan of /proc."""
+        gpus = telemetry.sample_gpus(self.gpu_indices)
+        sample = telemetry.sample_host(self.gpu_indices, gpus)
         usage = {}
-        alive: set[int] = set()
         for alloc_id, run in list(self.runs.items()):
-            root = run.proc.pid if run.proc is not None and run.proc.returncode is None else None
-            procs = process.tree(root, list(run.known.values()))
-            alive.update(p.pid for p in procs)
-            usage[alloc_id] = self._usage.measure(procs)
-        self._usage.forget(alive)
+            procs = run.processes()
+            measured = self._usage.setdefault(alloc_id, telemetry.TreeUsage()).measure(procs)
+            if measured is None:
+                continue
+            util, memory = telemetry.allocation_gpu(gpus, run.spec.cuda_devices,
+                                                    {p.pid for p in procs})
+            usage[alloc_id] = {**measured, "gpuUtil": util, "gpuMemory": memory}
+        for gone in self._usage.keys() - self.runs.keys():
+            del self._usage[gone]
         sample["allocations"] = usage
         return sample
 

@@ -457,6 +457,16 @@ class AllocationRun:
                                           self.agent_id)
             self.known.update((p.pid, p) for p in found if p.pid not in self.known)
 
+    def processes(self) -> list[psutil.Process]:
+        """The allocation's processes as last found (its root while it runs, and those
+        `_track_tree` found): for sampling, without a scan of /proc."""
+        procs = list(self.known.values())
+        if self.proc is not None and self.proc.returncode is None \
+                and self.proc.pid not in self.known:
+            with contextlib.suppress(psutil.Error):
+                procs.append(psutil.Process(self.proc.pid))
+        return procs
+
     # --- ending ---------------------------------------------------------------------------
 
     async def kill(self, reason: str) -> None:

@@ -69,6 +69,9 @@ class AgentTelemetry:
                     continue
                 self.points.clear()  # the agent's clock went back: start over
             self.latest = sample.model_dump(by_alias=True)
+            self.latest["allocations"] = {  # as the agent reported them (an older agent: no GPU)
+                k: u.model_dump(by_alias=True, exclude_unset=True)
+                for k, u in sample.allocations.items()}
             self.points.append(point(sample))
             self._json = None
 

@@ -17,9 +17,10 @@ from dettui.master.store import agents as agent_store
 from dettui.master.store import exits
 from dettui.master.store import trials as trial_store
 from dettui.master.store import unmanaged as unmanaged_store
-from dettui.master.store.records import Agent
+from dettui.master.store.records import Agent, Allocation
+from dettui.master.trial_usage import TrialUsage
 from dettui.models import AllocationState
-from dettui.protocol import KillWork, StartWork
+from dettui.protocol import KillWork, StartWork, TelemetrySample
 
 log = logging.getLogger("dettui.master.cluster")
 RESEND_AFTER = 10.0  # seconds an agent may sit on a start before it is sent again
@@ -41,6 +42,7 @@ class Agents:
         self.links = dispatcher.agents
         self.started = self.clock.monotonic()
         self._lost_checked = self.clock.monotonic()
+        self.trial_usage = TrialUsage(self.clock.monotonic, self.clock.wall)
 
     def pool_of(self, agent_id: str) -> str | None:
         """The resource pool of a connected agent."""
@@ -86,9 +88,18 @@ class Agents:
         the latest `telemetry`; malformed ones are dropped)."""
         link = self.links.require(agent_id)
         link.last_seen = self.clock.monotonic()
-        link.telemetry.record(samples or ([telemetry] if telemetry else []))
+        taken = samples or ([telemetry] if telemetry else [])
+        link.telemetry.record(taken)
         self.dispatcher.notify("agents")
-        await self._reconcile(link, set(running), registering=False)
+        live = await self._reconcile(link, set(running), registering=False)
+        self._trials_changed(self.trial_usage.record(
+            agent_id, {a.id: a.trial_id for a in live.values()},
+            [s for s in taken if isinstance(s, TelemetrySample)]))
+
+    def _trials_changed(self, by_experiment: dict[int, set[int]]) -> None:
+        """Trials whose resources changed: their experiments' stream topics re-read them."""
+        for exp_id, trial_ids in by_experiment.items():
+            self.dispatcher.notify(f"experiment:{exp_id}", ids=trial_ids)
 
     async def set_enabled(self, agent_id: str, enabled: bool, drain: bool = False) -> Agent:
         """Enable: the agent takes work again. Disable: no new work; as in Determined, its
@@ -115,6 +126,7 @@ class Agents:
         """An agent that stops says so: its slots leave the pool at once."""
         if self.links.drop(agent_id) is None:
             return
+        self._trials_changed(self.trial_usage.forget_agent(agent_id))
         await self.dispatcher.run(exits.lose_agent, agent_id, f"agent {agent_id} left")
         self.dispatcher.notify("agents")
         self.dispatcher.kick()
@@ -126,7 +138,8 @@ class Agents:
         await self.dispatcher.run(exits.part_exit, alloc_id, agent_id, exit_code, reason,
                                   self.links.ids())
 
-    async def _reconcile(self, link: AgentLink, running: set[str], registering: bool) -> None:
+    async def _reconcile(self, link: AgentLink, running: set[str],
+                         registering: bool) -> dict[str, Allocation]:
         """Compare what the agent runs with what the store says it should run, and re-derive
         what a crash of the master (or a lost message) left undone: kills committed and not
         delivered are resent at registration, starts not acknowledged are resent, ASSIGNED
@@ -159,6 +172,7 @@ class Agents:
         if assigned:
             await self.dispatcher.run(trial_store.mark_running, *assigned)
         await self.dispatcher.resend_starts(resend, me)
+        return live
 
     async def _note_foreign(self, me: str, listed: set[str]) -> None:
         """A log line for allocations an agent lists that live on other agents only: a
@@ -220,6 +234,7 @@ class Agents:
                 log.warning("agent %s missed its heartbeats; its allocations are lost",
                             link.agent.id)
                 self.links.drop(link.agent.id, lost=f"silent for more than {timeout:g} s")
+                self._trials_changed(self.trial_usage.forget_agent(link.agent.id))
                 self.dispatcher.notify("agents")
         for alloc_id, since in list(self.dispatcher.preempting.items()):
             if now - since <= self.settings.preemption_timeout:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import sqlite3
+from collections.abc import Mapping
 from typing import Any
 
 from aiohttp import web
@@ -362,15 +363,17 @@ async def trials(request: web.Request) -> web.Response:
     body = await request.app[appkeys.DB].read(
         _trials_body, path_int(request, "id"), page_of(request),
         states=request.query.getall("states", []) or None,
-        sort_by=request.query.get("sortBy") or None)
+        sort_by=request.query.get("sortBy") or None,
+        resources=request.app[appkeys.CLUSTER].agents.trial_usage.views)
     return web.Response(body=body, content_type="application/json")
 
 
-def _trials_body(conn: sqlite3.Connection, exp_id: int, want: Page, **query: Any) -> bytes:
+def _trials_body(conn: sqlite3.Connection, exp_id: int, want: Page,
+                 resources: Mapping[int, dict[str, Any]] | None = None, **query: Any) -> bytes:
     """A page of an experiment's trials as JSON, in one call on a reader connection."""
     exp = exp_store.get(conn, exp_id)
     rows, window = trial_store.page(conn, exp_id, want, **query)
-    return json_bytes({"trials": trial_views(conn, exp, rows),
+    return json_bytes({"trials": trial_views(conn, exp, rows, resources),
                        "pagination": window.pagination()})
 
 

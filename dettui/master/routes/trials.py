@@ -56,7 +56,8 @@ async def get_trial(request: web.Request) -> web.Response:
     db = request.app[appkeys.DB]
     trial = await db.read(trial_store.get, trial_id)
     exp = await db.read(exp_store.get, trial.experiment_id)
-    views = await db.read(trial_views, exp, [trial])
+    views = await db.read(trial_views, exp, [trial],
+                          request.app[appkeys.CLUSTER].agents.trial_usage.views)
     return json_response({"trial": views[0]})
 
 

@@ -15,7 +15,9 @@ from dettui.master.http.wire import ts
 from dettui.master.store import trials as trial_store
 
 
-def agent_json(link: AgentLink, used: dict[int, str]) -> dict[str, Any]:
+def agent_json(link: AgentLink, used: dict[int, str],
+               trials: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """`trials`: what its parts of running trials use (`TrialUsage.by_agent`)."""
     a = link.agent
     draining = link.draining or a.draining
     slots = {}
@@ -38,6 +40,9 @@ def agent_json(link: AgentLink, used: dict[int, str]) -> dict[str, Any]:
         "telemetry": link.telemetry.json(),  # null until the first heartbeat with a sample
         "noGpuReason": link.no_gpu_reason,  # null when the agent has GPUs
         "sandbox": link.sandbox,  # how its trials run ("OFF (--no-sandbox)" says so loudly)
+        # each trial's part here: {"trialId", "experimentId", "allocationId", and a trial's
+        # `resources` fields}, by trial id
+        "trialResources": trials or [],
     }
 
 
@@ -62,5 +67,7 @@ async def agent_objects(app: web.Application) -> list[dict[str, Any]]:
     """Every connected agent as GET /api/v1/agents shows them, ordered by id."""
     cluster = app[appkeys.CLUSTER]
     used = await app[appkeys.DB].read(trial_store.slots_in_use)
-    return [agent_json(link, used.get(link.agent.id, {})) for link in cluster.agents.connected()]
+    trials = cluster.agents.trial_usage.by_agent
+    return [agent_json(link, used.get(link.agent.id, {}), trials.get(link.agent.id))
+            for link in cluster.agents.connected()]
 

@@ -140,12 +140,14 @@ def topic(app: web.Application, name: str) -> Topic | None:
     if prefix == "experiment" and ident.isascii() and ident.isdigit():
         exp_id = int(ident)
 
+        usage = app[appkeys.CLUSTER].agents.trial_usage.views  # running trials' resources
+
         async def trials() -> Objects:
-            return _keyed(await trial_objects(db, exp_id), "id")
+            return _keyed(await trial_objects(db, exp_id, resources=usage), "id")
 
         async def some_trials(ids: set[str]) -> Objects:
             wanted = [int(i) for i in ids if i.isdigit()]
-            return _keyed(await trial_objects(db, exp_id, wanted), "id")
+            return _keyed(await trial_objects(db, exp_id, wanted, usage), "id")
         return Topic(trials, (name,), some_trials, name)
     return None
 
