@@ -677,3 +677,62 @@ class Client:
             raise errors.bad_answer(self.url, f"GET /api/v1/tasks/{task_id}/context_directory",
                                     "b64Tgz", str)
         return base64.b64decode(packed or "")
+
+    async def trial_log_page(self, trial_id: int, *, limit: int, before: int | None = None,
+                             after: int | None = None, ranks: list[int] | None = None,
+                             since: float | None = None,
+                             until: float | None = None) -> list[dict[str, Any]]:
+        """One page of a trial's log lines, oldest first: the newest `limit` lines before the
+        line id `before` (the log's tail without it), or with `after`, the oldest `limit`
+        after that id; only ranks `ranks` and lines stamped between `since` and `until` (Unix
+        seconds) if given."""
+        params = [("follow", "false"), ("limit", str(limit)),
+                  *_log_filters(ranks, since, until)]
+        if after is not None:
+            params.append(("idAfter", str(after)))
+        else:
+            params.append(("orderBy", "ORDER_BY_DESC"))
+        if before is not None:
+            params.append(("idBefore", str(before)))
+        lines = [line async for line in self._ndjson(f"/api/v1/trials/{trial_id}/logs",
+                                                     params=params)]
+        return lines if after is not None else lines[::-1]
+
+    def follow_trial_logs(self, trial_id: int, *, after: int, ranks: list[int] | None = None,
+                          since: float | None = None,
+                          until: float | None = None) -> AsyncIterator[dict[str, Any]]:
+        """A trial's log lines after the line id `after` (0: from the start), then each new
+        one until the trial ends; filtered as `trial_log_page`."""
+        params = [("follow", "true"), ("idAfter", str(after)),
+                  *_log_filters(ranks, since, until)]
+        return self._ndjson(f"/api/v1/trials/{trial_id}/logs", params=params)
+
+
+def _log_filters(ranks: list[int] | None, since: float | None,
+                 until: float | None) -> list[tuple[str, str]]:
+    """The logs route's rank and time filters (RFC 3339 stamps, as Determined's)."""
+    from datetime import UTC, datetime
+
+    params = [("rankIds", str(r)) for r in ranks or []]
+    for name, at in (("timestampAfter", since), ("timestampBefore", until)):
+        if at is not None:
+            stamp = datetime.fromtimestamp(at, UTC).isoformat().replace("+00:00", "Z")
+            params.append((name, stamp))
+    return params
+
+    async def metric_times(self, trial_id: int, group: str,
+                           anchors: int = 16) -> list[tuple[int, str]]:
+        """(steps, reportTime) of up to `anchors` (2..64) of the trial's `group` reports,
+        spread evenly from its first to its last, for a chart's time axis (a time between two
+        of them is interpolated by steps): a few small pages, never the whole history."""
+        anchors = min(max(anchors, 2), 64)
+        path, params = f"/api/v1/trials/{trial_id}/metrics", {"group": group}
+        found, total = await self.page(path, "metrics", params, limit=anchors)
+        if total > len(found):  # the first report read, then one report at each other anchor
+            found = found[:1]
+            offsets = sorted({round(i * (total - 1) / (anchors - 1)) for i in range(1, anchors)})
+            for items, _ in await asyncio.gather(*(self.page(path, "metrics", params, offset=o,
+                                                             limit=1) for o in offsets)):
+                found += items
+        return [(int(r["stepsCompleted"]), str(r["reportTime"])) for r in found
+                if isinstance(r, dict) and r.get("reportTime") is not None]
