@@ -29,10 +29,10 @@ async def job_list(c: Client, *, pool: str | None, as_json: bool) -> None:
                      str(j["type"]).removeprefix("TYPE_"), name,
                      j["priority"] if priority else j["weight"], output.when(j["submissionTime"]),
                      f"{j['allocatedSlots']}/{j['requestedSlots']}", job_state(j),
-                     j["username"]))
+                     j.get("waitReason") or "", j["username"]))
     output.table(f"Job queue: {chosen['name']}", [
         "#", "ID", "Type", "Job Name", "Priority" if priority else "Weight", "Submitted",
-        "Slots", "State", "User"], rows,  # Slots: acquired/needed
+        "Slots", "State", "Why waiting", "User"], rows,  # Slots: acquired/needed
         least_needed=["Submitted", "Type", "User"])
 
 
@@ -44,8 +44,8 @@ def job_state(job: dict[str, Any]) -> str:
     experiment = output.state(job.get("experimentState"))
     if experiment and experiment != "ACTIVE":
         state = experiment
-    if job.get("unschedulableReason") and state == "QUEUED":
-        state += f" ({job['unschedulableReason']})"
+    if job.get("unschedulableReason") and state == "QUEUED" and not job.get("waitReason"):
+        state += f" ({job['unschedulableReason']})"  # (a master that words no waitReason)
     return state
 
 

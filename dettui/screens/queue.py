@@ -1,5 +1,7 @@
 """The job queue (seed 003): `dettui job list`'s columns, live, sortable and filterable, with
-keys to reorder jobs, change priority, weight or pool, and control their experiments."""
+keys to reorder jobs, change priority, weight or pool, and control their experiments. Why a
+job waits (the master's `waitReason`) is a column where the screen is wide, and the line under
+the table says it for the selected job at any width."""
 
 from __future__ import annotations
 
@@ -24,9 +26,11 @@ COLUMNS = [  # priority: the narrower the screen, the sooner the higher numbers 
     Column("submitted", "Submitted", width=19, priority=4),
     Column("slots", "Slots", width=5, align="right"),
     Column("state", "State"),
+    Column("why", "Why waiting", width=52, priority=6),  # the longest words of the common reasons
     Column("user", "User", width=12, priority=2),
     Column("pool", "Pool", width=10, priority=3),
 ]
+WHY_CAP = 200  # characters of a reason shown (the master words them in well under that)
 
 
 def job_rows(jobs: list[dict[str, Any]]) -> list[Row]:
@@ -42,7 +46,8 @@ def job_rows(jobs: list[dict[str, Any]]) -> list[Row]:
             "name": name, "priority": j.get("priority") if j.get("priority") is not None
             else j.get("weight"), "submitted": str(j.get("submissionTime", ""))[:19].replace(
                 "T", " "), "slots": f"{j.get('allocatedSlots', 0)}/{j.get('requestedSlots', 0)}",
-            "state": state, "user": j.get("username", ""), "pool": j.get("resourcePool", ""),
+            "state": state, "why": wait_reason(j), "user": j.get("username", ""),
+            "pool": j.get("resourcePool", ""),
             "experiment": int(j["entityId"]) if kind == "experiment" else None,
             "weight": j.get("weight"), "job_name": j["name"],
             "exp_state": state_text(j.get("experimentState"))}))
@@ -57,9 +62,21 @@ def job_state(job: dict[str, Any]) -> str:
     experiment = state_text(job.get("experimentState"))
     if experiment and experiment != "ACTIVE":
         state = experiment
-    if job.get("unschedulableReason") and state == "QUEUED":
-        state += f" ({job['unschedulableReason']})"
+    if job.get("unschedulableReason") and state == "QUEUED" and not job.get("waitReason"):
+        state += f" ({job['unschedulableReason']})"  # (a master that words no waitReason)
     return state
+
+
+def wait_reason(job: dict[str, Any]) -> str:
+    """Why the job waits, as the master's last scheduling pass found; "" if it does not."""
+    return str(job.get("waitReason") or "")[:WHY_CAP]
+
+
+def why_line(key: str | None, row: dict[str, Any] | None) -> str:
+    """The line under the table: why the selected job waits."""
+    if key is None or row is None or not row.get("why"):
+        return ""
+    return f"Job {key[:8]} waits: {row['why']}"
 
 
 class QueueScreen(ApiScreen):
@@ -83,6 +100,7 @@ class QueueScreen(ApiScreen):
     DEFAULT_CSS = """
     QueueScreen RowTable { height: 1fr; }
     QueueScreen #title { background: $boost; padding: 0 1; text-style: bold; }
+    QueueScreen #why { height: 1; padding: 0 1; color: $warning; }
     """
 
     def compose(self) -> ComposeResult:
@@ -90,6 +108,7 @@ class QueueScreen(ApiScreen):
         yield Plain("Job queue", id="title")
         yield self.filter_box()
         yield RowTable(COLUMNS, id="jobs")
+        yield Plain("", id="why")
         yield KeyBar()
 
     def on_mount(self) -> None:
@@ -102,11 +121,17 @@ class QueueScreen(ApiScreen):
 
     def on_feed(self, topic: str) -> None:
         self.view_changed()
+        self.show_why()
 
     @on(RowTable.CursorMoved)
     def _maybe_more(self, _: RowTable.CursorMoved) -> None:
+        self.show_why()
         if self.at_end():
             self.action_more_rows()
+
+    def show_why(self) -> None:
+        key = self.table.cursor_key
+        self.show("#why", why_line(key, self.table.row(key) if key else None))
 
     def view_changed(self) -> None:
         t = self.table
