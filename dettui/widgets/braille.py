@@ -13,7 +13,9 @@ from rich.text import Text
 BLANK = 0x2800
 # The bit of each dot, by its row (0-3) and column (0-1) in the cell.
 BITS = ((0x01, 0x08), (0x02, 0x10), (0x04, 0x20), (0x40, 0x80))
-_BIT_BY_DOT = [BITS[r][c] for r in range(4) for c in range(2)]  # index: row * 2 + col
+# Per dot column (0-1) in the cell, the bits of its dots from row a to row b (a <= b).
+_MASKS = [[[sum(BITS[r][c] for r in range(a, b + 1)) for b in range(4)] for a in range(4)]
+          for c in range(2)]
 MAX_CELLS = 1_000_000  # a canvas is at most this many cells (1000 x 1000)
 
 
@@ -36,22 +38,44 @@ class Canvas:
         return self.colours.index(colour) + 1
 
     def line(self, xs: Sequence[float], ys: Sequence[float], colour: str) -> None:
-        """A polyline through the points (in dots), each segment drawn dot by dot."""
+        """A polyline through the points (in dots). Each segment is drawn a dot column at a
+        time: in each column it crosses, the dots from where it enters to where it leaves,
+        set a cell (up to 4 dots) at a time, so a steep segment costs its cells, not its
+        dots, and no line has gaps."""
         ink = self._ink(colour)
-        dots, inks, w, h = self.dots, self.ink, self.width, self.height
-        xmax, ymax = 2 * w - 1, 4 * h - 1
-        bit = _BIT_BY_DOT
-        px, py = None, None
+        w, xmax, ymax = self.width, 2 * self.width - 1, 4 * self.height - 1
+        dots, inks = self.dots, self.ink
+        px = py = 0.0
+        first = True
         for x, y in zip(xs, ys, strict=True):
-            if px is None or py is None:
+            if first:
+                px, py, first = x, y, False
+            left, right = (px, x) if px <= x else (x, px)
+            c0, c1 = round(left), round(right)
+            if c1 < 0 or c0 > xmax:
                 px, py = x, y
-            steps = int(max(abs(x - px), abs(y - py))) + 1
-            dx, dy = (x - px) / steps, (y - py) / steps
-            for i in range(1, steps + 1) if (px, py) != (x, y) else (0,):
-                ix, iy = round(px + dx * i), round(py + dy * i)
-                if 0 <= ix <= xmax and 0 <= iy <= ymax:
-                    cell = (iy >> 2) * w + (ix >> 1)
-                    dots[cell] |= bit[((iy & 3) << 1) | (ix & 1)]
+                continue
+            slope = (y - py) / (x - px) if c0 != c1 else 0.0
+            for c in range(max(c0, 0), min(c1, xmax) + 1):
+                if c0 == c1:
+                    ya, yb = py, y
+                else:
+                    ya = py + slope * ((c - 0.5 if c - 0.5 > left else left) - px)
+                    yb = py + slope * ((c + 0.5 if c + 0.5 < right else right) - px)
+                top, bottom = (round(ya), round(yb)) if ya <= yb else (round(yb), round(ya))
+                if bottom < 0 or top > ymax:
+                    continue
+                top, bottom = max(top, 0), min(bottom, ymax)
+                masks, cx = _MASKS[c & 1], c >> 1
+                r0, r1 = top >> 2, bottom >> 2
+                if r0 == r1:
+                    cell = r0 * w + cx
+                    dots[cell] |= masks[top & 3][bottom & 3]
+                    inks[cell] = ink
+                    continue
+                for r in range(r0, r1 + 1):
+                    cell = r * w + cx
+                    dots[cell] |= masks[top & 3 if r == r0 else 0][bottom & 3 if r == r1 else 3]
                     inks[cell] = ink
             px, py = x, y
 

@@ -6,8 +6,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from rich.segment import Segment
+from rich.style import Style
 from rich.text import Text
 from textual.geometry import Size
+from textual.strip import Strip
 from textual.widget import Widget
 
 from dettui.widgets.plot import Drawn, message
@@ -26,6 +29,7 @@ class Figure(Widget):
         super().__init__(id=id)
         self.layout_fn: Layout = lambda w, h: message(w, h, "")
         self._drawn: tuple[Size, Drawn] | None = None
+        self._strips: tuple[Drawn, dict[int, Strip]] | None = None
         self.draws = 0  # layouts computed, for the tests
 
     def show(self, layout: Layout) -> None:
@@ -49,5 +53,30 @@ class Figure(Widget):
     def notes(self) -> list[str]:
         return self.drawn().notes
 
-    def render(self) -> Text:
-        return Text("\n", end="").join(self.drawn().rows)
+    def render_line(self, y: int) -> Strip:
+        """One row of the chart, as segments of its spans (no Rich layout of a whole Text:
+        a 200x50 chart of 100 curves is thousands of spans)."""
+        drawn = self.drawn()
+        width = self.content_size.width
+        if self._strips is None or self._strips[0] is not drawn:
+            self._strips = (drawn, {})
+        cache = self._strips[1]
+        if y not in cache:
+            row = drawn.rows[y] if y < len(drawn.rows) else Text()
+            cache[y] = Strip(_segments(row)).crop_extend(0, width, self.rich_style)
+        return cache[y]
+
+
+def _segments(text: Text) -> list[Segment]:
+    """A one-line Text's segments: its plain text cut at its (non-overlapping) spans."""
+    plain, base = text.plain, text.style if isinstance(text.style, Style) else Style()
+    out, at = [], 0
+    for span in sorted(text.spans, key=lambda s: s.start):
+        if span.start > at:
+            out.append(Segment(plain[at:span.start], base))
+        style = span.style if isinstance(span.style, Style) else Style.parse(span.style)
+        out.append(Segment(plain[span.start:span.end], base + style))
+        at = max(at, span.end)
+    if at < len(plain):
+        out.append(Segment(plain[at:], base))
+    return out
