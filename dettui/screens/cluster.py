@@ -1,11 +1,13 @@
 """The cluster: agents and pools, slots and their allocations, and each machine's telemetry —
 per GPU utilisation, memory, temperature and power with history sparklines (NVML), or CPU and
-memory per agent and per allocation (psutil) with a clear note when there is no NVIDIA GPU."""
+memory per agent (psutil) with a clear note when there is no NVIDIA GPU — and under each agent
+its running trials: CPU % and RSS with sparklines, GPU utilisation and memory with NVML."""
 
 from __future__ import annotations
 
 from typing import Any, ClassVar
 
+from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
@@ -15,7 +17,7 @@ from textual.widgets import Header
 from dettui.screens.base import ApiScreen, Row
 from dettui.widgets.keybar import KeyBar
 from dettui.widgets.rowtable import Column, RowTable
-from dettui.widgets.safe import Plain
+from dettui.widgets.safe import Plain, plain
 
 COLUMNS = [  # priority: the narrower the screen, the sooner the higher numbers go
     Column("id", "Agent", width=16),
@@ -30,6 +32,7 @@ COLUMNS = [  # priority: the narrower the screen, the sooner the higher numbers 
     Column("allocations", "Allocations", priority=1),
 ]
 GIB = 1024**3
+AGENT_ROWS = 12  # lines of the agents table at most
 
 
 def _gib(used: Any, total: Any) -> str:
@@ -60,6 +63,50 @@ def spark(values: list[Any], top: float = 100.0) -> str:
 
 def _spark(values: list[Any]) -> Plain:
     return Plain(spark(values), classes="spark")
+
+
+def _bytes(value: Any) -> str:
+    if not isinstance(value, int | float):
+        return "?"
+    return f"{value / GIB:.1f} GiB" if value >= GIB else f"{value / 2**20:.0f} MiB"
+
+
+HISTORY_SHOWN = 60  # samples of a trial's history drawn (the master keeps a minute)
+
+
+def _history(values: Any) -> list[float]:
+    if not isinstance(values, list):
+        return []
+    return [float(v) for v in values[-HISTORY_SHOWN:] if isinstance(v, int | float)]
+
+
+def _trial_spark(label: str, values: list[float], top: float, peak: str) -> Text:
+    """A labelled sparkline scaled to its peak (a trial's CPU to at least one core), so a
+    trial's own changes show; the peak is said after it (a minute of samples and all this
+    fit 80 columns)."""
+    text = Text(f"{label:<4}", end="")
+    text.append(spark(values, top) if values else "(no samples yet)", style="green")
+    text.append(f" max {peak}" if values else "")
+    return text
+
+
+def trial_texts(trials: list[dict[str, Any]]) -> list[Text]:
+    """An agent's running trials (its `trialResources`): a line of the latest readings, then
+    CPU % and RSS sparklines; GPU utilisation and memory where NVML gave them."""
+    texts = []
+    for t in trials:
+        line = (f"Trial {t.get('trialId')} · experiment {t.get('experimentId')} · "
+                f"CPU {_num(t.get('cpuPercent'))}% · RSS {_bytes(t.get('rssBytes'))}")
+        if t.get("gpuUtil") is not None or t.get("gpuMemoryBytes") is not None:
+            line += f" · GPU {_num(t.get('gpuUtil'))}%, {_bytes(t.get('gpuMemoryBytes'))}"
+        texts.append(plain(line))
+        history = t.get("history") if isinstance(t.get("history"), dict) else {}
+        cpu = _history(history.get("cpuPercent"))
+        rss = _history(history.get("rssBytes"))
+        texts.append(_trial_spark("CPU", cpu, max([100.0, *cpu]),
+                                  f"{max(cpu, default=0):.0f}%"))
+        texts.append(_trial_spark("RSS", rss, max([1.0, *rss]), _bytes(max(rss, default=0))))
+    return texts
 
 
 def agent_rows(agents: list[dict[str, Any]]) -> list[Row]:
@@ -130,6 +177,9 @@ class ClusterScreen(ApiScreen):
         self.show("#title", f"Cluster — pools: {text}")
 
     def on_feed(self, topic: str) -> None:
+        # the table as tall as its agents (a header and a spare line), at most AGENT_ROWS: at
+        # 80x24 the selected agent's running trials then show below it
+        self.table.styles.height = min(AGENT_ROWS, self.table.total_count + 2)
         self.show_detail()
 
     def reconnected(self) -> None:
@@ -175,10 +225,16 @@ class ClusterScreen(ApiScreen):
         widgets.append(Plain(f"Memory {_gib(tel.get('memUsed'), tel.get('memTotal'))}",
                               classes="metric"))
         widgets.append(_spark(history.get("mem") or []))
-        for alloc_id, usage in sorted((tel.get("allocations") or {}).items()):
-            widgets.append(Plain(
-                f"allocation {alloc_id}: CPU {usage.get('cpuPercent', 0):.0f}%, "
-                f"RSS {usage.get('rss', 0) / 2**20:.0f} MiB", classes="metric"))
+        if "trialResources" in agent:
+            trials = agent.get("trialResources") or []
+            widgets.append(Plain(f"Running trials: {len(trials)}" if trials
+                                 else "Running trials: none", classes="section"))
+            widgets.extend(Plain(t, classes="metric") for t in trial_texts(trials))
+        else:  # a master from before per-trial resources: its allocations' latest only
+            for alloc_id, usage in sorted((tel.get("allocations") or {}).items()):
+                widgets.append(Plain(
+                    f"allocation {alloc_id}: CPU {usage.get('cpuPercent', 0):.0f}%, "
+                    f"RSS {usage.get('rss', 0) / 2**20:.0f} MiB", classes="metric"))
         self.show("#detail-title",
             f"{agent['id']}: {row['used']}/{row['slots']} slots in use")
         with self.app.batch_update():

@@ -156,3 +156,24 @@ class FixedDashboard(Dashboard):
     async def connect(self) -> Any:
         self.sub_title = "fixed data"
         return self.client_type(self.agents)
+
+
+def trial_resources(trial_id: int, exp_id: int, cpu: list[float], rss_mib: list[int],
+                    gpu: tuple[float, int] | None = None) -> dict[str, Any]:
+    """One trial's part on an agent as GET /api/v1/agents shows it (`trialResources`)."""
+    return {"trialId": trial_id, "experimentId": exp_id,
+            "allocationId": f"{exp_id}.0b5e2c1a-3f4d-4e6f-8a9b-{trial_id:012d}.1",
+            "cpuPercent": cpu[-1], "rssBytes": rss_mib[-1] * 2**20,
+            "gpuUtil": gpu[0] if gpu else None,
+            "gpuMemoryBytes": gpu[1] if gpu else None,
+            "history": {"cpuPercent": cpu, "rssBytes": [m * 2**20 for m in rss_mib]},
+            "sampledAt": T}
+
+
+RESOURCE_AGENT = {**AGENT, "trialResources": [
+    trial_resources(1, 1, [20.0, 60.0, 97.0, 180.0, 195.0, 97.0] * 10,
+                    [100, 180, 250, 300, 300, 310] * 10),
+    trial_resources(4, 1, [5.0, 8.0, 12.0], [40, 41, 41])]}
+RESOURCE_GPU_AGENT = {**GPU_AGENT, "trialResources": [
+    trial_resources(7, 2, [100.0, 104.0, 105.0], [5000, 5100, 5120], (93.0, 31 * 2**30))]}
+

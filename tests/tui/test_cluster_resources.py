@@ -1,0 +1,87 @@
+"""The cluster screen's running trials under their agent (issue 33, item 4): per trial its
+CPU % and RSS with sparklines, GPU utilisation and memory where NVML gave them, beside the
+agent-wide readings. Fixed data at the API boundary (`trialResources` of GET /api/v1/agents,
+as the master serves them); pilot tests and snapshots at 80x24 and 200x50."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from dettui.screens.cluster import BLOCKS, trial_texts
+from tests.poll import until_async
+from tests.tui.fixed import (
+    AGENT,
+    RESOURCE_AGENT,
+    RESOURCE_GPU_AGENT,
+    FixedDashboard,
+    trial_resources,
+)
+from tests.tui.test_snapshots import SIZES, keys
+
+
+def _detail(app: Any) -> str:
+    return "\n".join(str(w.render()) for w in app.screen.query("#detail Static"))
+
+
+@pytest.mark.parametrize("size", SIZES)
+async def test_an_agents_running_trials_with_their_sparklines(size: str) -> None:
+    app = FixedDashboard([RESOURCE_AGENT, RESOURCE_GPU_AGENT])
+    async with app.run_test(size=SIZES[size]) as pilot:
+        await pilot.press("3")
+        text = await until_async(lambda: _detail(app), "the agent's running trials",
+                                 done=lambda t: "Trial 4" in t)
+        assert "Running trials: 2" in text
+        assert "Trial 1 · experiment 1 · CPU 97% · RSS 310 MiB" in text
+        assert "Trial 4 · experiment 1 · CPU 12% · RSS 41 MiB" in text
+        assert "GPU" not in text.split("Running trials")[1]  # no NVML on this agent
+        lines = text.splitlines()
+        cpu = [line for line in lines if line.startswith("CPU ") and "max" in line]
+        rss = [line for line in lines if line.startswith("RSS ")]
+        assert len(cpu) == len(rss) == 2
+        assert "max 195%" in cpu[0] and "max 310 MiB" in rss[0]
+        assert sum(ch in BLOCKS for ch in cpu[0]) >= 60  # the minute of history drawn
+        # the agent-wide readings stay
+        assert "CPU 48%" in text and "Memory 3.0/8.0 GiB" in text
+        await pilot.press("down")  # the GPU agent: its trial's GPU use
+        text = await until_async(lambda: _detail(app), "the GPU agent's trial",
+                                 done=lambda t: "Trial 7" in t)
+        assert "Trial 7 · experiment 2 · CPU 105% · RSS 5.0 GiB · GPU 93%, 31.0 GiB" in text
+        assert "GPU 0 (NVIDIA A100-SXM4-40GB): 93% util" in text
+
+
+async def test_an_agent_without_trials_says_so_and_an_older_master_keeps_its_lines() -> None:
+    idle = {**AGENT, "id": "idle", "trialResources": []}
+    app = FixedDashboard([idle, {**AGENT, "id": "older"}])
+    async with app.run_test(size=SIZES["80x24"]) as pilot:
+        await pilot.press("3")
+        text = await until_async(lambda: _detail(app), "the idle agent",
+                                 done=lambda t: "Running trials" in t)
+        assert "Running trials: none" in text
+        await pilot.press("down")
+        text = await until_async(lambda: _detail(app), "the older master's agent",
+                                 done=lambda t: "allocation 1.abc.1" in t)
+        assert "CPU 97%, RSS 300 MiB" in text and "Running trials" not in text
+
+
+def test_trial_lines_take_what_the_master_may_leave_out() -> None:
+    """A trial with one sample, and one whose fields are missing or odd, still draw."""
+    one = trial_resources(9, 3, [0.0], [1])
+    odd = {"trialId": 10, "experimentId": 3, "history": "nonsense", "gpuUtil": 50.0}
+    texts = [t.plain for t in trial_texts([one, odd])]
+    assert texts[0] == "Trial 9 · experiment 3 · CPU 0% · RSS 1 MiB"
+    assert texts[3] == "Trial 10 · experiment 3 · CPU ?% · RSS ? · GPU 50%, ?"
+    assert "(no samples yet)" in texts[4] and "(no samples yet)" in texts[5]
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_cluster_with_running_trials(snap_compare: Any, size: str) -> None:
+    assert snap_compare(FixedDashboard([RESOURCE_AGENT, RESOURCE_GPU_AGENT]),
+                        terminal_size=SIZES[size], run_before=keys("3"))
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_cluster_with_a_gpu_trial(snap_compare: Any, size: str) -> None:
+    assert snap_compare(FixedDashboard([RESOURCE_GPU_AGENT]),
+                        terminal_size=SIZES[size], run_before=keys("3"))
