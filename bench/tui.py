@@ -20,6 +20,16 @@ What is measured (wall clock, `time.perf_counter`):
     the stream's diff carries the full new order: RowTable `apply(upsert=..., order=[all
     10,000 keys])`; DataTable `update_cell` for the changed cells, then `sort` by Priority, #.
 - memory: the process's RSS after loading (psutil), and its growth over the empty app.
+
+The compare chart (`--case chart`): 100 trials x 10,000 points each (a seeded random walk
+per trial), headless at 200x50, each drawer in a fresh process:
+- dettui: each series downsampled as the master does for the compare screen's read
+  (`dettui.series.downsample` to twice the terminal's width, 400 points; timed on its own:
+  the master's work, once per read), then the compare screen's chart widget
+  (`widgets.overlay.Figure` with `plot.overlay`) from handing it the 100 curves to the end of
+  the first frame that shows them (the same frame hook as the table's).
+- naive: textual-plotext's PlotextPlot (the experiment screen's chart) given every raw point
+  of the 100 trials (plotext's braille lines), to the end of its first frame.
 """
 
 from __future__ import annotations
@@ -27,6 +37,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -180,6 +191,108 @@ async def time_updates(pilot: Any, table: Table, frames: Frames, jobs: int, chan
             "work": statistics.median(work)}
 
 
+def walk(seed: int, points: int) -> list[float]:
+    """A loss-like series: a decaying random walk, above zero."""
+    import random
+
+    rng, value, out = random.Random(seed), 1.0, []
+    for _ in range(points):
+        value = value * 0.9995 + rng.gauss(0, 0.01)
+        out.append(abs(value) + 0.01)
+    return out
+
+
+CHART_SIZE = (200, 50)
+
+
+async def chart_one(kind: str, trials: int, points: int) -> dict[str, Any]:
+    """Time one drawer (see the module docstring): downsample (dettui only), then hand the
+    curves over -> end of the first frame that shows them."""
+    from textual.app import App, ComposeResult
+    from textual_plotext import PlotextPlot
+
+    from dettui import series
+    from dettui.screens.compare import MAX_POINTS
+    from dettui.widgets.overlay import Figure
+    from dettui.widgets.plot import Curve, overlay
+    from dettui.widgets.trial_colours import colour, plot_colour
+
+    raw = [walk(i, points) for i in range(trials)]
+    steps = list(range(1, points + 1))
+
+    class Bench(App[None]):
+        def compose(self) -> ComposeResult:
+            yield Figure() if kind == "dettui" else PlotextPlot()
+
+    app = Bench()
+    out: dict[str, Any] = {"trials": trials, "points": points}
+    async with app.run_test(size=CHART_SIZE) as pilot:
+        await pilot.pause()
+        widget = app.query_one(Figure if kind == "dettui" else PlotextPlot)
+        shown: list[float] = []
+        display = app._display
+
+        def timed_display(screen: Any, update: Any) -> None:
+            display(screen, update)
+            if update is not None:
+                update.render_segments(app.console)
+                shown.append(time.perf_counter())
+
+        app._display = timed_display  # type: ignore[method-assign]
+        if kind == "dettui":
+            n = min(MAX_POINTS, 2 * CHART_SIZE[0])  # what the compare screen asks for
+            t0 = time.perf_counter()
+            down = [series.downsample(list(zip(steps, ys, strict=True)), n) for ys in raw]
+            out["downsample"] = time.perf_counter() - t0
+            out["drawn_points"] = sum(len(d) for d in down)
+            curves = [Curve(colour(i), [p[0] for p in d], [p[1] for p in d])
+                      for i, d in enumerate(down)]
+            t0, cpu0 = time.perf_counter(), time.process_time()
+            widget.show(lambda w, h: overlay(curves, w, h))
+        else:
+            out["drawn_points"] = trials * points
+            t0, cpu0 = time.perf_counter(), time.process_time()
+            plt = widget.plt
+            for i, ys in enumerate(raw):
+                plt.plot(steps, ys, marker="braille", color=plot_colour(i))
+            widget.refresh()
+        await pilot.pause()
+        out["cpu"] = time.process_time() - cpu0  # the process's CPU seconds (a busy machine)
+        out["to_screen"] = next(t for t in shown if t >= t0) - t0
+    return out
+
+
+def chart_measure(kind: str, args: argparse.Namespace) -> dict[str, Any]:
+    out = subprocess.run([sys.executable, __file__, "--one", f"chart-{kind}", "--trials",
+                          str(args.trials), "--points", str(args.points)],
+                         capture_output=True, text=True, check=True)
+    return dict(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def chart_report(args: argparse.Namespace) -> None:
+    from rich.console import Console
+    from rich.table import Table as RichTable
+
+    ours, naive = chart_measure("dettui", args), chart_measure("plotext", args)
+    out = RichTable(title=f"compare chart: {args.trials} trials x {args.points:,} points, "
+                          f"{CHART_SIZE[0]}x{CHART_SIZE[1]} headless; to screen = curves "
+                          "handed over -> end of the first frame showing them")
+    for col in ("chart", "points drawn", "downsample (master)", "to screen", "CPU"):
+        out.add_column(col, justify="right")
+    out.add_row("dettui compare (braille, downsampled)", f"{ours['drawn_points']:,}",
+                f"{ours['downsample'] * 1000:.0f} ms", f"{ours['to_screen'] * 1000:.0f} ms",
+                f"{ours['cpu'] * 1000:.0f} ms")
+    out.add_row("plotext, every raw point", f"{naive['drawn_points']:,}", "-",
+                f"{naive['to_screen'] * 1000:.0f} ms", f"{naive['cpu'] * 1000:.0f} ms")
+    out.add_row("ratio (plotext / dettui)", "", "",
+                f"{naive['to_screen'] / max(ours['to_screen'], 1e-9):.1f}x",
+                f"{naive['cpu'] / max(ours['cpu'], 1e-9):.1f}x")
+    Console(width=132).print(out)
+    print(f"load average when done: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+    print("target (100 trials x 10,000 points drawn in under 0.5 s): "
+          f"{'met' if ours['to_screen'] < 0.5 else 'NOT met'}")
+
+
 def measure(kind: str, args: argparse.Namespace) -> dict[str, Any]:
     out = subprocess.run([sys.executable, __file__, "--one", kind, "--jobs", str(args.jobs),
                           "--changes", str(args.changes), "--rounds", str(args.rounds)],
@@ -192,11 +305,27 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=10_000)
     parser.add_argument("--changes", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=10)
-    parser.add_argument("--one", choices=["rowtable", "datatable"])
+    parser.add_argument("--one", choices=["rowtable", "datatable", "chart-dettui",
+                                          "chart-plotext"])
+    parser.add_argument("--case", choices=["table", "chart", "all"], default="all",
+                        help="the queue table, the compare chart, or both (default)")
+    parser.add_argument("--trials", type=int, default=100, help="compare chart: trials")
+    parser.add_argument("--points", type=int, default=10_000, help="compare chart: per trial")
     args = parser.parse_args()
+    if args.one and args.one.startswith("chart-"):
+        print(json.dumps(asyncio.run(chart_one(args.one.removeprefix("chart-"), args.trials,
+                                               args.points))))
+        return
     if args.one:
         print(json.dumps(asyncio.run(run_one(args.one, args.jobs, args.changes, args.rounds))))
         return
+    if args.case in ("table", "all"):
+        table_report(args)
+    if args.case in ("chart", "all"):
+        chart_report(args)
+
+
+def table_report(args: argparse.Namespace) -> None:
     from rich.console import Console
     from rich.table import Table as RichTable
 

@@ -707,18 +707,27 @@ class Client:
                   *_log_filters(ranks, since, until)]
         return self._ndjson(f"/api/v1/trials/{trial_id}/logs", params=params)
 
-
-def _log_filters(ranks: list[int] | None, since: float | None,
-                 until: float | None) -> list[tuple[str, str]]:
-    """The logs route's rank and time filters (RFC 3339 stamps, as Determined's)."""
-    from datetime import UTC, datetime
-
-    params = [("rankIds", str(r)) for r in ranks or []]
-    for name, at in (("timestampAfter", since), ("timestampBefore", until)):
-        if at is not None:
-            stamp = datetime.fromtimestamp(at, UTC).isoformat().replace("+00:00", "Z")
-            params.append((name, stamp))
-    return params
+    async def metric_pages(self, trial_id: int, group: str | None = None, *,
+                           page_size: int = 10_000) -> AsyncIterator[list[dict[str, Any]]]:
+        """The trial's reports (of `group`) by steps, a page at a time, so a history of a
+        million reports is never held whole. Each page goes on from the last one's steps
+        (`afterSteps`: an index walk on the master, not an offset into the whole list); the
+        reports at those steps already read are skipped by a small offset."""
+        path = f"/api/v1/trials/{trial_id}/metrics"
+        steps, read = -1, 0  # the last steps read, and how many reports at them
+        while True:
+            params = {"afterSteps": str(steps - 1 if read else steps)} | (
+                {"group": group} if group else {})
+            items, left = await self.page(path, "metrics", params, offset=read, limit=page_size)
+            page = [m for m in items if isinstance(m, dict)]
+            if not page:
+                return
+            yield page
+            last = int(page[-1]["stepsCompleted"])
+            same = sum(1 for m in page if int(m["stepsCompleted"]) == last)
+            if read + len(items) >= left:  # (the master may give less than `page_size`)
+                return
+            steps, read = last, same + (read if last == steps else 0)
 
     async def metric_times(self, trial_id: int, group: str,
                            anchors: int = 16) -> list[tuple[int, str]]:
@@ -736,3 +745,16 @@ def _log_filters(ranks: list[int] | None, since: float | None,
                 found += items
         return [(int(r["stepsCompleted"]), str(r["reportTime"])) for r in found
                 if isinstance(r, dict) and r.get("reportTime") is not None]
+
+
+def _log_filters(ranks: list[int] | None, since: float | None,
+                 until: float | None) -> list[tuple[str, str]]:
+    """The logs route's rank and time filters (RFC 3339 stamps, as Determined's)."""
+    from datetime import UTC, datetime
+
+    params = [("rankIds", str(r)) for r in ranks or []]
+    for name, at in (("timestampAfter", since), ("timestampBefore", until)):
+        if at is not None:
+            stamp = datetime.fromtimestamp(at, UTC).isoformat().replace("+00:00", "Z")
+            params.append((name, stamp))
+    return params

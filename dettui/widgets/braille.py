@@ -56,7 +56,7 @@ class Canvas:
                 px, py = x, y
                 continue
             slope = (y - py) / (x - px) if c0 != c1 else 0.0
-            for c in range(max(c0, 0), min(c1, xmax) + 1):
+            for c in range(c0 if c0 > 0 else 0, (c1 if c1 < xmax else xmax) + 1):
                 if c0 == c1:
                     ya, yb = py, y
                 else:
@@ -65,7 +65,10 @@ class Canvas:
                 top, bottom = (round(ya), round(yb)) if ya <= yb else (round(yb), round(ya))
                 if bottom < 0 or top > ymax:
                     continue
-                top, bottom = max(top, 0), min(bottom, ymax)
+                if top < 0:
+                    top = 0
+                if bottom > ymax:
+                    bottom = ymax
                 masks, cx = _MASKS[c & 1], c >> 1
                 r0, r1 = top >> 2, bottom >> 2
                 if r0 == r1:
