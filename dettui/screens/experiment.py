@@ -1,5 +1,7 @@
-"""One experiment: its trials live (hparams, state, steps, restarts, best and latest metric),
-a metric chart of the selected trial, and its checkpoints with the GC policy."""
+"""One experiment: its trials live (a column per hyperparameter, the searcher metric's best and
+latest, the other metrics, CPU and memory while running; sortable, filterable with
+`lr>0.01 state:completed`, ⇣ on trials the searcher stopped early), a selection of trials to
+compare, a metric chart of the highlighted trial, and its checkpoints with the GC policy."""
 
 from __future__ import annotations
 
@@ -11,26 +13,18 @@ from textual import events, on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
-from textual.widgets import Header
+from textual.widgets import Header, Input
 from textual_plotext import PlotextPlot
 
 from dettui import byte_size, series
 from dettui.errors import DettuiError
-from dettui.screens.base import ApiScreen, Row, progress_text, state_text
+from dettui.screens.base import ApiScreen, Row, counted, progress_text, state_text
 from dettui.widgets.keybar import KeyBar
-from dettui.widgets.rowtable import Column, RowTable
-from dettui.widgets.safe import Plain
+from dettui.widgets.rowtable import Column, FilterError, RowTable
+from dettui.widgets.safe import Plain, PlainInput
 from dettui.widgets.ticks import axis
+from dettui.widgets.trial_table import SELECTED, STOPPED, TrialTable, ranked
 
-TRIAL_COLUMNS = [  # priority: the narrower the screen, the sooner the higher numbers go
-    Column("id", "Trial", width=6, align="right"),
-    Column("state", "State", width=10),
-    Column("steps", "Steps", width=7, align="right"),
-    Column("restarts", "Restarts", width=8, align="right", priority=3),
-    Column("best", "Best", width=10, align="right"),
-    Column("latest", "Latest", width=10, align="right", priority=2),
-    Column("hparams", "Hyperparameters", priority=1),
-]
 CHART_FRAME = 4  # rows of the chart that are not the plot's: its borders, x labels, x title
 CKPT_ROWS = 200  # checkpoints listed (the newest); the header says how many there are
 CHART_MIN_POINTS = 20  # points per metric a chart reads at least (else its width)
@@ -51,34 +45,40 @@ def _fmt(value: Any) -> str:
     return f"{value:.5g}" if isinstance(value, int | float) else ""
 
 
-def trial_rows(trials: list[dict[str, Any]], metric: str) -> list[Row]:
-    return [(str(t["id"]), {
-        "id": int(t["id"]), "state": state_text(t.get("state")),
-        "steps": t.get("totalBatchesProcessed", 0), "restarts": t.get("restarts", 0),
-        "best": _fmt(_value(t.get("bestValidation"), metric)),
-        "latest": _fmt(_value(t.get("latestValidation"), metric)),
-        "hparams": ", ".join(f"{k}={_fmt(v) or v}" for k, v in (t.get("hparams") or {}).items()),
-    }) for t in trials]
+MAX_SELECTED = 100  # trials selected for compare at most
+TOP_DEFAULT, COMPARE_DEFAULT = 5, 10  # `T` offers the top 5; `C` with none selected: top 10
+FILTER_HINT = ("filter: text, column:text or a comparison, all must hold (lr>0.01 "
+               "state:completed loss<=0.5); Enter applies, Escape clears")
 
 
 class ExperimentScreen(ApiScreen):
     TABLE = "#trials"
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("escape", "app.pop_screen", "Back"),
+        Binding("escape", "back", "Back"),
         Binding("l", "logs", "Logs"),
+        Binding("space", "toggle_selected", "Select", tooltip="Select the trial to compare"),
+        Binding("C", "compare", "Compare"),
+        Binding("slash", "filter", "Filter"),
+        Binding("s", "sort_next", "Sort"),
+        Binding("S", "sort_by", "Sort by…"),
+        Binding("r", "sort_reverse", "Reverse"),
+        Binding("T", "top", "Top N…"),
+        Binding("y", "yank", "Copy id"),
         Binding("m", "next_metric", "Metric"),
         Binding("g", "toggle_group", "Train/valid"),
         Binding("p", "control('pause')", "Pause"),
         Binding("a", "control('activate')", "Activate"),
         Binding("c", "control('cancel')", "Cancel…"),
         Binding("x", "control('kill')", "Kill…"),
-        Binding("s", "sort_next", "Sort"),
         Binding("d", "download", "Download"),
     ]
     DEFAULT_CSS = """
     ExperimentScreen #title, ExperimentScreen .section { background: $boost; padding: 0 1;
                                                           text-style: bold; }
     ExperimentScreen #trials { height: 1fr; }
+    ExperimentScreen #filter.-refused { border: tall $error; }
+    ExperimentScreen #legend { height: 1; text-wrap: nowrap; text-overflow: ellipsis;
+                               color: $text-muted; padding: 0 1; }
     ExperimentScreen #lower { height: 1fr; }
     ExperimentScreen #plot { width: 2fr; }
     ExperimentScreen #chart-title { width: 100%; text-align: center; text-wrap: nowrap;
@@ -106,11 +106,16 @@ class ExperimentScreen(ApiScreen):
         self.ckpt_marks: dict[str, tuple[Any, Any]] = {}  # trial -> (count, bytes) of its
         self.ckpt_shown: object = None                   # checkpoints; and as last listed
         self.restarts: dict[str, int] = {}
+        self.trials: dict[str, dict[str, Any]] = {}  # the trials as last read, by key
+        self.columns = TrialTable()
+        self.selected: list[str] = []  # trials selected to compare, in the order picked
 
     def compose(self) -> ComposeResult:
         yield Header()
         yield Plain(f"Experiment {self.exp_id}", id="title")
-        yield RowTable(TRIAL_COLUMNS, id="trials")
+        yield self.filter_box()
+        yield RowTable(self.columns.columns(), id="trials")
+        yield Plain("", id="legend")
         with Horizontal(id="lower"):
             with Vertical(id="plot"):
                 yield Plain("", id="chart-title")  # not plotext's: that one drops a long title
@@ -135,6 +140,7 @@ class ExperimentScreen(ApiScreen):
             return
         searcher = (self.experiment.get("config") or {}).get("searcher") or {}
         self.metric = self.metric or str(searcher.get("metric") or "")
+        self.columns.metric = str(searcher.get("metric") or "")
         self._title()
         self.refresh_checkpoints()
         await self.feed(f"experiment:{self.exp_id}", self.table, self._trial_rows)
@@ -145,7 +151,14 @@ class ExperimentScreen(ApiScreen):
             key = str(t["id"])
             self.ckpt_marks[key] = (t.get("checkpointCount"), t.get("totalCheckpointSize"))
             self.restarts[key] = int(t.get("restarts") or 0)
-        return trial_rows(trials, self.metric)
+            self.trials[key] = t
+        if self.columns.see(trials):
+            self.table.set_columns(self.columns.columns())
+        return [(str(t["id"]), self._row(t)) for t in trials]
+
+    def _row(self, t: dict[str, Any]) -> dict[str, Any]:
+        key = str(t["id"])
+        return self.columns.row(t, self.selected.index(key) if key in self.selected else None)
 
     def _title(self) -> None:
         e = self.experiment
@@ -177,6 +190,7 @@ class ExperimentScreen(ApiScreen):
         self.refresh_header()
 
     def on_feed(self, topic: str) -> None:
+        self._legend()
         if self.table.cursor_key is not None:
             self.refresh_chart()
         if sorted(self.ckpt_marks.items()) != self.ckpt_shown:
@@ -291,6 +305,176 @@ class ExperimentScreen(ApiScreen):
             "state": state_text(c.get("state")),
             "metric": _fmt((c.get("training") or {}).get("searcherMetric"))}) for c in ckpts]
         self.query_one("#checkpoints", RowTable).set_rows(rows)
+
+    # -- the trials table: legend, filter, sort, selection, copy --------------------------
+
+    def _legend(self) -> None:
+        """Under the table: how many trials show, the columns left out for width, and what
+        the marks mean (those on screen)."""
+        t = self.table
+        parts = [counted(t, "trial") + (f", filter {t.filter_text!r}" if t.filter_text else "")]
+        hidden = [c.label for c in t.columns if c.key in set(t.hidden_columns)]
+        if hidden:
+            parts.append(f"{len(hidden)} column{'s' if len(hidden) > 1 else ''} hidden "
+                         "(wider shows them; S sorts by any): " + ", ".join(hidden))
+        if any(t.get("stoppedBySearcher") for t in self.trials.values()):
+            parts.append(f"{STOPPED} stopped early by the searcher")
+        if self.selected:
+            parts.append(f"{SELECTED} {len(self.selected)} selected, C compares")
+        self.show("#legend", " · ".join(parts))
+
+    def view_changed(self) -> None:
+        self._legend()
+        unknown = self.table.filter_unknown
+        if unknown:
+            self.notify(f"no such column: {', '.join(unknown)} searched for as text",
+                        severity="warning", timeout=4)
+
+    @on(RowTable.Arranged, "#trials")
+    def _arranged(self, _: RowTable.Arranged) -> None:
+        self._legend()
+
+    def filter_box(self) -> Input:
+        return PlainInput(placeholder=FILTER_HINT, id="filter")
+
+    @on(RowTable.FilterRefused, "#trials")
+    def _refused(self, event: RowTable.FilterRefused) -> None:
+        """The filter box stays open, marked, with the text to correct (the table's
+        notification says why)."""
+        box = self.query_one("#filter", Input)
+        box.add_class("shown", "-refused")
+        box.tooltip = event.error
+        self.set_focus(box)
+
+    @on(Input.Changed, "#filter")
+    def _typed(self, _: Input.Changed) -> None:
+        box = self.query_one("#filter", Input)
+        box.remove_class("-refused")
+        box.tooltip = None
+
+    def action_back(self) -> None:
+        """Escape: clears the filter first (as on the lists), then goes back."""
+        box = self.query_one("#filter", Input)
+        if box.has_focus or box.has_class("shown") or self.table.filter_text:
+            self.action_clear_filter()
+        else:
+            self.app.pop_screen()
+
+    @work(group="dialog")
+    async def action_sort_by(self) -> None:
+        """Sort by a column named (as the filter names them: `lr`, `optimizer.lr`, `best`);
+        `-name` sorts descending."""
+        t = self.table
+        current = t.sort_column or ""
+        label = t.columns[[c.key for c in t.columns].index(current)].label if current else ""
+        answer = await self.ask("Sort by which column? A title or the end of one (lr, best, "
+                                "steps); -lr sorts descending; empty: as the master lists them",
+                                ("-" if t.sort_reverse else "") + label)
+        if answer is None:
+            return
+        name = answer.strip()
+        reverse = name.startswith("-")
+        name = name.removeprefix("-").strip()
+        try:
+            index = t.column_named(name) if name else None
+        except FilterError as exc:
+            self.notify(str(exc), title="cannot sort", severity="error")
+            return
+        if name and index is None:
+            known = ", ".join(c.label for c in t.columns if c.key != "sel")
+            self.notify(f"no column '{name}' (columns: {known})", title="cannot sort",
+                        severity="error")
+            return
+        t.sort_by(t.columns[index].key if index is not None else None, reverse)
+        self.view_changed()
+
+    @property
+    def smaller_is_better(self) -> bool:
+        searcher = (self.experiment.get("config") or {}).get("searcher") or {}
+        return searcher.get("smaller_is_better", True) is not False
+
+    def _select(self, keys: list[str]) -> None:
+        """Make `keys` the selection (in this order: trial i gets colour i) and repaint the
+        rows whose marker changed."""
+        before = {k: i for i, k in enumerate(self.selected)}
+        self.selected = list(dict.fromkeys(keys))[:MAX_SELECTED]
+        after = {k: i for i, k in enumerate(self.selected)}
+        changed = [k for k in {**before, **after} if before.get(k) != after.get(k)]
+        self.table.apply(upsert=[(k, self._row(self.trials[k])) for k in changed
+                                 if k in self.trials])
+        self._legend()
+
+    def action_toggle_selected(self) -> None:
+        key = self.table.cursor_key
+        if key is None:
+            self.notify("no trial highlighted", severity="warning")
+            return
+        if key in self.selected:
+            self._select([k for k in self.selected if k != key])
+        elif len(self.selected) >= MAX_SELECTED:
+            self.notify(f"at most {MAX_SELECTED} trials are compared at once",
+                        severity="warning")
+        else:
+            self._select([*self.selected, key])
+
+    def _ranked(self) -> list[str]:
+        return ranked(self.trials.values(), self.columns.metric, self.smaller_is_better)
+
+    @work(group="dialog")
+    async def action_top(self) -> None:
+        """Select the best N trials by the searcher's metric (their best validation)."""
+        metric, better = self.columns.metric, "smaller" if self.smaller_is_better else "larger"
+        answer = await self.ask(f"Select the top N trials by {metric} ({better} is better); "
+                                "N:", str(TOP_DEFAULT))
+        if answer is None:
+            return
+        try:
+            n = int(answer.strip())
+        except ValueError:
+            n = 0
+        if not 1 <= n <= MAX_SELECTED:
+            self.notify(f"N: a whole number from 1 to {MAX_SELECTED}, not {answer!r}",
+                        severity="error")
+            return
+        top = self._ranked()[:n]
+        if not top:
+            self.notify(f"no trial has a validation {metric} yet", severity="warning")
+            return
+        self._select(top)
+        self.notify(f"top {len(top)} by {metric}: trials {', '.join(top)}", timeout=4)
+
+    def action_compare(self) -> None:
+        """The selected trials' curves on one chart; with none selected, the top 10 by the
+        searcher's metric (selected then, so the rows' markers match the curves)."""
+        if not self.selected:
+            top = self._ranked()[:COMPARE_DEFAULT]
+            if not top:
+                self.notify(f"select trials (space, T) to compare: no trial has a validation "
+                            f"{self.columns.metric} yet", severity="warning")
+                return
+            self._select(top)
+        try:
+            from dettui.screens.compare import CompareScreen
+        except ModuleNotFoundError as exc:
+            self.notify(f"the compare screen is not installed ({exc})", severity="error")
+            return
+        self.app.push_screen(CompareScreen(
+            self.exp_id, [int(k) for k in self.selected], metric=self.charted or self.metric,
+            group=self.group, smaller_is_better=self.smaller_is_better))
+
+    def action_yank(self) -> None:
+        """Copy the highlighted trial's id, or the checkpoint's UUID when the checkpoints
+        have the focus, to the clipboard (OSC 52: works over SSH and in tmux)."""
+        ckpts = self.query_one("#checkpoints", RowTable)
+        if ckpts.has_focus:
+            text, what = ckpts.cursor_key, "checkpoint UUID"
+        else:
+            text, what = self.table.cursor_key, "trial id"
+        if text is None:
+            self.notify(f"no {what.split()[0]} highlighted", severity="warning")
+            return
+        self.app.copy_to_clipboard(text)
+        self.notify(f"{what} {text}", title="copied to the clipboard", timeout=4)
 
     def action_next_metric(self) -> None:
         if not self.names:

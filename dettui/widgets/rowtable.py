@@ -4,13 +4,16 @@ Rows are dicts under string keys. The view (rows left by the filter, in sort ord
 incrementally: `apply()` re-checks only the rows it is given. A row whose filter match and sort
 value are unchanged stays where it is. A row that moves is taken out and put back by binary
 search, which costs one C-speed pass over the key list for the removal. Only `order=`,
-`sort_by()` and a filter that widens rebuild the whole view. Lines come from Textual's
+`sort_by()`, `set_columns()` (new hyperparameters, say: every row's texts are made again, once)
+and a filter that widens rebuild the whole view. Lines come from Textual's
 line API (`render_line`) on demand and are cached per row key and width, so 10,000 rows paint
 as fast as 50.
 """
 
 from __future__ import annotations
 
+import operator
+import re
 from bisect import insort
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import suppress
@@ -31,13 +34,24 @@ from textual.strip import Strip
 from dettui.widgets.cells import Descending, cell_text, default_sort_key, fit, styled_pair
 from dettui.widgets.columns import GAP, Column, arrange
 
-__all__ = ["Column", "RowTable", "cell_text", "default_sort_key"]
+__all__ = ["Column", "FilterError", "RowTable", "cell_text", "default_sort_key"]
 
 MIN_WIDTH = 3  # a fitted column is at least this wide
 MAX_FIT = 40  # ... and never grows past this many cells
 CACHE_LINES = 512  # rendered row strips kept (a few screens' worth)
 RESORT_AT = 1_000  # a diff moving more rows than this sorts the view again instead
 _EVEN, _ODD, _CURSOR = 0, 1, 2
+# `lr>0.01`, `loss<=0.5`, `steps=100`, `restarts!=0`: a column, a comparison, a number
+_COMPARE = re.compile(r"([^<>=!:\s]+)(<=|>=|!=|<|>|=)(.*)")
+_OPS: dict[str, Callable[[float, float], bool]] = {
+    "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,
+    "=": operator.eq, "!=": operator.ne}
+Compare = tuple[int, Callable[[float, float], bool], float]  # column index, op, number
+
+
+class FilterError(ValueError):
+    """A filter that cannot be applied as typed: a comparison on an unknown column or with
+    something that is not a number (`lr>abc`). The table keeps the filter it had."""
 
 
 class RowTable(ScrollView, can_focus=True):
@@ -69,6 +83,33 @@ class RowTable(ScrollView, can_focus=True):
             super().__init__()
             self.table = table
             self.key = key
+
+        @property
+        def control(self) -> RowTable:
+            return self.table
+
+    class FilterRefused(Message):
+        """`set_filter` was given a filter it cannot apply (`error` says why); the table
+        keeps the filter it had."""
+
+        def __init__(self, table: RowTable, text: str, error: str) -> None:
+            super().__init__()
+            self.table = table
+            self.text = text
+            self.error = error
+
+        @property
+        def control(self) -> RowTable:
+            return self.table
+
+    class Arranged(Message):
+        """The columns on screen changed (a resize, new columns): `hidden` are those left
+        out for lack of width."""
+
+        def __init__(self, table: RowTable, hidden: list[str]) -> None:
+            super().__init__()
+            self.table = table
+            self.hidden = hidden
 
         @property
         def control(self) -> RowTable:
@@ -106,6 +147,9 @@ class RowTable(ScrollView, can_focus=True):
         self._filter = ""  # as given, casefolded
         self._needle = ""  # the plain-text part of the filter
         self._terms: list[tuple[int, str]] = []  # (column index, text) of `column:text` parts
+        self._compares: list[Compare] = []  # `column>number` parts
+        self._unknown: list[str] = []  # `name:text` words whose name is no column's
+        self._arranged: tuple[str, ...] | None = None  # the hidden columns last told
         self._sort_column: str | None = None
         self._sort_reverse = False
         self._cursor_key: str | None = None
@@ -169,6 +213,32 @@ class RowTable(ScrollView, can_focus=True):
                 self._seq[key] = self._next_seq
                 self._next_seq += 1
             self._store(key, row)
+        self._rebuild()
+        self._changed(structure=True, lines=(), grew=True)
+
+    def set_columns(self, columns: Sequence[Column]) -> None:
+        """Show these columns from now on (rows keep their data; each row's texts are made
+        again, once). The sort stays if its column does; the filter is read again (and
+        dropped if a column it names went)."""
+        columns = tuple(columns)
+        if columns == self.columns:
+            return
+        by_key = {c.key: c for c in columns}
+        if len(by_key) != len(columns):
+            raise ValueError("column keys must be unique")
+        self.columns, self._column = columns, by_key
+        if self._sort_column not in by_key:
+            self._sort_column, self._sort_reverse = None, False
+            self._sort_values.clear()
+        self._widths = self._header_widths()
+        self._haystacks.clear()
+        for key, row in self._rows.items():
+            self._store(key, row)
+        try:
+            self._terms, self._compares, self._needle, self._unknown = \
+                self._parse_filter(self._filter)
+        except FilterError:
+            self._filter, self._needle, self._terms, self._compares = "", "", [], []
         self._rebuild()
         self._changed(structure=True, lines=(), grew=True)
 
@@ -266,36 +336,114 @@ class RowTable(ScrollView, can_focus=True):
         self._changed(structure=True, lines=(), grew=False)
 
     def set_filter(self, text: str) -> None:
-        """Show only matching rows, case-insensitively; "" shows all. A `column:text` word
-        (column by key or title, e.g. `pool:gpu state:queued user:alice`) must be in that
-        column's cell; the rest of the text must be in some cell of the row."""
+        """Show only matching rows, case-insensitively; "" shows all. Every word must hold:
+        `column:text` (column by key or title, e.g. `pool:gpu state:queued user:alice`) is
+        in that column's cell; `column>number` (also <, <=, >=, =, !=; e.g. `lr>0.01
+        loss<=1e-3`) compares the cell's value as a number (a cell that is no number does
+        not match); the rest of the text must be in some cell of the row. A column may be
+        named by the last part of a dotted title (`lr` for `optimizer.lr`) when only one has
+        it. A comparison of a column with no number, or of a number with no column, is
+        refused: the table keeps its filter, says why (`FilterRefused`, and a notification)
+        and raises nothing. (A word such as `a=b` that is neither is text to find.)"""
         wanted = " ".join(text.split()).casefold()
         if wanted == self._filter:
             return
-        terms, plain = self._parse_filter(wanted)
-        narrower = (bool(self._filter) and not terms and not self._terms
-                    and self._needle in plain)
+        try:
+            terms, compares, plain, unknown = self._parse_filter(wanted)
+        except FilterError as exc:
+            self.post_message(self.FilterRefused(self, text, str(exc)))
+            self.notify(str(exc), title="filter not applied", severity="error")
+            return
+        narrower = (bool(self._filter) and not terms and not self._terms and not compares
+                    and not self._compares and self._needle in plain)
         self._filter, self._needle, self._terms = wanted, plain, terms
+        self._compares, self._unknown = compares, unknown
         if narrower:  # every row that matches now matched before: filter the view, keep order
             self._view = [k for k in self._view if self._matches(k)]
         else:
             self._rebuild()
         self._changed(structure=True, lines=(), grew=False)
 
-    def _parse_filter(self, text: str) -> tuple[list[tuple[int, str]], str]:
-        names: dict[str, int] = {}
+    @property
+    def filter_unknown(self) -> list[str]:
+        """Words of the filter shaped `name:text` or `name=text` whose name is no column's
+        (searched for as text in every cell)."""
+        return list(self._unknown)
+
+    def column_named(self, name: str) -> int | None:
+        """The index of the column `name` names (key or title, any case, or the last part
+        of one dotted key or title: `lr` for `optimizer.lr`); None if none does. FilterError
+        if several columns end so."""
+        name = name.casefold()
         for i, c in enumerate(self.columns):
-            names.setdefault(c.label.casefold(), i)
+            if c.key.casefold() == name:
+                return i
         for i, c in enumerate(self.columns):
-            names[c.key.casefold()] = i
-        terms, rest = [], []
-        for word in text.split(" "):
+            if c.label.casefold() == name:
+                return i
+        ends = [i for i, c in enumerate(self.columns)
+                if name in (c.label.casefold().rpartition(".")[2],
+                            c.key.casefold().rpartition(".")[2])]
+        if len(ends) > 1:
+            raise FilterError(f"'{name}' is the end of several columns: "
+                              + ", ".join(self.columns[i].label for i in ends))
+        return ends[0] if ends else None
+
+    def _parse_filter(self, text: str) -> tuple[list[tuple[int, str]], list[Compare], str,
+                                                  list[str]]:
+        terms: list[tuple[int, str]] = []
+        compares: list[Compare] = []
+        rest: list[str] = []
+        unknown: list[str] = []
+        for word in text.split(" ") if text else ():
             name, colon, value = word.partition(":")
-            if colon and value and name in names:
-                terms.append((names[name], value))
+            found = _COMPARE.fullmatch(word) if not colon else None
+            if found is not None and self._comparison(*found.groups()):
+                compares.append(self._compare(word, *found.groups()))
+            elif colon and value and name and (i := self.column_named(name)) is not None:
+                terms.append((i, value))
             else:
+                if (colon and value and name) or found is not None:
+                    unknown.append(word)
                 rest.append(word)
-        return terms, " ".join(rest).strip()
+        return terms, compares, " ".join(rest).strip(), unknown
+
+    def _comparison(self, name: str, op: str, value: str) -> bool:
+        """Whether `name op value` is meant as a comparison: it names a column, or compares
+        with a number (else, as `a=b` in a URL, it is text to find)."""
+        if self.column_named(name) is not None:
+            return True
+        try:
+            float(value)
+        except ValueError:
+            return False
+        return True
+
+    def _compare(self, word: str, name: str, op: str, value: str) -> Compare:
+        i = self.column_named(name)
+        if i is None:
+            known = ", ".join(c.label for c in self.columns if c.label.strip())
+            raise FilterError(f"'{word}': no column '{name}' (columns: {known})")
+        try:
+            number = float(value)
+        except ValueError:
+            raise FilterError(f"'{word}': '{value}' is not a number") from None
+        if number != number:
+            raise FilterError(f"'{word}': '{value}' is not a number")
+        return i, _OPS[op], number
+
+    def _number(self, key: str, index: int) -> float | None:
+        """The cell's value as a number: the row's number itself (not its shown text), or
+        its text read as one; None when it is neither."""
+        value = self._rows[key].get(self.columns[index].key)
+        if styled_pair(value):
+            value = value[0]
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+        try:
+            return float(self._texts[key][index])
+        except ValueError:
+            return None
 
     def _sort_fn(self) -> Callable[[Any], Any]:
         assert self._sort_column is not None
@@ -307,6 +455,10 @@ class RowTable(ScrollView, can_focus=True):
         if self._terms:
             texts = self._texts[key]
             if not all(value in texts[i].casefold() for i, value in self._terms):
+                return False
+        for i, op, number in self._compares:
+            value = self._number(key, i)
+            if value is None or not op(value, number):
                 return False
         if not self._needle:
             return True
@@ -337,6 +489,15 @@ class RowTable(ScrollView, can_focus=True):
         """Share the width among the columns (see `columns.arrange`)."""
         room = self.scrollable_content_region.width if self.is_mounted else 0
         self._shown = arrange(self.columns, self._widths, room or None)
+        hidden = tuple(self.hidden_columns)
+        if room and hidden != self._arranged:
+            self._arranged = hidden
+            self.post_message(self.Arranged(self, list(hidden)))
+
+    @property
+    def hidden_columns(self) -> list[str]:
+        """Keys of the columns left out for lack of width."""
+        return [c.key for c, w in zip(self.columns, self._shown, strict=True) if not w]
 
     @property
     def shown_columns(self) -> list[str]:

@@ -133,6 +133,14 @@ class FixedClient:
     async def close(self) -> None:
         pass
 
+    async def trial_log_page(self, trial_id: int, **_: Any) -> list[dict[str, Any]]:
+        """The fixed trials' lines all come from their follower (`trial_logs`): no page of
+        earlier ones."""
+        return []
+
+    def follow_trial_logs(self, trial_id: int, **_: Any) -> AsyncIterator[dict[str, Any]]:
+        return self.trial_logs(trial_id)
+
 
 class NoMetrics(FixedClient):
     """A trial that has reported no metrics yet."""
@@ -158,6 +166,53 @@ class FixedDashboard(Dashboard):
         return self.client_type(self.agents)
 
 
+def asha_trial(i: int) -> dict[str, Any]:
+    """Trial i of a 16-trial ASHA search (rungs at 4, 16 and 64 batches): nested
+    hyperparameters, two validation metrics; 1-12 stopped at rung 0, 13-15 at rung 1, 16 runs
+    on (with its CPU, RSS and GPU as the agent samples them)."""
+    lr = round(0.0005 * 1.6 ** i, 6)
+    loss = round(0.2 + abs(i - 11) * 0.037, 4)
+    steps = 4 if i <= 12 else 16 if i <= 15 else 48
+    metrics = {"validation_loss": loss, "accuracy": round(1 - loss / 2, 4)}
+    trial: dict[str, Any] = {
+        "id": i, "state": "STATE_RUNNING" if i == 16 else "STATE_COMPLETED",
+        "totalBatchesProcessed": steps, "restarts": 1 if i == 7 else 0,
+        "hparams": {"optimizer": {"lr": lr, "momentum": 0.9 if i % 2 else 0.99},
+                    "hidden": 2 ** (4 + i % 4), "dropout": round(0.05 * (i % 5), 2),
+                    "activation": "tanh" if i % 3 else "relu"},
+        "bestValidation": {"metrics": {"avgMetrics": metrics}},
+        "latestValidation": {"metrics": {"avgMetrics": {
+            k: round(v + 0.01, 4) for k, v in metrics.items()}}},
+        "stoppedBySearcher": i <= 15}
+    if i == 16:
+        trial["resources"] = {"cpuPercent": 97.0, "rssBytes": 734 * 2**20, "gpuUtil": 88.0,
+                              "gpuMemoryBytes": 31 * 2**30,
+                              "history": {"cpuPercent": [12.0, 40.0, 85.0, 99.0, 97.0],
+                                          "rssBytes": [2**29, 6 * 2**27, 734 * 2**20]}}
+    return trial
+
+
+ASHA_TRIALS = [asha_trial(i) for i in range(1, 17)]
+
+
+class AshaClient(FixedClient):
+    """Experiment 1 as a 16-trial ASHA search (`asha_trial`), smaller validation_loss better."""
+
+    async def changes(self, topics: list[str], **kw: Any) -> AsyncIterator[dict[str, Any]]:
+        async for change in super().changes(topics, **kw):
+            if change.get("topic") == "experiment:1":
+                change = {**change, "upsert": ASHA_TRIALS,
+                          "order": [str(t["id"]) for t in ASHA_TRIALS]}
+            yield change
+
+    async def experiment(self, exp_id: int) -> dict[str, Any]:
+        got = await super().experiment(exp_id)
+        searcher = {"name": "adaptive_asha", "metric": "validation_loss",
+                    "smaller_is_better": True, "max_trials": 16, "max_time": 64,
+                    "time_metric": "batches"}
+        return {**got, "numTrials": 16, "config": {**got["config"], "searcher": searcher}}
+
+
 def trial_resources(trial_id: int, exp_id: int, cpu: list[float], rss_mib: list[int],
                     gpu: tuple[float, int] | None = None) -> dict[str, Any]:
     """One trial's part on an agent as GET /api/v1/agents shows it (`trialResources`)."""
@@ -177,3 +232,21 @@ RESOURCE_AGENT = {**AGENT, "trialResources": [
 RESOURCE_GPU_AGENT = {**GPU_AGENT, "trialResources": [
     trial_resources(7, 2, [100.0, 104.0, 105.0], [5000, 5100, 5120], (93.0, 31 * 2**30))]}
 
+
+LONG_LINE = "x" * 150 + "MIDDLE" + "y" * 150 + "END"
+MARKED_LINES = [  # a trial's lines with each level and stream the logs screen marks
+    {"id": "1", "rankId": 0, "log": LONG_LINE, "level": "LOG_LEVEL_UNSPECIFIED"},
+    {"id": "2", "rankId": 0, "log": "loss 0.5 [bold]not markup[/]", "level": "LOG_LEVEL_INFO"},
+    {"id": "3", "rankId": 0, "log": "2026-11-27 14:00:00,001 WARNING: lr too high",
+     "stdtype": "stderr"},
+    {"id": "4", "rankId": 1, "log": "E1127 14:00:00.123 bad shard", "stdtype": "stderr"},
+    {"id": "5", "rankId": 1, "log": "level=debug loss 0.4"},
+    {"id": "6", "rankId": 1, "log": "Traceback (most recent call last):", "stdtype": "stderr"},
+]
+
+
+class MarkedLogs(FixedClient):
+    async def trial_logs(self, trial_id: int, **_: Any) -> AsyncIterator[dict[str, Any]]:
+        for item in MARKED_LINES:
+            yield item
+        await asyncio.Event().wait()

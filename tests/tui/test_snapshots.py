@@ -89,6 +89,21 @@ def test_experiment_without_metrics(snap_compare: Any, size: str) -> None:
 
 
 @pytest.mark.parametrize("size", SIZES)
+@pytest.mark.parametrize("pressed", [(), ("T", "enter", "S", "ctrl+u", *"best", "enter"),
+                                     ("slash", *"lr>0.01 state:completed", "enter")],
+                         ids=["asha", "top5-by-best", "filtered"])
+def test_trials_table(snap_compare: Any, size: str, pressed: tuple[str, ...]) -> None:
+    """A 16-trial ASHA search: a column per hyperparameter (those that do not fit counted
+    under the table), ⇣ on the trials the searcher stopped early, the running trial's CPU,
+    RSS and GPU; `T` selects the top 5 (coloured markers), `S best` sorts by the best
+    validation_loss; a comparison filter."""
+    from tests.tui.fixed import AshaClient
+
+    assert snap_compare(FixedDashboard(client=AshaClient), terminal_size=SIZES[size],
+                        run_before=keys("2", "enter", *pressed, wait=0.4))
+
+
+@pytest.mark.parametrize("size", SIZES)
 def test_path_dialog(snap_compare: Any, size: str, tmp_path: Path,
                      monkeypatch: pytest.MonkeyPatch) -> None:
     """`n` on the experiments list, in a directory with a context: its directories and YAML
