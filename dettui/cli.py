@@ -295,6 +295,13 @@ def _trial_args(sub: Any) -> None:
     d = tv.add_parser("describe", help="a trial")
     d.add_argument("id", type=int)
     d.add_argument("--json", action="store_true")
+    m = tv.add_parser("metrics", help="a trial's metric history: a table, CSV or JSON lines")
+    m.add_argument("id", type=int)
+    m.add_argument("--group", choices=("training", "validation"), default="training",
+                   help="which reports (default: training)")
+    form = m.add_mutually_exclusive_group()
+    form.add_argument("--csv", action="store_true", help="CSV: steps,time,<metric...>")
+    form.add_argument("--json", action="store_true", help="one JSON object per report")
 
 
 def _master(args: argparse.Namespace, *, absent_ok: bool = False) -> str:
@@ -342,6 +349,9 @@ def _dispatch(args: argparse.Namespace) -> Callable[[api.Client], Awaitable[Any]
         if verb == "logs":
             return lambda c: trial.logs(c, args.id, follow=args.follow, ranks=args.rank,
                                         tail=args.tail, as_json=args.json)
+        if verb == "metrics":
+            fmt = "csv" if args.csv else "json" if args.json else "table"
+            return lambda c: trial.metrics(c, args.id, group=args.group, fmt=fmt)
         return lambda c: trial.describe(c, args.id, as_json=args.json)
     if cmd == "job":
         return _job_action(args)

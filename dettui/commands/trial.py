@@ -1,7 +1,10 @@
-"""`dettui trial|t logs|describe`. Log lines are the trial's text: they reach the terminal
-through `output.log_line`, control sequences escaped (dettui.terminal_text)."""
+"""`dettui trial|t logs|describe|metrics`. Log lines are the trial's text: they reach the
+terminal through `output.log_line`, control sequences escaped (dettui.terminal_text)."""
 
 from __future__ import annotations
+
+import json
+from typing import Any
 
 from dettui.client import Client
 from dettui.commands import output
@@ -79,3 +82,122 @@ async def describe(c: Client, trial_id: int, *, as_json: bool) -> None:
                  [(t["experimentId"], output.state(t["state"]), t["totalBatchesProcessed"],
                    t["restarts"], output.hparams_text(t["hparams"]),
                    output.metrics_text(t.get("latestValidation")))], record=True)
+
+
+METRIC_FORMATS = ("table", "csv", "json")
+NAME_CAP = 40  # characters of a metric's name in a table's heading
+VALUE_WIDTH = 12  # a float's `.6g` at its widest (-1.23457e-05)
+
+
+async def metrics(c: Client, trial_id: int, *, group: str = "training",
+                  fmt: str = "table") -> None:
+    """`dettui trial metrics ID`: the trial's `group` reports by steps, as a table, CSV
+    (`steps,time,<metric...>`) or JSON lines, written a page at a time as they are read (a
+    history of a million reports is never held). The columns are the metrics of the first
+    page; a metric first reported later is named on stderr (JSON lines carry every one)."""
+    import sys
+
+    from dettui import terminal_text
+
+    writer = MetricWriter(fmt, sys.stdout)
+    try:
+        async for page in c.metric_pages(trial_id, group):
+            writer.page(page)
+            sys.stdout.flush()
+        writer.end()
+        sys.stdout.flush()
+    except BrokenPipeError:  # the reader is gone (`| head`): nothing more to say
+        terminal_text.silence(sys.stdout)
+        return
+    if writer.rows == 0:
+        output.err_console.print(f"Trial {trial_id} has no {group} metrics.", markup=False)
+    elif writer.left_out:
+        names = ", ".join(output.cell(n) for n in list(writer.left_out)[:10])
+        more = len(writer.left_out) - 10
+        output.err_console.print(
+            f"Metrics first reported after the first {writer.first_rows} reports are not in "
+            f"the {fmt}: {names}{f' and {more} more' if more > 0 else ''} (--json has them)",
+            markup=False)
+
+
+class MetricWriter:
+    """Reports written as they come: the columns fixed by the first page."""
+
+    def __init__(self, fmt: str, out: Any) -> None:
+        if fmt not in METRIC_FORMATS:
+            raise InvalidArgument(f"format: expected one of {', '.join(METRIC_FORMATS)}")
+        self.fmt, self.out = fmt, out
+        self.names: list[str] = []
+        self._known: set[str] = set()
+        self.left_out: dict[str, None] = {}  # metrics not in the columns, in order seen
+        self.rows = self.first_rows = 0
+        self.widths: list[int] = []
+        self.csv: Any = None
+
+    def page(self, reports: list[dict[str, Any]]) -> None:
+        if not self.rows:
+            self._start(reports)
+        for r in reports:
+            avg = (r.get("metrics") or {}).get("avgMetrics") or {}
+            if self.fmt == "json":
+                self.out.write(json.dumps({"steps": r.get("stepsCompleted"),
+                                           "time": r.get("reportTime"), "group": r.get("group"),
+                                           "metrics": avg}) + "\n")
+            else:
+                for name in avg:
+                    if name not in self._known:
+                        self.left_out[name] = None
+                values = [avg.get(n) for n in self.names]
+                self._row(r.get("stepsCompleted"), r.get("reportTime"), values)
+        self.rows += len(reports)
+
+    def end(self) -> None:
+        """Nothing to close: every row is out when its page is."""
+
+    def _start(self, reports: list[dict[str, Any]]) -> None:
+        import csv
+
+        seen: dict[str, None] = {}
+        for r in reports:
+            seen.update(dict.fromkeys((r.get("metrics") or {}).get("avgMetrics") or {}))
+        self.names = list(seen)
+        self._known = set(seen)
+        self.first_rows = len(reports)
+        if self.fmt == "csv":
+            self.csv = csv.writer(self.out, lineterminator="\n")
+            self.csv.writerow(["steps", "time", *map(output.cell, self.names)])
+        elif self.fmt == "table":
+            steps = max(len(str(r.get("stepsCompleted", ""))) for r in reports)
+            heads = ["Steps", "Time", *(output.cell(n)[:NAME_CAP] for n in self.names)]
+            self.widths = [max(5, steps + 2), 19,
+                           *(max(len(h), VALUE_WIDTH) for h in heads[2:])]
+            self._line(heads)
+            self.out.write("  ".join("─" * w for w in self.widths) + "\n")
+
+    def _row(self, steps: Any, time: Any, values: list[Any]) -> None:
+        if self.fmt == "csv":
+            # (a string's control characters would reach a terminal: shown as output.cell does)
+            self.csv.writerow([steps, time, *("" if v is None else v if isinstance(
+                v, int | float) else output.cell(v if isinstance(v, str) else json.dumps(v))
+                for v in values)])
+        else:
+            self._line([str(steps), output.when(time),
+                        *(output.cell(_value(v)) for v in values)], right=True)
+
+    def _line(self, cells: list[str], right: bool = False) -> None:
+        parts = []
+        for i, (text, width) in enumerate(zip(cells, self.widths, strict=True)):
+            if len(text) > width:
+                text = text[:width - 1] + "…"
+            parts.append(text.rjust(width) if right and i != 1 else text.ljust(width))
+        self.out.write("  ".join(parts).rstrip() + "\n")
+
+
+def _value(v: Any) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    if isinstance(v, int | str):
+        return str(v)
+    return json.dumps(v)

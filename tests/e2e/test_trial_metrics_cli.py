@@ -1,0 +1,173 @@
+"""`dettui trial metrics`, `dettui job list`'s why and `dettui trial describe`'s resources
+against a real `dettui serve` (issue 33, items 4-6): metrics reported through the API by the
+trial's own allocation (a registered agent's start), not by training."""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import io
+import json
+import urllib.request
+
+import pytest
+
+from tests.conftest import Served
+
+
+def running_trial(s: Served) -> tuple[int, str]:
+    """A trial of a new experiment started on an agent registered through the API (it runs
+    nothing and holds its one slot): its id and its allocation's token."""
+    s.api("POST", "/api/v1/experiments", {"config": "name: m\nentrypoint: python3 train.py\n"
+                                          "searcher: {name: single, metric: loss}\n",
+                                          "activate": True, "modelDefinition": []})
+    agent = s.agent_token("metrics")
+    register = urllib.request.Request(
+        s.url + "/api/v1/agents/register", method="POST",
+        data=json.dumps({"id": "fake", "slots": [{"id": 0, "type": "cpu"}]}).encode(),
+        headers={"Authorization": f"Bearer {agent}"})
+    urllib.request.urlopen(register, timeout=10).read()
+    for _ in range(50):
+        poll = urllib.request.Request(s.url + "/api/v1/agents/fake/work?timeout_seconds=0.2",
+                                      headers={"Authorization": f"Bearer {agent}"})
+        with urllib.request.urlopen(poll, timeout=10) as resp:
+            work = json.loads(resp.read())["work"]
+        if work:
+            return int(work[0]["trialId"]), str(work[0]["sessionToken"])
+    raise AssertionError("no work for the agent")
+
+
+def report(s: Served, trial_id: int, token: str, group: str,
+           rows: list[tuple[int, dict[str, object]]]) -> None:
+    for at in range(0, len(rows), 5000):
+        body = {"reports": [{"group": group, "metrics": {
+            "trialId": trial_id, "trialRunId": 1, "stepsCompleted": steps,
+            "metrics": {"avgMetrics": avg}}} for steps, avg in rows[at:at + 5000]]}
+        req = urllib.request.Request(
+            f"{s.url}/api/v1/trials/{trial_id}/metrics/batch", data=json.dumps(body).encode(),
+            method="POST", headers={"Grpc-Metadata-x-allocation-token": f"Bearer {token}"})
+        with urllib.request.urlopen(req, timeout=60) as resp:
+            assert json.loads(resp.read())["refused"] == []
+
+
+N = 300  # training reports, at steps 0 to N-1; validations at every third steps
+
+
+def validation(steps: int) -> dict[str, object]:
+    """A validation's metrics: `acc` only at even steps, and a NaN loss at steps 3."""
+    return {"val_loss": "NaN" if steps == 3 else steps / 1000} | (
+        {"acc": steps / 2000} if steps % 2 == 0 else {})
+
+
+@pytest.fixture
+def reported(headless: Served) -> tuple[Served, int]:
+    trial_id, token = running_trial(headless)
+    report(headless, trial_id, token, "training",
+           [(i, {"loss": 1 / (i + 1), "lr": 0.01}) for i in range(N)])
+    report(headless, trial_id, token, "validation",
+           [(i, validation(i)) for i in range(0, N, 3)])
+    return headless, trial_id
+
+
+def test_pages_go_on_inside_a_steps_and_lose_or_repeat_no_report(
+        reported: tuple[Served, int]) -> None:
+    """The client's walk of a history by steps, with pages of 7, 8 and 9 reports of both
+    groups (a training and a validation report at every third steps: pages end inside a
+    steps), and of one group: every report comes once, in steps order."""
+    from dettui.client import Client
+
+    s, trial_id = reported
+    both = sorted([(i, "training") for i in range(N)] +
+                  [(i, "validation") for i in range(0, N, 3)])
+
+    async def walk(size: int, group: str | None) -> list[list[dict[str, object]]]:
+        c = Client(s.url, token=s.token())
+        try:
+            return [p async for p in c.metric_pages(trial_id, group, page_size=size)]
+        finally:
+            await c.close()
+
+    for size in (7, 8, 9):
+        for group, want in ((None, both), ("validation", [r for r in both if r[1] != "training"])):
+            pages = asyncio.run(walk(size, group))
+            assert all(len(p) == size for p in pages[:-1])
+            assert [(r["stepsCompleted"], r["group"]) for p in pages for r in p] == want, size
+
+
+def test_trial_metrics_as_csv_json_lines_and_a_table(reported: tuple[Served, int]) -> None:
+    s, trial_id = reported
+    res = s.cli("trial", "metrics", str(trial_id), "--csv")
+    rows = list(csv.reader(io.StringIO(res.stdout)))
+    assert rows[0] == ["steps", "time", "loss", "lr"]
+    assert [(int(r[0]), float(r[2]), r[3]) for r in rows[1:]] == [
+        (i, 1 / (i + 1), "0.01") for i in range(N)]
+    assert all(r[1].endswith("Z") for r in rows[1:]) and res.stderr == ""
+
+    lines = s.cli("t", "metrics", str(trial_id), "--json", "--group", "validation").stdout
+    got = [json.loads(line) for line in lines.splitlines()]
+    assert [(g["steps"], g["group"], g["metrics"]) for g in got] == [
+        (i, "validation", validation(i)) for i in range(0, N, 3)]
+
+    table = s.cli("trial", "metrics", str(trial_id), "--group", "validation")
+    head, rule, *body = table.stdout.splitlines()
+    assert head.split() == ["Steps", "Time", "val_loss", "acc"]
+    assert set(rule) <= {"─", " "} and len(body) == N // 3
+    assert body[0].split()[0] == "0" and body[0].split()[-2:] == ["0", "0"]
+    assert body[1].split()[0] == "3" and body[1].split()[-1] == "NaN"  # no acc: blank
+    assert body[2].split()[-2:] == ["0.006", "0.003"]
+    assert table.stderr.strip() == ""
+
+
+def test_trial_metrics_says_when_there_are_none_and_when_the_trial_is_unknown(
+        headless: Served) -> None:
+    trial_id, _ = running_trial(headless)
+    none = headless.cli("trial", "metrics", str(trial_id), "--group", "validation")
+    assert none.stdout == "" and f"Trial {trial_id} has no validation metrics" in none.stderr
+    unknown = headless.cli("trial", "metrics", "999", check=False)
+    assert unknown.returncode == 1 and "999" in unknown.stderr
+    assert "Traceback" not in unknown.stderr
+    both = headless.cli("trial", "metrics", str(trial_id), "--csv", "--json", check=False)
+    assert both.returncode == 2 and "not allowed with" in both.stderr
+
+
+def test_job_list_says_why_a_job_waits(headless: Served) -> None:
+    running_trial(headless)  # holds the only slot
+    headless.api("POST", "/api/v1/experiments", {
+        "config": "name: second\nentrypoint: python3 train.py\n"
+                  "searcher: {name: single, metric: loss}\n",
+        "activate": True, "modelDefinition": []})
+    for _ in range(100):
+        out = headless.cli("job", "list").stdout
+        if "pool default full: 1 of 1 slots in use" in out:
+            break
+    head = next(line for line in out.splitlines() if "Why waiting" in line)
+    row = next(line for line in out.splitlines() if "second" in line)
+    assert row.index("pool default full") == head.index("Why waiting"), out
+    jobs = json.loads(headless.cli("job", "list", "--json").stdout)
+    assert {j["name"]: j["waitReason"] for j in jobs} == {
+        "m": None, "second": "pool default full: 1 of 1 slots in use"}
+
+
+def test_a_metric_first_reported_after_the_first_page_is_named_not_lost_silently() -> None:
+    """The CSV's and table's columns are the first page's (a history is written as it is
+    read): a metric first seen later is named, to read it with --json."""
+    from dettui.commands.trial import MetricWriter
+
+    def rep(steps: int, avg: dict[str, object]) -> dict[str, object]:
+        return {"stepsCompleted": steps, "reportTime": "2026-11-22T12:00:00Z",
+                "group": "training", "metrics": {"avgMetrics": avg}}
+
+    out = io.StringIO()
+    writer = MetricWriter("csv", out)
+    writer.page([rep(1, {"loss": 0.5}), rep(2, {"loss": 0.25})])
+    writer.page([rep(3, {"loss": 0.125, "late": 1.0, "\x1b[31mred": 2.0})])
+    assert out.getvalue().splitlines() == [
+        "steps,time,loss", "1,2026-11-22T12:00:00Z,0.5", "2,2026-11-22T12:00:00Z,0.25",
+        "3,2026-11-22T12:00:00Z,0.125"]
+    assert list(writer.left_out) == ["late", "\x1b[31mred"] and writer.first_rows == 2
+    table = io.StringIO()
+    writer = MetricWriter("table", table)
+    writer.page([rep(10, {"\x1b[31mred[/]": 0.1234567, "text": "a\x1b[2Jb"})])
+    assert "\x1b" not in table.getvalue()
+    assert table.getvalue().splitlines()[2].split() == [
+        "10", "2026-11-22", "12:00:00", "0.123457", "a\ufffd[2Jb"]
