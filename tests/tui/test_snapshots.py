@@ -16,7 +16,7 @@ from textual.pilot import Pilot
 from textual.widgets import Input
 
 from dettui.screens.quit import QuitScreen, StoppingScreen, Work, stopping_text
-from tests.tui.fixed import GPU_AGENT, FixedClient, FixedDashboard, NoMetrics
+from tests.tui.fixed import GPU_AGENT, FixedClient, FixedDashboard, MarkedLogs, NoMetrics
 
 SIZES = {"80x24": (80, 24), "200x50": (200, 50)}
 Steps = Callable[[Pilot[None]], Awaitable[None]]
@@ -119,11 +119,29 @@ def test_path_dialog(snap_compare: Any, size: str, tmp_path: Path,
                         run_before=keys("2", "n", settle=0.8))
 
 
+@pytest.mark.parametrize("size", SIZES)
+@pytest.mark.parametrize("pressed", [(), ("w",), ("slash", *"loss", "enter", "o")],
+                         ids=["marked", "wrapped", "only-matches"])
+def test_logs_marked(snap_compare: Any, size: str, pressed: tuple[str, ...]) -> None:
+    """Each line's level (E W I D) and stderr (`!`) in the gutter and its text coloured; a
+    long line cut (or wrapped with `w`); `o` shows only the lines matching the search."""
+    assert snap_compare(FixedDashboard(client=MarkedLogs), terminal_size=SIZES[size],
+                        run_before=keys("2", "enter", "l", *pressed, wait=0.4))
+
+
 class ManyLogs(FixedClient):
-    async def trial_logs(self, trial_id: int, **_: Any) -> AsyncIterator[dict[str, Any]]:
-        for i in range(100_000):
-            yield {"rankId": i % 2, "message": f"[rank={i % 2}] line {i}"}
-        yield {"rankId": 0, "message": "[rank=0] Traceback: the very last line"}
+    """150,001 lines from the follower (rank i % 2, of the ranks asked for), the last one a
+    traceback."""
+
+    def follow_trial_logs(self, trial_id: int, *, ranks: list[int] | None = None,
+                          **_: Any) -> AsyncIterator[dict[str, Any]]:
+        return self._lines(ranks)
+
+    async def _lines(self, ranks: list[int] | None) -> AsyncIterator[dict[str, Any]]:
+        for i in range(150_000):
+            if ranks is None or i % 2 in ranks:
+                yield {"id": str(i + 1), "rankId": i % 2, "message": f"[rank={i % 2}] line {i}"}
+        yield {"id": "150001", "rankId": 0, "message": "[rank=0] Traceback: the very last line"}
         await asyncio.Event().wait()
 
 
@@ -132,23 +150,32 @@ class ManyLogsDashboard(FixedDashboard):
         return ManyLogs()
 
 
-async def test_logs_screen_takes_100k_lines_and_finds_the_last_error() -> None:
-    from dettui.screens.logs import LogsScreen
+async def test_logs_screen_holds_its_cap_of_lines_and_finds_the_last_error() -> None:
+    from dettui.screens.logs import MAX_HELD, LogsScreen
 
     app = ManyLogsDashboard()
     async with app.run_test(size=(140, 36)) as pilot:
         await app.push_screen(LogsScreen(1))
         screen = app.screen
-        deadline = asyncio.get_running_loop().time() + 60
-        while len(screen.lines) < 100_001:  # type: ignore[attr-defined]
-            assert asyncio.get_running_loop().time() < deadline
-            await pilot.pause(0.1)
-        await pilot.pause(0.3)
-        assert screen.query_one("#log").line_count >= 100_001  # type: ignore[attr-defined]
+        assert isinstance(screen, LogsScreen)
+
+        async def last_line() -> None:
+            deadline = asyncio.get_running_loop().time() + 60
+            while not (screen.held and screen.held[-1].text.endswith("the very last line")):
+                assert asyncio.get_running_loop().time() < deadline
+                await pilot.pause(0.1)
+            await pilot.pause(0.3)
+
+        await last_line()
+        assert len(screen.held) == screen.log_widget.line_count == MAX_HELD
+        assert screen.held[0].text.endswith(f"line {150_001 - MAX_HELD}")
+        assert f"{150_001 - MAX_HELD:,} dropped (cap {MAX_HELD:,})" in str(
+            screen.query_one("#title").render())
         await pilot.press("e")
         await pilot.pause()
-        assert screen.position == 100_000  # type: ignore[attr-defined]
-        await pilot.press("R")  # rank 0 only: half the lines plus the last one
-        await pilot.pause(0.3)
-        assert screen.query_one("#log").line_count == 50_001  # type: ignore[attr-defined]
+        assert screen.position == MAX_HELD - 1
+        await pilot.press("R")  # rank 0 only, read again: half the lines plus the last one
+        await last_line()
+        assert screen.log_widget.line_count == 75_001
+        assert {rank for rank, _ in screen.lines} == {0}
     assert app.errors == []

@@ -1,0 +1,263 @@
+"""A log viewer that renders only the rows on screen: each line behind a two-cell gutter (its
+level letter E/W/I/D and `!` for stderr, coloured), its text coloured by level, matches of a
+search highlighted; lines cut (scroll sideways, a column or a page at a time) or wrapped.
+
+Text is shown as text, never as markup. Lines can be added at either end and dropped from
+either end; what is on screen stays where it is (a reader scrolled up is not moved)."""
+
+from __future__ import annotations
+
+import re
+from bisect import bisect_right
+from collections.abc import Sequence
+from typing import ClassVar
+
+from rich.cells import cell_len, chop_cells
+from rich.segment import Segment
+from rich.style import Style
+from rich.text import Text
+from textual.cache import LRUCache
+from textual.geometry import Size
+from textual.message import Message
+from textual.reactive import reactive
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
+
+from dettui.log_entry import LogEntry
+
+GUTTER = 2
+MAX_WIDTH = 20_000  # cells: a longer line is scrolled to its 20,000th cell, no further
+EDGE = 2  # rows from the top or bottom of what is held at which more is asked for
+MARKS = {"E": "error", "W": "warning", "I": "info", "D": "debug"}
+
+
+class LogView(ScrollView, can_focus=True):
+    COMPONENT_CLASSES: ClassVar[set[str]] = {
+        "log-view--error", "log-view--warning", "log-view--info", "log-view--debug",
+        "log-view--stderr", "log-view--match", "log-view--current"}
+    DEFAULT_CSS = """
+    LogView { background: $surface; color: $text; overflow: scroll; }
+    LogView > .log-view--error { color: $error; }
+    LogView > .log-view--warning { color: $warning; }
+    LogView > .log-view--info { color: $success; }
+    LogView > .log-view--debug { color: $text-muted; }
+    LogView > .log-view--stderr { color: $accent; text-style: bold; }
+    LogView > .log-view--match { background: $warning 60%; color: $text; }
+    LogView > .log-view--current { background: $boost; }
+    """
+    wrap: reactive[bool] = reactive(False)
+
+    class NearEdge(Message):
+        """The reader is within a few rows of the first (`top`) or last line held."""
+
+        def __init__(self, top: bool) -> None:
+            super().__init__()
+            self.top = top
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.entries: list[LogEntry] = []
+        self.pattern: re.Pattern[str] | None = None
+        self.current = -1  # the line a search or jump went to (marked)
+        self._widest = 0
+        self._starts: list[int] | None = None  # first row of each line when wrapped
+        self._cache: LRUCache[tuple[int, int], tuple[Strip, Strip]] = LRUCache(1024)
+
+    # what a caller reads
+
+    @property
+    def lines(self) -> list[str]:
+        return [e.text for e in self.entries]
+
+    @property
+    def line_count(self) -> int:
+        return len(self.entries)
+
+    @property
+    def at_end(self) -> bool:
+        return self.scroll_y >= self.max_scroll_y
+
+    @property
+    def text_width(self) -> int:
+        return max(1, self.scrollable_content_region.width - GUTTER)
+
+    # what a caller changes
+
+    def replace(self, entries: Sequence[LogEntry]) -> None:
+        self.entries = list(entries)
+        self.current = -1
+        self._widest = _widest(self.entries)
+        self._changed()
+
+    def extend(self, entries: Sequence[LogEntry]) -> None:
+        """Lines after the last: at the end, the view stays at the end; else it stays put."""
+        if not entries:
+            return
+        follow = self.at_end
+        self.entries.extend(entries)
+        self._widest = max(self._widest, _widest(entries))
+        self._changed()
+        if follow:
+            self.scroll_end(animate=False, immediate=True, x_axis=False)
+
+    def prepend(self, entries: Sequence[LogEntry]) -> None:
+        """Lines before the first; what is on screen stays on screen."""
+        if not entries:
+            return
+        before = self.rows
+        self.entries[:0] = entries
+        self.current += len(entries) if self.current >= 0 else 0
+        self._widest = max(self._widest, _widest(entries))
+        self._changed()
+        self.scroll_to(y=self.scroll_y + self.rows - before, animate=False, immediate=True)
+
+    def drop_front(self, count: int) -> None:
+        if count <= 0:
+            return
+        before = self.rows
+        del self.entries[:count]
+        self.current = max(-1, self.current - count)
+        self._changed()
+        self.scroll_to(y=max(0, self.scroll_y - (before - self.rows)), animate=False,
+                       immediate=True)
+
+    def drop_back(self, count: int) -> None:
+        if count > 0:
+            del self.entries[-count:]
+            self.current = min(self.current, len(self.entries) - 1)
+            self._changed()
+
+    def highlight(self, pattern: re.Pattern[str] | None) -> None:
+        self.pattern = pattern
+        self._cache.clear()
+        self.refresh()
+
+    def go_to(self, index: int) -> None:
+        """Mark line `index` and bring it on screen, three rows below the top."""
+        self.current = index
+        self._cache.clear()
+        self.scroll_to(y=max(0, self.row_of(index) - 3), animate=False, immediate=True)
+        self.refresh()
+
+    def page_sideways(self, pages: int) -> None:
+        self.scroll_to(x=max(0, self.scroll_x + pages * max(1, self.text_width - 4)),
+                       animate=False)
+
+    # rows
+
+    @property
+    def rows(self) -> int:
+        starts = self._row_starts()
+        return len(self.entries) if starts is None else starts[-1]
+
+    def row_of(self, index: int) -> int:
+        starts = self._row_starts()
+        return index if starts is None else starts[min(index, len(starts) - 1)]
+
+    def _row_starts(self) -> list[int] | None:
+        if not self.wrap:
+            return None
+        if self._starts is None:
+            width, total = self.text_width, 0
+            starts = [0]
+            for e in self.entries:
+                if e.text.isascii():
+                    total += max(1, -(-len(e.text) // width))
+                else:
+                    total += max(1, len(chop_cells(e.text, width)))
+                starts.append(total)
+            self._starts = starts
+        return self._starts
+
+    def _changed(self) -> None:
+        self._starts = None
+        self._cache.clear()
+        self.virtual_size = Size(GUTTER + (0 if self.wrap else min(self._widest, MAX_WIDTH)),
+                                 self.rows)
+        self.refresh()
+
+    def watch_wrap(self) -> None:
+        index = self._top_index()
+        self._changed()
+        self.scroll_to(x=0, y=self.row_of(index), animate=False, immediate=True)
+
+    def on_resize(self) -> None:
+        if self.wrap:
+            self._changed()
+
+    def _top_index(self) -> int:
+        starts = self._row_starts()
+        row = round(self.scroll_y)
+        return row if starts is None else max(0, bisect_right(starts, row) - 1)
+
+    def watch_scroll_y(self, old: float, new: float) -> None:
+        super().watch_scroll_y(old, new)
+        if new < old and new <= EDGE:
+            self.post_message(self.NearEdge(top=True))
+        elif new > old and new >= self.max_scroll_y - EDGE:
+            self.post_message(self.NearEdge(top=False))
+
+    # drawing
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self._cache.clear()
+
+    def render_line(self, y: int) -> Strip:
+        scroll_x, scroll_y = self.scroll_offset
+        width = self.scrollable_content_region.width
+        row = scroll_y + y
+        starts = self._row_starts()
+        if starts is None:
+            index, part = row, 0
+        else:
+            index = bisect_right(starts, row) - 1
+            part = row - starts[index] if 0 <= index < len(self.entries) else 0
+        if not 0 <= index < len(self.entries):
+            return Strip.blank(width, self.rich_style)
+        gutter, text = self._strip(index, part)
+        shift = 0 if starts is not None else scroll_x
+        body = text.crop_extend(shift, shift + width - GUTTER, self.rich_style)
+        return Strip.join([gutter, body]).apply_offsets(scroll_x, row)
+
+    def _strip(self, index: int, part: int) -> tuple[Strip, Strip]:
+        """The gutter and the text of one row (a line, or a part of a wrapped one)."""
+        key = (index, part)
+        if (cached := self._cache.get(key)) is not None:
+            return cached
+        entry = self.entries[index]
+        base = self.rich_style
+        text = Text(entry.text, style=base, no_wrap=True, end="")
+        if entry.level in ("E", "W", "D"):
+            text.stylize(self._style(MARKS[entry.level]))
+        if self.pattern is not None:
+            for found in self.pattern.finditer(entry.text):
+                if found.end() > found.start():
+                    text.stylize(self._style("match"), found.start(), found.end())
+        if index == self.current:
+            text.stylize(self._style("current"))
+        if self.wrap:
+            text = self._part(text, part)
+        gutter = [Segment(entry.level or " ", base + self._style(MARKS[entry.level])
+                          if entry.level else base),
+                  Segment("!" if entry.stderr else " ", base + self._style("stderr"))]
+        strips = Strip(gutter, GUTTER), Strip(text.render(self.app.console))
+        self._cache[key] = strips
+        return strips
+
+    def _part(self, text: Text, part: int) -> Text:
+        width = self.text_width
+        plain = text.plain
+        if plain.isascii():
+            return text[part * width:(part + 1) * width]
+        pieces = chop_cells(plain, width)
+        start = sum(len(p) for p in pieces[:part])
+        return text[start:start + (len(pieces[part]) if part < len(pieces) else 0)]
+
+    def _style(self, name: str) -> Style:
+        return self.get_component_rich_style(f"log-view--{name}", partial=True)
+
+
+def _widest(entries: Sequence[LogEntry]) -> int:
+    return max((len(e.text) if e.text.isascii() else cell_len(e.text) for e in entries),
+               default=0)
