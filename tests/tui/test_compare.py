@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,6 +20,7 @@ from dettui.errors import DettuiError
 from dettui.screens.compare import CompareScreen, at_times
 from dettui.widgets.overlay import Figure
 from dettui.widgets.trial_colours import colour
+from tests.conftest import Served
 from tests.poll import until_async
 from tests.tui.fixed import FixedClient, FixedDashboard
 
@@ -178,8 +180,8 @@ async def test_m_g_x_and_l_change_the_chart() -> None:
         screen = compare(pilot)
         await drawn(screen)
         await pilot.press("m")
-        await until_async(lambda: "validation_accuracy (validation, max best)" in text(screen, "#title"),
-                          "the next metric")
+        await until_async(lambda: "validation_accuracy (validation, max best)"
+                          in text(screen, "#title"), "the next metric")
         assert screen.table.row("12")["best"] == "0.8333"  # type: ignore[index]
         await pilot.press("g")
         await until_async(lambda: "loss (training, min best)" in text(screen, "#title")
@@ -307,3 +309,57 @@ def test_compare_snapshot(snap_compare: Any, view: str, size: str) -> None:
 
     assert snap_compare(FixedDashboard(client=client), terminal_size=SIZES[size],
                         run_before=run)
+
+
+@pytest.mark.slow
+async def test_against_a_real_master_reads_appends_and_times(
+        headless: Served, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Three unmanaged trials on a real master: each trial's series read once, a new report
+    appended from the experiment's feed (not read again), and the time axis from the reports'
+    own times (a report every 10 s: the last at 40 s)."""
+    from dettui.commands.dashboard import Dashboard
+
+    monkeypatch.setenv("DETTUI_CONFIG_DIR", str(headless.config_dir))
+    exp = headless.api("POST", "/api/v1/experiments", {
+        "config": f"checkpoint_storage: {{type: directory, container_path: {tmp_path}}}\n"
+                  "name: compared\n", "unmanaged": True})["experiment"]
+    ids = []
+    for lr in (0.1, 0.01, 0.03):
+        t = headless.api("POST", "/api/v1/trials", {"experimentId": exp["id"],
+                                                     "hparams": {"lr": lr},
+                                                     "unmanaged": True})["trial"]
+        headless.api("POST", f"/api/v1/trials/{t['id']}/start", {"trialId": t["id"],
+                                                                 "resume": True})
+        ids.append(int(t["id"]))
+
+    def report(tid: int, *steps: int) -> None:
+        headless.api("POST", f"/api/v1/trials/{tid}/metrics/batch", {"reports": [
+            {"group": "validation", "metrics": {
+                "trialId": tid, "trialRunId": 1, "stepsCompleted": n,
+                "reportTime": f"2026-11-22T12:00:{(n // 100 - 1) * 10:02d}Z",
+                "metrics": {"avgMetrics": {"loss": (1 + ids.index(tid)) / n}}}}
+            for n in steps]})
+
+    for tid in ids:
+        report(tid, 100, 200, 300, 400)
+    app = Dashboard(headless.url, tmp_path / "unused")
+    async with app.run_test(size=(120, 36)) as pilot:
+        await until_async(lambda: getattr(app, "client", None) is not None, "the client")
+        screen = CompareScreen(int(exp["id"]), ids, metric="loss", group="validation",
+                               smaller_is_better=True)
+        await app.push_screen(screen)
+        await until_async(lambda: len(screen.series) == 3 and len(screen.trials) == 3,
+                          "three trials read", timeout=30)
+        assert screen.reads["series"] == 3 and screen.failed == {}
+        await until_async(lambda: colours_in_chart(screen), "the three curves",
+                          done=lambda c: c == {colour(0), colour(1), colour(2)})
+        report(ids[0], 500)
+        await until_async(lambda: screen.cursor.get(str(ids[0])) == 500, "the new report",
+                          timeout=30)
+        assert screen.reads["series"] == 3 and screen.reads["appended"] == 1
+        await pilot.press("x")
+        await until_async(lambda: "seconds since each trial started" in chart(screen),
+                          "the time axis", timeout=30)
+        assert screen.reads["times"] == 3
+        assert [s for s, _ in screen.times[str(ids[1])]][-1] == 400
+    assert app.errors == []
