@@ -82,6 +82,52 @@ async def describe(c: Client, trial_id: int, *, as_json: bool) -> None:
                  [(t["experimentId"], output.state(t["state"]), t["totalBatchesProcessed"],
                    t["restarts"], output.hparams_text(t["hparams"]),
                    output.metrics_text(t.get("latestValidation")))], record=True)
+    resources = t.get("resources")
+    if isinstance(resources, dict):
+        at = output.when(str(resources.get("sampledAt") or "")) or "at an unknown time"
+        output.table(f"Resources of trial {trial_id}, sampled {output.cell(at)}",
+                     ["Resource", "Now", "History (oldest to newest)"], resource_rows(resources))
+
+
+BLOCKS = " ▁▂▃▄▅▆▇█"
+HISTORY_SHOWN = 60  # samples of a history drawn (the master keeps a minute of them)
+
+
+def resource_rows(resources: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """What a trial uses, as its agents sampled it (the trial's `resources`): CPU % (100 per
+    core), resident memory, GPU utilisation and memory (n/a without a GPU), with the
+    sparkline of their histories."""
+    from dettui.byte_size import human
+
+    history = resources.get("history") if isinstance(resources.get("history"), dict) else {}
+    cpu, rss = _numbers(resources.get("cpuPercent")), _numbers(resources.get("rssBytes"))
+    util, memory = _numbers(resources.get("gpuUtil")), _numbers(resources.get("gpuMemoryBytes"))
+    cpu_history = _numbers(history.get("cpuPercent"))  # type: ignore[union-attr]
+    rss_history = _numbers(history.get("rssBytes"))  # type: ignore[union-attr]
+    na = "n/a (no GPU)"
+    return [
+        ("CPU", f"{cpu[0]:.1f} %" if cpu else "?",
+         _spark(cpu_history, max(100.0, *cpu_history) if cpu_history else 100.0)),
+        ("Memory (RSS)", human(int(rss[0])) if rss else "?",
+         _spark(rss_history, max(rss_history, default=0.0))),
+        ("GPU utilisation", f"{util[0]:.1f} %" if util else na, ""),
+        ("GPU memory", human(int(memory[0])) if memory else na, ""),
+    ]
+
+
+def _numbers(value: Any) -> list[float]:
+    """A number, or a list of them, as a list of finite non-negative floats (others dropped:
+    the master bounds them, this is what a stand-in or an older one may send)."""
+    values = value[-HISTORY_SHOWN:] if isinstance(value, list) else [value]
+    return [float(v) for v in values if isinstance(v, int | float) and not isinstance(v, bool)
+            and 0 <= v < float("inf")]
+
+
+def _spark(values: list[float], top: float) -> str:
+    if not values or top <= 0:
+        return ""
+    last = len(BLOCKS) - 1
+    return "".join(BLOCKS[max(1, min(last, round(v / top * last)))] for v in values)
 
 
 METRIC_FORMATS = ("table", "csv", "json")

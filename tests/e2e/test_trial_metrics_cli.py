@@ -18,6 +18,12 @@ from tests.conftest import Served
 def running_trial(s: Served) -> tuple[int, str]:
     """A trial of a new experiment started on an agent registered through the API (it runs
     nothing and holds its one slot): its id and its allocation's token."""
+    trial_id, token, _ = started(s)
+    return trial_id, token
+
+
+def started(s: Served) -> tuple[int, str, dict[str, object]]:
+    """`running_trial`, and the agent's start work item, with the agent's token."""
     s.api("POST", "/api/v1/experiments", {"config": "name: m\nentrypoint: python3 train.py\n"
                                           "searcher: {name: single, metric: loss}\n",
                                           "activate": True, "modelDefinition": []})
@@ -33,7 +39,8 @@ def running_trial(s: Served) -> tuple[int, str]:
         with urllib.request.urlopen(poll, timeout=10) as resp:
             work = json.loads(resp.read())["work"]
         if work:
-            return int(work[0]["trialId"]), str(work[0]["sessionToken"])
+            return (int(work[0]["trialId"]), str(work[0]["sessionToken"]),
+                    work[0] | {"agentToken": agent})
     raise AssertionError("no work for the agent")
 
 
@@ -171,3 +178,79 @@ def test_a_metric_first_reported_after_the_first_page_is_named_not_lost_silently
     assert "\x1b" not in table.getvalue()
     assert table.getvalue().splitlines()[2].split() == [
         "10", "2026-11-22", "12:00:00", "0.123457", "a\ufffd[2Jb"]
+
+
+RESOURCES = {"cpuPercent": 97.0, "rssBytes": 300 * 2**20, "gpuUtil": None,
+             "gpuMemoryBytes": None, "sampledAt": "2026-11-22T12:00:05Z",
+             "history": {"cpuPercent": [0.0, 50.0, 100.0, 97.0],
+                         "rssBytes": [100 * 2**20, 200 * 2**20, 300 * 2**20, 300 * 2**20]}}
+
+
+def test_the_resources_a_trial_uses_in_words_and_sparklines() -> None:
+    from dettui.commands.trial import resource_rows
+
+    assert resource_rows(RESOURCES) == [
+        ("CPU", "97.0 %", "▁▄██"), ("Memory (RSS)", "300.0 MiB", "▃▅██"),
+        ("GPU utilisation", "n/a (no GPU)", ""), ("GPU memory", "n/a (no GPU)", "")]
+    gpu = RESOURCES | {"gpuUtil": 93.5, "gpuMemoryBytes": 31 * 2**30, "cpuPercent": 390.0,
+                       "history": {"cpuPercent": [400.0, 200.0], "rssBytes": "bad"}}
+    assert resource_rows(gpu) == [
+        ("CPU", "390.0 %", "█▄"), ("Memory (RSS)", "300.0 MiB", ""),
+        ("GPU utilisation", "93.5 %", ""), ("GPU memory", "31.0 GiB", "")]
+    hostile = {"cpuPercent": "NaN", "rssBytes": True, "history": [1, 2]}
+    assert [r[1] for r in resource_rows(hostile)] == ["?", "?", "n/a (no GPU)", "n/a (no GPU)"]
+
+
+class StandIn:
+    """The master's answer to GET /api/v1/trials/7, with the `resources` a running trial's
+    agents sampled (or without, as a master before them sends)."""
+
+    def __init__(self, resources: dict[str, object] | None) -> None:
+        self.resources = resources
+
+    async def trial(self, trial_id: int) -> dict[str, object]:
+        t: dict[str, object] = {"id": trial_id, "experimentId": 3, "state": "STATE_RUNNING",
+                                "totalBatchesProcessed": 250, "restarts": 0,
+                                "hparams": {"lr": 0.01}, "latestValidation": None}
+        return t | ({"resources": self.resources} if self.resources is not None else {})
+
+
+@pytest.mark.parametrize("with_resources", [True, False])
+def test_trial_describe_prints_the_resources_when_the_master_has_them(
+        with_resources: bool, capsys: pytest.CaptureFixture[str]) -> None:
+    from typing import Any, cast
+
+    from dettui.commands import trial
+
+    asyncio.run(trial.describe(cast(Any, StandIn(RESOURCES if with_resources else None)), 7,
+                               as_json=False))
+    out = capsys.readouterr().out
+    assert "Trial 7" in out and "RUNNING" in out
+    if not with_resources:
+        assert "Resources" not in out
+        return
+    assert "Resources of trial 7, sampled 2026-11-22 12:00:05" in out
+    rows = {line.split("│")[1].strip(): line.split("│")[2:4] for line in out.splitlines()
+            if line.count("│") >= 4}
+    assert [c.strip() for c in rows["CPU"]] == ["97.0 %", "▁▄██"]
+    assert [c.strip() for c in rows["Memory (RSS)"]] == ["300.0 MiB", "▃▅██"]
+    assert rows["GPU memory"][0].strip() == "n/a (no GPU)"
+
+
+def test_trial_describe_shows_what_the_agent_sampled(headless: Served) -> None:
+    """Against the real master: the agent's heartbeats carry its allocation's samples, and
+    `dettui trial describe` prints them."""
+    trial_id, _, work = started(headless)
+    for i, cpu in enumerate((50.0, 100.0, 150.0)):
+        beat = urllib.request.Request(
+            headless.url + "/api/v1/agents/fake/heartbeat", method="POST",
+            data=json.dumps({"runningAllocations": [work["allocationId"]], "samples": [
+                {"time": 1e9 + i, "allocations": {work["allocationId"]: {
+                    "cpuPercent": cpu, "rss": 64 * 2**20}}}]}).encode(),
+            headers={"Authorization": f"Bearer {work['agentToken']}"})
+        urllib.request.urlopen(beat, timeout=10).read()
+    out = headless.cli("trial", "describe", str(trial_id)).stdout
+    assert f"Resources of trial {trial_id}, sampled 20" in out, out
+    cpu = next(line for line in out.splitlines() if "│ CPU" in line)
+    assert "150.0 %" in cpu and "▃▅█" in cpu, out
+    assert "64.0 MiB" in out and "n/a (no GPU)" in out
