@@ -18,7 +18,7 @@ from datetime import datetime
 from typing import Any, ClassVar
 
 from rich.style import Style
-from textual import events, work
+from textual import events, on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.reactive import reactive
@@ -425,7 +425,14 @@ class CompareScreen(ApiScreen):
             if waiting:
                 notes.append(f"reading report times of {len(waiting)} trials…")
         if not curves:
-            self.chart.say(self._no_curve(metric))
+            timeless = [k for k in self.keys if self.series.get(k, {}).get(metric)]
+            if self.x_time and timeless:  # points there are, but no time to place them at
+                failed = [f"trial {k}: report times not read ({self.time_failed[k]})"
+                          for k in timeless if k in self.time_failed]
+                self.chart.say("; ".join(failed) if len(failed) == len(timeless) else
+                               f"reading the report times of {len(timeless)} trials…")
+            else:
+                self.chart.say(self._no_curve(metric))
             return notes
         log = self.log_y
         self.chart.show(lambda w, h: overlay(curves, w, h, log_y=log, x_title=title))
@@ -494,6 +501,13 @@ class CompareScreen(ApiScreen):
     def on_resize(self, event: events.Resize) -> None:
         """Parallel coordinates may (no longer) fit; the chart's notes are of its size."""
         self.call_after_refresh(self._redraw)
+
+    @on(RowTable.Selected, "#legend")
+    def _open_logs(self, event: RowTable.Selected) -> None:
+        """Enter on a trial of the legend: its logs."""
+        from dettui.screens.logs import LogsScreen
+
+        self.app.push_screen(LogsScreen(int(event.key)))
 
     # -- keys --------------------------------------------------------------------------------
 

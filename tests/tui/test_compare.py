@@ -278,6 +278,19 @@ async def test_new_reports_are_appended_not_read_again() -> None:
     assert app.errors == []
 
 
+async def test_enter_on_a_legend_row_opens_that_trials_logs() -> None:
+    from dettui.screens.logs import LogsScreen
+
+    app = FixedDashboard(client=Compared)
+    async with app.run_test(size=(120, 36)) as pilot:
+        screen = compare(pilot)
+        await drawn(screen)
+        await pilot.press("down", "enter")
+        await until_async(lambda: isinstance(app.screen, LogsScreen), "the logs screen")
+        assert app.screen.trial_id == 11  # type: ignore[attr-defined]  # the second row
+    assert app.errors == []
+
+
 def test_time_between_sampled_reports_is_interpolated() -> None:
     anchors = [(100.0, 1000.0), (300.0, 1100.0)]
     assert at_times([(100, 0.0), (200, 0.0), (300, 0.0), (400, 0.0)], anchors, 990.0) == \
