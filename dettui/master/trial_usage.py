@@ -55,9 +55,12 @@ def resources_json(parts: list[Part]) -> dict[str, Any]:
     """A trial's `resources` from its parts (one per agent): CPU, RSS and GPU memory summed,
     GPU utilisation the mean of the parts' (each a mean over its GPUs), histories summed
     sample by sample from the newest."""
-    n = min(len(p.cpu) for p in parts)
-    cpu = [round(sum(p.cpu[len(p.cpu) - n + i] for p in parts), 1) for i in range(n)]
-    rss = [sum(p.rss[len(p.rss) - n + i] for p in parts) for i in range(n)]
+    if len(parts) == 1:  # the common case: one agent runs the trial
+        cpu, rss = list(parts[0].cpu), list(parts[0].rss)
+    else:
+        n = min(len(p.cpu) for p in parts)
+        cpu = [round(sum(p.cpu[len(p.cpu) - n + i] for p in parts), 1) for i in range(n)]
+        rss = [sum(p.rss[len(p.rss) - n + i] for p in parts) for i in range(n)]
     utils = [p.gpu_util for p in parts]
     memory = [p.gpu_memory for p in parts]
     return {
@@ -72,13 +75,16 @@ def resources_json(parts: list[Part]) -> dict[str, Any]:
 
 
 class TrialUsage:
-    """Trial id -> its parts (by agent) and its `resources` object."""
+    """Trial id -> its parts (by agent) and its `resources` object. Each heartbeat costs in
+    the agent's own trials (an index by agent), not in every trial of the cluster."""
 
     def __init__(self, monotonic: Any = time.monotonic, wall: Any = time.time) -> None:
         self._monotonic = monotonic
         self._wall = wall
         self._parts: dict[int, dict[str, Part]] = {}
+        self._of_agent: dict[str, set[int]] = {}  # agent -> trials it has a part of
         self._experiment: dict[int, int] = {}  # trial id -> its experiment's (notifications)
+        self._swept = monotonic()
         self.views: dict[int, dict[str, Any]] = {}  # trial id -> `resources` (read-only)
         self.by_agent: dict[str, list[dict[str, Any]]] = {}  # agent -> its parts' objects
         self._warned: set[str] = set()
@@ -87,9 +93,10 @@ class TrialUsage:
                samples: Iterable[TelemetrySample]) -> dict[int, set[int]]:
         """Take an agent's samples (oldest first) for its live allocations (`live`:
         allocation id -> trial id); return the trials whose resources changed, by experiment
-        (None-less: a trial of an unknown experiment is left out)."""
+        (a trial of an unknown experiment is left out)."""
         samples = list(samples)
         changed: set[int] = set()
+        agents = {agent_id}
         newest = max((s.time for s in samples), default=0.0)
         now_wall, now = self._wall(), self._monotonic()
         for sample in samples:
@@ -99,21 +106,28 @@ class TrialUsage:
                 if trial_id is None:
                     self._refuse(agent_id, alloc_id)
                     continue
-                part = self._part(trial_id, agent_id, alloc_id)
+                part = self._part(trial_id, agent_id, alloc_id, agents)
                 if sample.time <= part.agent_time and part.cpu:
                     continue  # sent again (a heartbeat that failed)
                 part.take(usage, sampled_at, sample.time)
                 part.seen = now
                 changed.add(trial_id)
-        changed |= self._drop_ended(agent_id, live)
-        return self._rebuild(changed, agent_id)
+        for trial_id in list(self._of_agent.get(agent_id, ())):
+            part = self._parts[trial_id][agent_id]
+            if part.alloc_id not in live:  # ended (or no longer this agent's)
+                self._drop(trial_id, agent_id)
+                changed.add(trial_id)
+        if now - self._swept > STALE / 4:
+            self._swept = now
+            changed |= self._sweep(now, agents)
+        return self._rebuild(changed, agents)
 
     def forget_agent(self, agent_id: str) -> dict[int, set[int]]:
         """An agent left or was lost: its parts no longer count."""
-        changed = {t for t, parts in self._parts.items() if agent_id in parts}
+        changed = set(self._of_agent.get(agent_id, ()))
         for trial_id in changed:
-            self._parts[trial_id].pop(agent_id, None)
-        return self._rebuild(changed, agent_id)
+            self._drop(trial_id, agent_id)
+        return self._rebuild(changed, {agent_id})
 
     def _refuse(self, agent_id: str, alloc_id: str) -> None:
         if agent_id not in self._warned:
@@ -121,34 +135,42 @@ class TrialUsage:
             log.warning("agent %s reports the usage of allocation %.64r, which is not one of "
                         "its live allocations; ignored", agent_id, alloc_id)
 
-    def _part(self, trial_id: int, agent_id: str, alloc_id: str) -> Part:
+    def _part(self, trial_id: int, agent_id: str, alloc_id: str, agents: set[str]) -> Part:
         parts = self._parts.setdefault(trial_id, {})
         part = parts.get(agent_id)
         if part is None or part.alloc_id != alloc_id:  # a restart: a new allocation
+            for other in [a for a, p in parts.items() if p.alloc_id != alloc_id]:
+                self._drop(trial_id, other)  # the earlier allocation's parts
+                agents.add(other)
             exp = alloc_id.partition(".")[0]  # a task id is "<experiment id>.<request id>"
-            part = parts[agent_id] = Part(alloc_id, int(exp) if exp.isdigit() else None)
+            part = Part(alloc_id, int(exp) if exp.isdigit() else None)
+            self._parts.setdefault(trial_id, {})[agent_id] = part
+            self._of_agent.setdefault(agent_id, set()).add(trial_id)
             if part.experiment_id is not None:
                 self._experiment[trial_id] = part.experiment_id
-            for other in [a for a, p in parts.items() if p.alloc_id != alloc_id]:
-                del parts[other]  # the earlier allocation's parts on other agents
         return part
 
-    def _drop_ended(self, agent_id: str, live: Mapping[str, int]) -> set[int]:
-        """The parts of this agent's allocations that are no longer live, and parts of any
-        agent silent for longer than STALE."""
+    def _drop(self, trial_id: int, agent_id: str) -> None:
+        self._parts.get(trial_id, {}).pop(agent_id, None)
+        trials = self._of_agent.get(agent_id)
+        if trials is not None:
+            trials.discard(trial_id)
+            if not trials:
+                del self._of_agent[agent_id]
+
+    def _sweep(self, now: float, agents: set[str]) -> set[int]:
+        """Parts of agents silent for longer than STALE (lost without a word yet)."""
         dropped = set()
-        now = self._monotonic()
-        for trial_id, parts in self._parts.items():
+        for trial_id, parts in list(self._parts.items()):
             for other, part in list(parts.items()):
-                if (other == agent_id and part.alloc_id not in live) \
-                        or now - part.seen > STALE:
-                    del parts[other]
+                if now - part.seen > STALE:
+                    self._drop(trial_id, other)
+                    agents.add(other)
                     dropped.add(trial_id)
         return dropped
 
-    def _rebuild(self, trials: set[int], agent_id: str) -> dict[int, set[int]]:
+    def _rebuild(self, trials: set[int], agents: set[str]) -> dict[int, set[int]]:
         by_exp: dict[int, set[int]] = {}
-        agents = {agent_id}
         for trial_id in trials:
             parts = self._parts.get(trial_id) or {}
             agents.update(parts)
@@ -168,12 +190,14 @@ class TrialUsage:
     def _agent_view(self, agent_id: str) -> None:
         """The agent's parts as the agents' JSON shows them (`trialResources`)."""
         found = []
-        for trial_id, parts in self._parts.items():
-            part = parts.get(agent_id)
-            if part is not None:
-                found.append({"trialId": trial_id, "experimentId": part.experiment_id,
-                              "allocationId": part.alloc_id, **resources_json([part])})
+        for trial_id in sorted(self._of_agent.get(agent_id, ())):
+            parts = self._parts[trial_id]
+            part = parts[agent_id]
+            found.append({"trialId": trial_id, "experimentId": part.experiment_id,
+                          "allocationId": part.alloc_id,
+                          **(self.views[trial_id] if len(parts) == 1 and trial_id in self.views
+                             else resources_json([part]))})
         if found:
-            self.by_agent[agent_id] = sorted(found, key=lambda o: o["trialId"])
+            self.by_agent[agent_id] = found
         else:
             self.by_agent.pop(agent_id, None)
