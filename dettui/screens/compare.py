@@ -38,7 +38,8 @@ MAX_TRIALS = 100  # trials compared at once (the first of the selection)
 READS_AT_ONCE = 8  # trials read at the same time
 MAX_POINTS = 1000  # points per series read at most (else twice the screen's width)
 MIN_POINTS = 20
-TIME_ANCHORS = 16  # report times read per trial for a time axis
+TIME_ANCHORS = 16  # report times read per trial for a time axis (a small page each)
+TIMES_AT_ONCE = 2  # trials whose times are read at the same time (32 pages at most)
 APPEND_EVERY = 1.0  # seconds between two reads of new reports (bursts are merged)
 WIDE = 120  # columns parallel coordinates need
 HIGHER_IS_BETTER = ("acc", "auc", "precision", "recall", "f1", "score", "reward", "iou")
@@ -64,6 +65,11 @@ def number(value: Any) -> float | None:
 
 def _fmt(value: Any) -> str:
     return f"{value:.5g}" if number(value) is not None else ("" if value is None else str(value))
+
+
+def _why(exc: BaseException) -> str:
+    """An error in a few words: a DettuiError's message, else its text or its type's name."""
+    return str(getattr(exc, "message", None) or exc or type(exc).__name__)
 
 
 def _epoch(stamp: str) -> float | None:
@@ -173,9 +179,10 @@ class CompareScreen(ApiScreen):
 
     # -- reads -------------------------------------------------------------------------------
 
-    async def _each(self, keys: Iterable[str], read: Callable[[str], Awaitable[None]]) -> None:
-        """`read` each trial, READS_AT_ONCE at a time."""
-        gate = asyncio.Semaphore(READS_AT_ONCE)
+    async def _each(self, keys: Iterable[str], read: Callable[[str], Awaitable[None]],
+                    at_once: int = READS_AT_ONCE) -> None:
+        """`read` each trial, `at_once` at a time."""
+        gate = asyncio.Semaphore(at_once)
 
         async def one(key: str) -> None:
             async with gate:
@@ -208,7 +215,7 @@ class CompareScreen(ApiScreen):
                       for s in got["series"]}
         except Exception as exc:  # noqa: BLE001 - said in the legend, never raised
             if group == self.group:
-                self.failed[key] = str(getattr(exc, "message", None) or exc or type(exc))
+                self.failed[key] = _why(exc)
                 self.series.pop(key, None)
             return
         if group != self.group:
@@ -268,7 +275,7 @@ class CompareScreen(ApiScreen):
         """A few report times per trial (those not read yet), for the time axis."""
         group = self.group
         await self._each([k for k in self.keys if k in self.series and k not in self.times],
-                         lambda key: self._read_times(key, group))
+                         lambda key: self._read_times(key, group), TIMES_AT_ONCE)
         if self.live and group == self.group:
             self._redraw()
 
@@ -276,7 +283,7 @@ class CompareScreen(ApiScreen):
         try:
             got = await self.client.metric_times(int(key), group, TIME_ANCHORS)
         except Exception as exc:  # noqa: BLE001 - said in the legend
-            self.time_failed[key] = str(getattr(exc, "message", None) or exc or type(exc))
+            self.time_failed[key] = _why(exc)
             return
         if group == self.group:
             self.reads["times"] += 1
@@ -385,12 +392,14 @@ class CompareScreen(ApiScreen):
                 "scatter": f"best by {self.hparam or '?'}",
                 "parallel": "parallel coordinates"}[self.view]
         best = "min" if self._smaller(metric) else "max"
-        self.show("#title", f"{metric or '?'} ({self.group}, {best} best); {what}; "
+        self.show("#title", f"{metric or '?'} ({self.group}, best = {best}); {what}; "
                   f"{len(self.keys)} trials of experiment {self.exp_id}")
         self.show("#status", "; ".join(notes))
         self.query_one("#status").display = bool(notes)
 
     def _no_curve(self, metric: str) -> str:
+        if not self.keys:
+            return "no trials to compare: select some on the experiment's trials (space, T)"
         if len(self.failed) == len(self.keys):
             return "no curve: no trial's metrics could be read (see the legend)"
         if len(self.series) + len(self.failed) < len(self.keys):

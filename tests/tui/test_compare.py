@@ -160,7 +160,7 @@ async def test_three_curves_in_their_rows_colours_with_a_legend() -> None:
         await drawn(screen)
         assert colours_in_chart(screen) == {colour(0), colour(1), colour(2)}
         assert text(screen, "#title").startswith(
-            "validation_loss (validation, min best); x batches, y linear; 3 trials of "
+            "validation_loss (validation, best = min); x batches, y linear; 3 trials of "
             "experiment 1")
         legend = screen.table
         assert legend.keys_in_view_order == ["12", "11", "13"]  # the selection's order
@@ -180,11 +180,11 @@ async def test_m_g_x_and_l_change_the_chart() -> None:
         screen = compare(pilot)
         await drawn(screen)
         await pilot.press("m")
-        await until_async(lambda: "validation_accuracy (validation, max best)"
+        await until_async(lambda: "validation_accuracy (validation, best = max)"
                           in text(screen, "#title"), "the next metric")
         assert screen.table.row("12")["best"] == "0.8333"  # type: ignore[index]
         await pilot.press("g")
-        await until_async(lambda: "loss (training, min best)" in text(screen, "#title")
+        await until_async(lambda: "loss (training, best = min)" in text(screen, "#title")
                           and "12" in screen.series, "the training group, read", timeout=15)
         await pilot.press("x")
         await until_async(lambda: "seconds since each trial started" in chart(screen),
@@ -288,6 +288,16 @@ async def test_enter_on_a_legend_row_opens_that_trials_logs() -> None:
         await pilot.press("down", "enter")
         await until_async(lambda: isinstance(app.screen, LogsScreen), "the logs screen")
         assert app.screen.trial_id == 11  # type: ignore[attr-defined]  # the second row
+    assert app.errors == []
+
+
+async def test_no_trials_says_how_to_select_some() -> None:
+    app = FixedDashboard(client=Compared)
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = CompareScreen(1, [], metric="validation_loss", group="validation",
+                               smaller_is_better=True)
+        await app.push_screen(screen)
+        await until_async(lambda: "no trials to compare" in chart(screen), "the reason")
     assert app.errors == []
 
 
