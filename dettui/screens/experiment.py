@@ -453,11 +453,8 @@ class ExperimentScreen(ApiScreen):
                             f"{self.columns.metric} yet", severity="warning")
                 return
             self._select(top)
-        try:
-            from dettui.screens.compare import CompareScreen
-        except ModuleNotFoundError as exc:
-            self.notify(f"the compare screen is not installed ({exc})", severity="error")
-            return
+        from dettui.screens.compare import CompareScreen
+
         self.app.push_screen(CompareScreen(
             self.exp_id, [int(k) for k in self.selected], metric=self.charted or self.metric,
             group=self.group, smaller_is_better=self.smaller_is_better))

@@ -7,7 +7,6 @@ and 200x50 with a fixed 16-trial ASHA search (tests/tui/fixed.py), and the table
 
 from __future__ import annotations
 
-import importlib.util
 from typing import Any
 
 import pytest
@@ -16,6 +15,7 @@ from textual.app import App, ComposeResult
 from textual.pilot import Pilot
 from textual.widgets import Input
 
+from dettui.screens.compare import CompareScreen
 from dettui.screens.experiment import ExperimentScreen
 from dettui.widgets.rowtable import Column, RowTable
 from dettui.widgets.shown import Shown
@@ -283,13 +283,10 @@ async def test_select_top_n_and_compare(size: str) -> None:
         await pilot.press("T")
         await answer(pilot, "zero")
         assert any("a whole number from 1 to 100" in n.message for n in app._notifications)
-        if importlib.util.find_spec("dettui.screens.compare") is None:
-            return  # helper B's CompareScreen lands separately; all else is checked above
         await pilot.press("C")
         await pilot.pause(0.5)
-        compare = app.screen
-        assert type(compare).__name__ == "CompareScreen"
-        assert list(compare.trial_ids) == [11, 10, 12]  # type: ignore[attr-defined]
+        assert isinstance(app.screen, CompareScreen)
+        assert app.screen.trial_ids == [11, 10, 12]  # colour i is trial_ids[i]
     assert app.errors == []
 
 
@@ -302,10 +299,10 @@ async def test_c_with_nothing_selected_compares_the_top_ten(size: str) -> None:
         await pilot.pause(0.5)
         assert screen.selected == ranked(ASHA_TRIALS, "validation_loss", True)[:10]
         assert screen.selected[:3] == ["11", "10", "12"]
-        if importlib.util.find_spec("dettui.screens.compare") is not None:
-            assert type(app.screen).__name__ == "CompareScreen"
-            assert list(app.screen.trial_ids) == [  # type: ignore[attr-defined]
-                int(k) for k in screen.selected]
+        assert isinstance(app.screen, CompareScreen)
+        assert app.screen.trial_ids == [int(k) for k in screen.selected]
+        assert app.screen.metric == "validation_loss" and app.screen.smaller_is_better
+    assert app.errors == []
 
 
 @pytest.mark.parametrize("size", SIZES)
