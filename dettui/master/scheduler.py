@@ -447,7 +447,7 @@ class Waiting:
         if req.slots > free.total:
             return Wait("short", pool, (req.slots, free.total, total))
         if req.slots <= free.largest:
-            return Wait("spread", pool, (req.slots, max(map(len, free.free.values()))))
+            return Wait("spread", pool, (req.slots, max(map(len, free.free.values()), default=0)))
         n = max((n for n in free.size.values() if n and req.slots % n == 0), default=1)
         whole = sum(1 for a, f in free.free.items() if free.size[a] == n and len(f) == n)
         return Wait("whole", pool, (req.slots // n, n, whole))
