@@ -428,7 +428,8 @@ class CompareScreen(ApiScreen):
             span = max(spans, default=0.0)
             limit, unit, word = next(u for u in UNITS if span < u[0])
             curves = [Curve(c.colour, [x / unit for x in c.xs], c.ys) for c in curves]
-            title = f"{word} since each trial started"
+            title = (f"{word} since each trial started (interpolated between {TIME_ANCHORS} "
+                     "report times each)")
             waiting = [k for k in self.keys if k in self.series and k not in self.times
                        and k not in self.time_failed]
             if waiting:

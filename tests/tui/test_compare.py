@@ -293,7 +293,7 @@ async def test_enter_on_a_legend_row_opens_that_trials_logs() -> None:
 
 async def test_no_trials_says_how_to_select_some() -> None:
     app = FixedDashboard(client=Compared)
-    async with app.run_test(size=(80, 24)) as pilot:
+    async with app.run_test(size=(80, 24)):
         screen = CompareScreen(1, [], metric="validation_loss", group="validation",
                                smaller_is_better=True)
         await app.push_screen(screen)
