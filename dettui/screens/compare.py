@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import math
 from collections.abc import Awaitable, Callable, Iterable
-from datetime import datetime
 from typing import Any, ClassVar
 
 from rich.style import Style
@@ -26,6 +24,15 @@ from textual.widgets import Header
 
 from dettui import series
 from dettui.screens.base import ApiScreen, Row, state_text
+from dettui.widgets.chart_data import (
+    at_times,
+    epoch,
+    flat,
+    fmt,
+    higher_is_better,
+    number,
+    time_unit,
+)
 from dettui.widgets.keybar import KeyBar
 from dettui.widgets.overlay import Figure
 from dettui.widgets.plot import Curve, Dot, overlay, parallel, scatter
@@ -42,58 +49,9 @@ TIME_ANCHORS = 16  # report times read per trial for a time axis (a small page e
 TIMES_AT_ONCE = 2  # trials whose times are read at the same time (32 pages at most)
 APPEND_EVERY = 1.0  # seconds between two reads of new reports (bursts are merged)
 WIDE = 120  # columns parallel coordinates need
-HIGHER_IS_BETTER = ("acc", "auc", "precision", "recall", "f1", "score", "reward", "iou")
-UNITS = ((120.0, 1.0, "seconds"), (7200.0, 60.0, "minutes"), (math.inf, 3600.0, "hours"))
-
-
-def flat(hparams: Any, prefix: str = "") -> dict[str, Any]:
-    """Nested hyperparameters as `optimizer.lr` names."""
-    out: dict[str, Any] = {}
-    for name, value in (hparams or {}).items() if isinstance(hparams, dict) else ():
-        if isinstance(value, dict):
-            out.update(flat(value, f"{prefix}{name}."))
-        else:
-            out[f"{prefix}{name}"] = value
-    return out
-
-
-def number(value: Any) -> float | None:
-    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
-        return float(value)
-    return None
-
-
-def _fmt(value: Any) -> str:
-    return f"{value:.5g}" if number(value) is not None else ("" if value is None else str(value))
-
-
 def _why(exc: BaseException) -> str:
     """An error in a few words: a DettuiError's message, else its text or its type's name."""
     return str(getattr(exc, "message", None) or exc or type(exc).__name__)
-
-
-def _epoch(stamp: str) -> float | None:
-    try:
-        return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
-    except (TypeError, ValueError):
-        return None
-
-
-def at_times(points: Points, anchors: list[tuple[float, float]],
-             start: float) -> list[float]:
-    """Seconds since `start` of each point, by its steps, interpolated between the anchors
-    (steps, epoch seconds) around it (held flat past the first and the last)."""
-    out, j = [], 0
-    for steps, _ in points:
-        while j + 1 < len(anchors) and anchors[j + 1][0] < steps:
-            j += 1
-        (s0, t0), (s1, t1) = anchors[j], anchors[min(j + 1, len(anchors) - 1)]
-        if steps <= s0 or s1 == s0:
-            t = t0 if steps <= s0 or steps < s1 else t1
-        else:
-            t = t0 + (t1 - t0) * min((steps - s0) / (s1 - s0), 1.0)
-        out.append(t - start)
-    return out
 
 
 class CompareScreen(ApiScreen):
@@ -249,9 +207,8 @@ class CompareScreen(ApiScreen):
             return
         try:
             new = await self.client.metrics(int(key), group, after_steps=self.cursor[key])
-        except Exception:  # noqa: BLE001 - what was read stays; the next feed message retries
-            self.pending.add(key)
-            return
+        except Exception:  # noqa: BLE001 - what was read stays; the trial's next change (or
+            return         # the master's return after an outage) reads from the same cursor
         if group != self.group or key not in self.series or not new:
             return
         self.reads["appended"] += len(new)
@@ -262,7 +219,7 @@ class CompareScreen(ApiScreen):
             for name, v in ((r.get("metrics") or {}).get("avgMetrics") or {}).items():
                 if number(v) is not None:
                     points.setdefault(name, []).append((steps, float(v)))
-            when = _epoch(str(r.get("reportTime")))
+            when = epoch(str(r.get("reportTime")))
             if key in self.times and when is not None:
                 self.times[key].append((steps, when))
         width = self._width()
@@ -289,7 +246,7 @@ class CompareScreen(ApiScreen):
             self.reads["times"] += 1
             self.time_failed.pop(key, None)
             self.times[key] = sorted((s, e) for s, stamp in got
-                                     if (e := _epoch(stamp)) is not None)
+                                     if (e := epoch(stamp)) is not None)
 
     @work(exclusive=True, group="feed")
     async def follow(self) -> None:
@@ -348,8 +305,7 @@ class CompareScreen(ApiScreen):
         screen was opened with); for another, what its name says (accuracy: higher)."""
         if metric == self.opened_with or not metric:
             return self.smaller_is_better
-        name = metric.casefold()
-        return not any(word in name for word in HIGHER_IS_BETTER)
+        return not higher_is_better(metric)
 
     def _best(self, values: list[float], metric: str) -> float | None:
         if not values:
@@ -361,7 +317,7 @@ class CompareScreen(ApiScreen):
         metric = self._shown_metric()
         values = self._values(key, metric)
         t = self.trials.get(key, {})
-        note: Any = ", ".join(f"{k}={_fmt(v)}" for k, v in flat(t.get("hparams")).items())
+        note: Any = ", ".join(f"{k}={fmt(v)}" for k, v in flat(t.get("hparams")).items())
         why = self.failed.get(key) or (self.time_failed.get(key) if self.x_time else None)
         if why:
             what = "metrics" if key in self.failed else "report times"
@@ -373,8 +329,8 @@ class CompareScreen(ApiScreen):
         return key, {"pos": (i + 1, Style(color=colour(i), bold=True)),
                      "trial": (f"● {key}", Style(color=colour(i), bold=True)),
                      "state": state_text(t.get("state")) or "?",
-                     "last": _fmt(values[-1] if values else None),
-                     "best": _fmt(self._best(values, metric)), "hparams": note}
+                     "last": fmt(values[-1] if values else None),
+                     "best": fmt(self._best(values, metric)), "hparams": note}
 
     def _redraw(self) -> None:
         """Title, legend, chart and status for the metric, group, axes and view chosen."""
@@ -417,7 +373,7 @@ class CompareScreen(ApiScreen):
                 anchors = self.times.get(key)
                 if not anchors:
                     continue
-                start = _epoch(str(self.trials.get(key, {}).get("startTime"))) or anchors[0][1]
+                start = epoch(str(self.trials.get(key, {}).get("startTime"))) or anchors[0][1]
                 xs = at_times(points, anchors, start)
                 spans.append(max(xs))
             else:
@@ -426,7 +382,7 @@ class CompareScreen(ApiScreen):
         title = "batches"
         if self.x_time:
             span = max(spans, default=0.0)
-            limit, unit, word = next(u for u in UNITS if span < u[0])
+            unit, word = time_unit(span)
             curves = [Curve(c.colour, [x / unit for x in c.xs], c.ys) for c in curves]
             title = (f"{word} since each trial started (interpolated between {TIME_ANCHORS} "
                      "report times each)")

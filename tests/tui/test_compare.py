@@ -17,7 +17,8 @@ from rich.style import Style
 from textual.pilot import Pilot
 
 from dettui.errors import DettuiError
-from dettui.screens.compare import CompareScreen, at_times
+from dettui.screens.compare import CompareScreen
+from dettui.widgets.chart_data import at_times
 from dettui.widgets.overlay import Figure
 from dettui.widgets.trial_colours import colour
 from tests.conftest import Served
