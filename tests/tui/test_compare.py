@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from rich.style import Style
+from textual.binding import Binding
 from textual.pilot import Pilot
 
 from dettui.errors import DettuiError
@@ -299,6 +300,19 @@ async def test_no_trials_says_how_to_select_some() -> None:
                                smaller_is_better=True)
         await app.push_screen(screen)
         await until_async(lambda: "no trials to compare" in chart(screen), "the reason")
+    assert app.errors == []
+
+
+async def test_help_lists_every_key_of_the_compare_screen() -> None:
+    app = FixedDashboard(client=Compared)
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = compare(pilot)
+        await drawn(screen)
+        await pilot.press("question_mark")
+        await until_async(lambda: type(app.screen).__name__ == "HelpScreen", "help")
+        shown = " ".join(str(w.render()) for w in app.screen.query("Static"))
+        for b in CompareScreen.BINDINGS:
+            assert isinstance(b, Binding) and b.description in shown, b
     assert app.errors == []
 
 
