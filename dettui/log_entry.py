@@ -4,6 +4,7 @@ ranges the logs screen filters by. Pure: no I/O, no clock read inside."""
 
 from __future__ import annotations
 
+import contextlib
 import re
 from dataclasses import dataclass
 from datetime import datetime, time, timedelta
@@ -57,13 +58,16 @@ def level_of(text: str) -> str:
 
 def time_range(text: str, now: datetime) -> tuple[float | None, float | None]:
     """(since, until) in Unix seconds for what a user types: `since 10m`, `2h`, `14:00-14:30`,
-    `14:00-`, `-9:30`, `2026-11-22 14:00 - 2026-11-22 15:00`; "" is no range. Clock times are
-    `now`'s day in its time zone. ValueError names what was not understood."""
+    `14:00-`, `-9:30`, `14:00` (since then), `2026-11-22 14:00 - 2026-11-22 15:00`; "" is no
+    range. Clock times are `now`'s day in its time zone. ValueError says what was not
+    understood."""
     text = text.strip().lower()
     if not text:
         return None, None
     if found := _SINCE.match(text):
         return (now - timedelta(seconds=float(found[1]) * _UNITS[found[2]])).timestamp(), None
+    with contextlib.suppress(ValueError):
+        return _moment(text.removeprefix("since").strip(), now), None  # one moment: since it
     start, sep, end = text.partition(" - ") if " - " in text else text.partition("-")
     if not sep and ":" not in text:
         raise ValueError(f"not a time range: {text!r} (try 'since 10m' or '14:00-14:30')")

@@ -23,7 +23,7 @@ from textual.binding import Binding, BindingType
 from textual.timer import Timer
 from textual.widgets import Header, Input
 
-from dettui.errors import MasterUnreachable
+from dettui.errors import DettuiError, MasterUnreachable
 from dettui.log_entry import LogEntry, entry_of, time_range
 from dettui.screens.base import ApiScreen
 from dettui.widgets.keybar import KeyBar
@@ -123,6 +123,9 @@ class LogsScreen(ApiScreen):
                 self.trial_id, limit=PAGE, **self._filters())]
         except MasterUnreachable:
             return  # the banner says so; `reconnected` reads it again
+        except DettuiError as exc:
+            self.notify(f"logs not read: {exc}", severity="error")
+            return
         self.fed = True
         self.head_held = len(page) < PAGE
         self.last_id = max((e.id for e in page if e.id is not None), default=0)
@@ -156,6 +159,9 @@ class LogsScreen(ApiScreen):
                     self.new_lines += 1
         except MasterUnreachable:
             return  # the banner says so; `reconnected` follows on from the last line read
+        except DettuiError as exc:
+            self.notify(f"logs not followed: {exc}", severity="error")
+            return
         if self.live:
             self._flush()
 
@@ -191,7 +197,9 @@ class LogsScreen(ApiScreen):
             else:
                 items = await self.client.trial_log_page(self.trial_id, limit=PAGE,
                                                          after=ends[1], **self._filters())
-        except MasterUnreachable:
+        except DettuiError as exc:
+            if not isinstance(exc, MasterUnreachable):  # (that one: the banner says so)
+                self.notify(f"page not read: {exc}", severity="error")
             return
         finally:
             self.paging = False
@@ -429,7 +437,9 @@ class LogsScreen(ApiScreen):
         try:
             items = await self.client.trial_log_page(self.trial_id, limit=PAGE, after=0,
                                                      **self._filters())
-        except MasterUnreachable:
+        except DettuiError as exc:
+            if not isinstance(exc, MasterUnreachable):  # (that one: the banner says so)
+                self.notify(f"page not read: {exc}", severity="error")
             return
         finally:
             self.paging = False

@@ -96,7 +96,9 @@ class LogView(ScrollView, can_focus=True):
         follow = self.at_end
         self.entries.extend(entries)
         self._widest = max(self._widest, _widest(entries))
-        self._changed()
+        if self._starts is not None:  # wrapped: only the new lines' rows are counted
+            _extended(self._starts, entries, self.text_width)
+        self._changed(rows_known=self._starts is not None)
         if follow:
             self.scroll_end(animate=False, immediate=True, x_axis=False)
 
@@ -158,19 +160,12 @@ class LogView(ScrollView, can_focus=True):
         if not self.wrap:
             return None
         if self._starts is None:
-            width, total = self.text_width, 0
-            starts = [0]
-            for e in self.entries:
-                if e.text.isascii():
-                    total += max(1, -(-len(e.text) // width))
-                else:
-                    total += max(1, len(chop_cells(e.text, width)))
-                starts.append(total)
-            self._starts = starts
+            self._starts = _extended([0], self.entries, self.text_width)
         return self._starts
 
-    def _changed(self) -> None:
-        self._starts = None
+    def _changed(self, *, rows_known: bool = False) -> None:
+        if not rows_known:
+            self._starts = None
         self._cache.clear()
         self.virtual_size = Size(GUTTER + (0 if self.wrap else min(self._widest, MAX_WIDTH)),
                                  self.rows)
@@ -261,3 +256,16 @@ class LogView(ScrollView, can_focus=True):
 def _widest(entries: Sequence[LogEntry]) -> int:
     return max((len(e.text) if e.text.isascii() else cell_len(e.text) for e in entries),
                default=0)
+
+
+def _extended(starts: list[int], entries: Sequence[LogEntry], width: int) -> list[int]:
+    """`starts` (the first row of each line, and the row after the last) with `entries`
+    wrapped at `width` cells added."""
+    total = starts[-1]
+    for e in entries:
+        if e.text.isascii():
+            total += max(1, -(-len(e.text) // width))
+        else:
+            total += max(1, len(chop_cells(e.text, width)))
+        starts.append(total)
+    return starts
