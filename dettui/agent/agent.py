@@ -284,7 +284,8 @@ class Agent:
         gpus = telemetry.sample_gpus(self.gpu_indices)
         sample = telemetry.sample_host(self.gpu_indices, gpus)
         usage = {}
-        for alloc_id, run in list(self.runs.items()):
+        runs = dict(self.runs)  # this runs on a thread: the loop may change `runs` meanwhile
+        for alloc_id, run in runs.items():
             procs = run.processes()
             measured = self._usage.setdefault(alloc_id, telemetry.TreeUsage()).measure(procs)
             if measured is None:
@@ -292,7 +293,7 @@ class Agent:
             util, memory = telemetry.allocation_gpu(gpus, run.spec.cuda_devices,
                                                     {p.pid for p in procs})
             usage[alloc_id] = {**measured, "gpuUtil": util, "gpuMemory": memory}
-        for gone in self._usage.keys() - self.runs.keys():
+        for gone in self._usage.keys() - runs.keys():
             del self._usage[gone]
         sample["allocations"] = usage
         return sample
