@@ -85,3 +85,39 @@ def test_cluster_with_running_trials(snap_compare: Any, size: str) -> None:
 def test_cluster_with_a_gpu_trial(snap_compare: Any, size: str) -> None:
     assert snap_compare(FixedDashboard([RESOURCE_GPU_AGENT]),
                         terminal_size=SIZES[size], run_before=keys("3"))
+
+
+# --- the real thing: `dettui serve` with its agent, a running trial, the dashboard ---------
+
+BUSY = "import time\nballast = b'x' * (50 * 2**20)\nend = time.time() + 120\n" \
+       "while time.time() < end:\n    pass\n"
+BUSY_CONFIG = """
+name: busy
+entrypoint: python3 busy.py
+searcher: {name: single, metric: loss, max_length: {batches: 10}}
+hyperparameters: {}
+max_restarts: 0
+"""
+
+
+async def test_a_real_trial_under_the_real_agent(served: Any, tmp_path: Any,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    from dettui.commands.dashboard import Dashboard
+
+    ctx = tmp_path / "ctx"
+    ctx.mkdir()
+    (ctx / "busy.py").write_text(BUSY)
+    (tmp_path / "busy.yaml").write_text(BUSY_CONFIG)
+    served.cli("experiment", "create", str(tmp_path / "busy.yaml"), str(ctx))
+    monkeypatch.setenv("DETTUI_CONFIG_DIR", str(served.config_dir))
+    app = Dashboard(served.url, tmp_path / "unused")
+    try:
+        async with app.run_test(size=SIZES["200x50"]) as pilot:
+            await pilot.press("3")
+            text = await until_async(lambda: _detail(app), "the trial under its agent",
+                                     timeout=90, done=lambda t: "max" in t and "Trial 1" in t)
+            assert "Running trials: 1" in text and "Trial 1 · experiment 1 · CPU" in text
+            rss = next(line for line in text.splitlines() if line.startswith("RSS "))
+            assert "MiB" in rss or "GiB" in rss
+    finally:
+        served.cli("experiment", "kill", "1", check=False)
