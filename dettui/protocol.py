@@ -96,6 +96,7 @@ class AllocationUsage(Message):
 
 
 MAX_SAMPLE_ALLOCATIONS = 1024  # allocations one telemetry sample may report
+MAX_ALLOCATION_ID = 255  # characters ("<experiment>.<uuid>.<run>" is about 45)
 
 
 class TelemetrySample(Message):
@@ -106,7 +107,8 @@ class TelemetrySample(Message):
     mem_used: Int64 | None = None  # bytes
     mem_total: Int64 | None = None
     gpus: list[GpuReading] = []
-    allocations: Annotated[dict[str, AllocationUsage],
+    allocations: Annotated[dict[Annotated[str, Field(max_length=MAX_ALLOCATION_ID)],
+                                AllocationUsage],
                            Field(max_length=MAX_SAMPLE_ALLOCATIONS)] = {}
 
 

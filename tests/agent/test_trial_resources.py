@@ -142,12 +142,19 @@ async def test_a_trial_burning_cpu_and_memory_shows_both_and_a_hostile_agent_is_
     agents = {a["id"]: a for a in (await _get(master, "/api/v1/agents"))["agents"]}
     assert agents["thief"]["trialResources"] == []
 
-    # Numbers out of bounds drop the sample (the heartbeat still succeeds).
-    for bad in ({"cpuPercent": 1e300}, {"rss": -1}, {"gpuUtil": 101.0}, {"cpuPercent": True}):
+    # Numbers out of bounds, or an allocation id too long, drop the sample (the heartbeat
+    # still succeeds).
+    for key, bad in [(part["allocationId"], {"cpuPercent": 1e300}),
+                     (part["allocationId"], {"rss": -1}),
+                     (part["allocationId"], {"gpuUtil": 101.0}),
+                     (part["allocationId"], {"cpuPercent": True}),
+                     ("x" * 300, {"cpuPercent": 1.0})]:
         resp = await master.post(
             "/api/v1/agents/thief/heartbeat", headers={"Authorization": f"Bearer {thief}"},
-            json={"samples": [{"time": 2e9, "allocations": {part["allocationId"]: bad}}]})
+            json={"samples": [{"time": 2e9, "allocations": {key: bad}}]})
         assert resp.status == 200, await resp.text()
+    agents = {a["id"]: a for a in (await _get(master, "/api/v1/agents"))["agents"]}
+    assert agents["thief"]["telemetry"]["time"] < 2e9  # none of them was kept
 
     # Killed: no resources on the trial that no longer runs.
     resp = await master.post(f"/api/v1/experiments/{exp_id}/kill",
