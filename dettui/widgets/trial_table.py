@@ -104,8 +104,8 @@ class TrialTable:
         return before != (self.hparams, self.metrics, self.resources)
 
     def columns(self) -> list[Column]:
-        cols = [Column("sel", "", width=1),
-                Column("id", "Trial", width=5, align="right"),
+        cols = [Column("id", "Trial", width=5, align="right"),
+                Column("sel", "", width=1),
                 Column("state", "State", width=12),
                 Column("steps", "Steps", width=7, align="right"),
                 Column("best", "Best", width=9, align="right"),
