@@ -23,7 +23,7 @@ from dettui.widgets.keybar import KeyBar
 from dettui.widgets.rowtable import Column, FilterError, RowTable
 from dettui.widgets.safe import Plain, PlainInput
 from dettui.widgets.ticks import axis
-from dettui.widgets.trial_table import SELECTED, STOPPED, TrialTable, ranked
+from dettui.widgets.trial_table import MAX_HPARAMS, SELECTED, STOPPED, TrialTable, ranked
 
 CHART_FRAME = 4  # rows of the chart that are not the plot's: its borders, x labels, x title
 CKPT_ROWS = 200  # checkpoints listed (the newest); the header says how many there are
@@ -317,6 +317,9 @@ class ExperimentScreen(ApiScreen):
         if hidden:
             parts.append(f"{len(hidden)} column{'s' if len(hidden) > 1 else ''} hidden "
                          "(wider shows them; S sorts by any): " + ", ".join(hidden))
+        if self.columns.more_hparams:
+            parts.append(f"{self.columns.more_hparams} more hyperparameters not shown "
+                         f"(at most {MAX_HPARAMS} columns)")
         if any(t.get("stoppedBySearcher") for t in self.trials.values()):
             parts.append(f"{STOPPED} stopped early by the searcher")
         if self.selected:

@@ -20,7 +20,7 @@ from dettui.screens.experiment import ExperimentScreen
 from dettui.widgets.rowtable import Column, RowTable
 from dettui.widgets.shown import Shown
 from dettui.widgets.trial_colours import colour
-from dettui.widgets.trial_table import TrialTable, flatten, ranked, spark
+from dettui.widgets.trial_table import MAX_HPARAMS, TrialTable, flatten, ranked, spark
 from tests.poll import until_async
 from tests.tui.fixed import ASHA_TRIALS, AshaClient, FixedDashboard
 
@@ -330,3 +330,10 @@ def test_a_hostile_hyperparameter_name_is_a_plain_label() -> None:
     table.see([{"id": 1, "hparams": {"[bold]x\x1b[31m": 1.0}}])
     label = next(c.label for c in table.columns() if c.key.startswith("h."))
     assert "\x1b" not in label and isinstance(Text(label), Text)
+
+
+def test_hyperparameter_columns_have_a_cap_and_the_rest_are_counted() -> None:
+    table = TrialTable(metric="m")
+    table.see([{"id": 1, "hparams": {f"p{i:03d}": i for i in range(MAX_HPARAMS + 6)}}])
+    assert sum(c.key.startswith("h.") for c in table.columns()) == MAX_HPARAMS
+    assert table.more_hparams == 6
