@@ -13,7 +13,7 @@ the text) and `!` for stderr. An item is one line (a newline inside shows as `\\
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, ClassVar
 
@@ -254,9 +254,16 @@ class LogsScreen(ApiScreen):
             self.read_page(True)
         elif not event.top and not self.tail_held:
             self.read_page(False)
-        elif not event.top and self.log_widget.at_end:
-            self.new_lines = 0
+        elif not event.top and self.log_widget.at_end:  # scrolled back to the end: follow
+            self.follow, self.new_lines = True, 0
             self._title()
+
+    @on(LogView.Jumped)
+    def _jumped(self, event: LogView.Jumped) -> None:
+        if event.top:
+            self.action_home()
+        else:
+            self.action_end()
 
     # what is shown
 
@@ -285,8 +292,8 @@ class LogsScreen(ApiScreen):
         if not self.is_mounted:
             return
         shown = self.log_widget.line_count
-        count = (f"{shown:,} of {len(self.held):,} lines" if shown != len(self.held)
-                 else f"{len(self.held):,} lines")
+        count = (f"{shown:,} of {_lines(len(self.held))}" if shown != len(self.held)
+                 else _lines(shown))
         parts = [f"Trial {self.trial_id} logs: {count}",
                  "all ranks" if self.rank is None else f"rank {self.rank}"]
         if self.range_text:
@@ -304,7 +311,7 @@ class LogsScreen(ApiScreen):
         if not self.follow:
             parts.append("paused")
         if self.new_lines:
-            parts.append(f"{self.new_lines:,} new lines (G: follow)")
+            parts.append(f"{_lines(self.new_lines, 'new line')} (G: follow)")
         self.show("#title", ", ".join(parts))
 
     # keys
@@ -362,11 +369,12 @@ class LogsScreen(ApiScreen):
         self.range_text = text.strip()
         self.open_tail()
 
-    def _jump(self, regex: re.Pattern[str], what: str) -> None:
+    def _jump(self, found: Callable[[LogEntry], object], what: str) -> None:
+        """Go to the next shown line after the last one gone to for which `found` is true."""
         view = self.log_widget
         shown = view.entries
         for i in range(self.position + 1, len(shown)):
-            if regex.search(shown[i].text):
+            if found(shown[i]):
                 self.position = i
                 self.follow = False
                 view.go_to(i)
@@ -381,7 +389,7 @@ class LogsScreen(ApiScreen):
             self.action_search()
             return
         if (regex := self._regex()) is not None:
-            self._jump(regex, f"matches of /{self.pattern}/")
+            self._jump(lambda e: regex.search(e.text), f"matches of /{self.pattern}/")
 
     def action_only_matches(self) -> None:
         if not self.pattern:
@@ -392,7 +400,7 @@ class LogsScreen(ApiScreen):
         self._redraw()
 
     def action_next_error(self) -> None:
-        self._jump(ERROR, "errors")
+        self._jump(lambda e: e.level == "E" or ERROR.search(e.text), "errors")
 
     def action_toggle_wrap(self) -> None:
         self.log_widget.wrap = not self.log_widget.wrap
@@ -459,3 +467,7 @@ class LogsScreen(ApiScreen):
             self._close_box()
             return
         self.app.pop_screen()
+
+
+def _lines(count: int, noun: str = "line") -> str:
+    return f"{count:,} {noun}{'' if count == 1 else 's'}"

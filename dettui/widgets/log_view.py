@@ -54,6 +54,14 @@ class LogView(ScrollView, can_focus=True):
             super().__init__()
             self.top = top
 
+    class Jumped(Message):
+        """Home (`top`) or End was pressed: the reader asks for the log's start or end, which
+        may lie beyond the lines held."""
+
+        def __init__(self, top: bool) -> None:
+            super().__init__()
+            self.top = top
+
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.entries: list[LogEntry] = []
@@ -184,6 +192,12 @@ class LogView(ScrollView, can_focus=True):
         starts = self._row_starts()
         row = round(self.scroll_y)
         return row if starts is None else max(0, bisect_right(starts, row) - 1)
+
+    def action_scroll_home(self) -> None:
+        self.post_message(self.Jumped(top=True))
+
+    def action_scroll_end(self) -> None:
+        self.post_message(self.Jumped(top=False))
 
     def watch_scroll_y(self, old: float, new: float) -> None:
         super().watch_scroll_y(old, new)

@@ -97,8 +97,8 @@ async def test_a_million_lines_open_at_the_last_in_under_a_second(master: Api) -
         took = time.perf_counter() - started
         assert took < 1.0, f"{took:.2f} s to the last line"
         assert len(screen.held) == logs.PAGE
-        # `g`: the log's first page in place of the last; `G` the last again, following.
-        await pilot.press("g")
+        # Home: the log's first page in place of the last; `G` the last again, following.
+        await pilot.press("home")
         await until_async(lambda: "line 0" in rows(screen)[0], "the first line", timeout=10)
         assert "later lines on scroll down" in title(screen)
         await pilot.press("G")
@@ -157,6 +157,13 @@ async def test_new_lines_do_not_move_a_reader_scrolled_up(master: Api, size: str
         assert "new lines" not in title(screen)
         await fill(master, 307, 2)  # following again: new lines come into view
         await until_async(lambda: "line 308" in last_row(screen), "followed", timeout=10)
+        assert "new lines" not in title(screen)
+        await pilot.press("pageup")  # and once more with End
+        await fill(master, 309, 1)
+        await until_async(lambda: "1 new line (G: follow)" in title(screen), "counted", timeout=10)
+        assert "line 309" not in last_row(screen)
+        await pilot.press("end")
+        await until_async(lambda: "line 309" in last_row(screen), "followed", timeout=10)
         assert "new lines" not in title(screen)
     assert app.errors == []
 
@@ -257,4 +264,8 @@ async def test_wrap_page_sideways_marks_and_only_matches(size: str) -> None:
         await pilot.press("o")
         await pilot.pause(0.2)
         assert screen.log_widget.line_count == 6
+        await pilot.press("e")  # errors: a line marked E (glog's `E1127`), then a traceback
+        assert screen.position == 3
+        await pilot.press("e")
+        assert screen.position == 5
     assert app.errors == []
