@@ -13,6 +13,7 @@ the text) and `!` for stderr. An item is one line (a newline inside shows as `\\
 from __future__ import annotations
 
 import re
+from collections import deque
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, ClassVar
@@ -79,11 +80,13 @@ class LogsScreen(ApiScreen):
         self.head_held = False  # the log's first line is held
         self.tail_held = True  # its newest line is held (the follower's lines are added)
         self.dropped = 0  # lines dropped to stay within MAX_HELD
-        self.pending: list[LogEntry] = []
+        self.pending: deque[LogEntry] = deque(maxlen=MAX_HELD)  # read, not yet shown
         self.last_id = 0  # of the newest line the follower read
         self.asking = ""  # what the input box asks for: "search" or "time"
         self.flusher: Timer | None = None
         self.paging = False
+        self.generation = 0  # how many times the log was read afresh (a filter changed)
+        self.said_dropped = -1  # the generation whose dropped lines were said
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -115,7 +118,9 @@ class LogsScreen(ApiScreen):
     @work(exclusive=True, group="logs")
     async def open_tail(self) -> None:
         """Read the log's last page and follow on from it (again, after a filter changed)."""
-        self.held, self.pending, self.new_lines, self.dropped = [], [], 0, 0
+        self.generation += 1
+        self.held, self.new_lines, self.dropped = [], 0, 0
+        self.pending = deque(maxlen=MAX_HELD)
         self.head_held, self.tail_held, self.follow = False, True, True
         self.log_widget.replace([])
         try:
@@ -154,6 +159,9 @@ class LogsScreen(ApiScreen):
                         continue  # read before the master went away
                     self.last_id = entry.id
                 if self.tail_held:
+                    if len(self.pending) == self.pending.maxlen:  # not flushed in time
+                        self.head_held, self.dropped = False, self.dropped + 1
+                        self._say_dropped(oldest=True)
                     self.pending.append(entry)
                 else:
                     self.new_lines += 1
@@ -169,11 +177,16 @@ class LogsScreen(ApiScreen):
         """Add what the follower read since the last flush in one go (10 times a second)."""
         if not self.live:
             return
+        if not self.tail_held:  # the reader went to the log's start meanwhile
+            self.new_lines += len(self.pending)
+            self.pending.clear()
         newest = self.held[-1].id if self.held else None
         if newest is not None:  # lines a page after the held ones has read already
-            self.pending = [e for e in self.pending if e.id is None or e.id > newest]
+            while self.pending and (self.pending[0].id or newest + 1) <= newest:
+                self.pending.popleft()
         if self.pending:
-            batch, self.pending = self.pending, []
+            batch = list(self.pending)
+            self.pending.clear()
             view = self.log_widget
             if not (self.follow and view.at_end):
                 self.new_lines += len(self._shown(batch))
@@ -189,7 +202,7 @@ class LogsScreen(ApiScreen):
         if self.paging or not self.held or None in (self.held[0].id, self.held[-1].id):
             return
         self.paging = True
-        ends = (self.held[0].id, self.held[-1].id)
+        ends, generation = (self.held[0].id, self.held[-1].id), self.generation
         try:
             if earlier:
                 items = await self.client.trial_log_page(self.trial_id, limit=PAGE,
@@ -203,7 +216,8 @@ class LogsScreen(ApiScreen):
             return
         finally:
             self.paging = False
-        if not self.live or not self.held or (self.held[0].id, self.held[-1].id) != ends:
+        if not self.live or generation != self.generation or not self.held or (
+                self.held[0].id, self.held[-1].id) != ends:
             return  # the log was read again meanwhile, or the follower added lines
         page = [entry_of(i) for i in items]
         if earlier:
@@ -242,11 +256,16 @@ class LogsScreen(ApiScreen):
             del self.held[-count:]
             self.tail_held = False
             self.log_widget.drop_back(shown)
-        if not self.dropped:
-            self.notify(f"holding at most {MAX_HELD:,} lines: the "
-                        f"{'oldest' if front else 'newest'} are dropped and read again when "
-                        f"scrolled back to", timeout=4)
+        self._say_dropped(oldest=front)
         self.dropped += count
+
+    def _say_dropped(self, *, oldest: bool) -> None:
+        """Say once per reading (per filter) that lines are dropped past the cap."""
+        if self.said_dropped != self.generation:
+            self.said_dropped = self.generation
+            self.notify(f"holding at most {MAX_HELD:,} lines: the "
+                        f"{'oldest' if oldest else 'newest'} are dropped and read again when "
+                        f"scrolled back to", timeout=4)
 
     @on(LogView.NearEdge)
     def _near_edge(self, event: LogView.NearEdge) -> None:
@@ -441,7 +460,7 @@ class LogsScreen(ApiScreen):
         """Hold the log's first page instead of what is held (later pages on scroll down)."""
         if self.paging:
             return
-        self.paging = True
+        self.paging, generation = True, self.generation
         try:
             items = await self.client.trial_log_page(self.trial_id, limit=PAGE, after=0,
                                                      **self._filters())
@@ -451,10 +470,10 @@ class LogsScreen(ApiScreen):
             return
         finally:
             self.paging = False
-        if not self.live:
-            return
+        if not self.live or generation != self.generation:
+            return  # read afresh meanwhile (a filter changed)
         page = [entry_of(i) for i in items]
-        self.held, self.pending, self.new_lines = page, [], 0
+        self.held, self.new_lines = page, 0
         self.head_held, self.tail_held = True, len(page) < PAGE
         view = self.log_widget
         view.replace(self._shown(page))

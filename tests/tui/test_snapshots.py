@@ -171,6 +171,8 @@ async def test_logs_screen_holds_its_cap_of_lines_and_finds_the_last_error() -> 
         assert screen.held[0].text.endswith(f"line {150_001 - MAX_HELD}")
         assert f"{150_001 - MAX_HELD:,} dropped (cap {MAX_HELD:,})" in str(
             screen.query_one("#title").render())
+        assert any(f"holding at most {MAX_HELD:,} lines" in str(n.message)
+                   for n in app._notifications)
         await pilot.press("e")
         await pilot.pause()
         assert screen.position == MAX_HELD - 1
