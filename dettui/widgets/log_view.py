@@ -21,6 +21,7 @@ from textual.geometry import Size
 from textual.message import Message
 from textual.reactive import reactive
 from textual.scroll_view import ScrollView
+from textual.selection import Selection
 from textual.strip import Strip
 
 from dettui.log_entry import LogEntry
@@ -69,7 +70,7 @@ class LogView(ScrollView, can_focus=True):
         self.current = -1  # the line a search or jump went to (marked)
         self._widest = 0
         self._starts: list[int] | None = None  # first row of each line when wrapped
-        self._cache: LRUCache[tuple[int, int], tuple[Strip, Strip]] = LRUCache(1024)
+        self._cache: LRUCache[tuple[int, int], tuple[Strip, Strip, int]] = LRUCache(1024)
 
     # what a caller reads
 
@@ -224,15 +225,17 @@ class LogView(ScrollView, can_focus=True):
             part = row - starts[index] if 0 <= index < len(self.entries) else 0
         if not 0 <= index < len(self.entries):
             return Strip.blank(width, self.rich_style)
-        gutter, text = self._strip(index, part)
+        gutter, text, first = self._strip(index, part)
         shift = 0 if starts is not None else scroll_x
         body = text.crop_extend(shift, shift + width - GUTTER, self.rich_style)
-        return Strip.join([gutter, body]).apply_offsets(scroll_x, row)
+        return Strip.join([gutter, _offsets(body, first + shift, index)])
 
-    def _strip(self, index: int, part: int) -> tuple[Strip, Strip]:
-        """The gutter and the text of one row (a line, or a part of a wrapped one)."""
+    def _strip(self, index: int, part: int) -> tuple[Strip, Strip, int]:
+        """The gutter and the text of one row (a line, or a part of a wrapped one), and the
+        index in the line of the row's first character."""
         key = (index, part)
-        if (cached := self._cache.get(key)) is not None:
+        selection = self.text_selection
+        if selection is None and (cached := self._cache.get(key)) is not None:
             return cached
         entry = self.entries[index]
         base = self.rich_style
@@ -245,26 +248,52 @@ class LogView(ScrollView, can_focus=True):
                     text.stylize(self._style("match"), found.start(), found.end())
         if index == self.current:
             text.stylize(self._style("current"))
+        if selection is not None and (span := selection.get_span(index)) is not None:
+            end = len(text) if span[1] == -1 else span[1]
+            text.stylize(self.screen.get_component_rich_style("screen--selection"), span[0], end)
+        first = 0
         if self.wrap:
-            text = self._part(text, part)
+            text, first = self._part(text, part)
         gutter = [Segment(entry.level or " ", base + self._style(MARKS[entry.level])
                           if entry.level else base),
                   Segment("!" if entry.stderr else " ", base + self._style("stderr"))]
-        strips = Strip(gutter, GUTTER), Strip(text.render(self.app.console))
-        self._cache[key] = strips
+        strips = Strip(gutter, GUTTER), Strip(text.render(self.app.console)), first
+        if selection is None:
+            self._cache[key] = strips
         return strips
 
-    def _part(self, text: Text, part: int) -> Text:
+    def _part(self, text: Text, part: int) -> tuple[Text, int]:
+        """Row `part` of a wrapped line, and the index of its first character."""
         width = self.text_width
         plain = text.plain
         if plain.isascii():
-            return text[part * width:(part + 1) * width]
+            return text[part * width:(part + 1) * width], part * width
         pieces = chop_cells(plain, width)
         start = sum(len(p) for p in pieces[:part])
-        return text[start:start + (len(pieces[part]) if part < len(pieces) else 0)]
+        return text[start:start + (len(pieces[part]) if part < len(pieces) else 0)], start
+
+    def get_selection(self, selection: Selection) -> tuple[str, str] | None:
+        """The text of the lines selected with the mouse (a line is its index; a character,
+        its index in the line)."""
+        return selection.extract("\n".join(self.lines)), "\n"
+
+    def selection_updated(self, selection: Selection | None) -> None:
+        self._cache.clear()
+        self.refresh()
 
     def _style(self, name: str) -> Style:
         return self.get_component_rich_style(f"log-view--{name}", partial=True)
+
+
+def _offsets(strip: Strip, first: int, line: int) -> Strip:
+    """`strip` with each segment marked with where its first character is in the log (line,
+    character), which a mouse selection reads. Wide characters are counted as cells."""
+    segments, at = [], first
+    for text, style, control in strip:
+        segments.append(Segment(text, (style or Style()) + Style.from_meta(
+            {"offset": (at, line)}), control))
+        at += len(text)
+    return Strip(segments, strip.cell_length)
 
 
 def _widest(entries: Sequence[LogEntry]) -> int:

@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from textual.geometry import Offset
+from textual.selection import Selection
 
 from dettui.client import Client
 from dettui.commands.dashboard import Dashboard
@@ -268,4 +270,43 @@ async def test_wrap_page_sideways_marks_and_only_matches(size: str) -> None:
         assert screen.position == 3
         await pilot.press("e")
         assert screen.position == 5
+    assert app.errors == []
+
+
+@pytest.mark.parametrize("size", SIZES)
+async def test_lines_are_selected_with_the_mouse(size: str) -> None:
+    """A cell on screen maps to its line and character (the gutter to none), so a mouse
+    selection copies the log's text, cut or wrapped, and is drawn selected."""
+    app = FixedDashboard(client=MarkedLogs)
+    async with app.run_test(size=SIZES[size]) as pilot:
+        screen = await open_logs(app)
+        await until_async(lambda: screen.log_widget.line_count == 6, "the lines", timeout=10)
+        await pilot.pause(0.2)
+        view = screen.log_widget
+        at = view.content_region.offset
+
+        def char_at(x: int, y: int) -> Offset | None:
+            widget, offset = screen._compositor.get_widget_and_offset_at(at.x + x, at.y + y)
+            assert widget is view
+            return offset
+
+        assert char_at(2 + 5, 1) == Offset(5, 1)  # "loss 0.5": the "0"
+        await pilot.press("greater_than_sign")
+        await pilot.pause(0.2)
+        assert char_at(2, 0) == Offset(round(view.scroll_x), 0)
+        await pilot.press("less_than_sign", "w")
+        await pilot.pause(0.2)
+        assert char_at(2 + 3, 1) == Offset(view.text_width + 3, 0)  # the long line's 2nd row
+        wrapped = -(-len(LONG) // view.text_width)  # the row of line 2, "loss 0.5 ..."
+
+        def style_of(text: str) -> Any:
+            return next(seg.style for seg in view.render_line(wrapped) if text in seg.text)
+
+        plain = style_of("loss")
+        screen.selections = {view: Selection(Offset(0, 1), Offset(8, 2))}
+        await pilot.pause(0.2)
+        assert screen.get_selected_text() == "loss 0.5 [bold]not markup[/]\n2026-11-"
+        selected = screen.get_component_rich_style("screen--selection")
+        assert style_of("loss") != plain and style_of("loss").bgcolor == (
+            plain + selected).bgcolor
     assert app.errors == []
