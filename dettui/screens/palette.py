@@ -27,14 +27,15 @@ class Entry:
 def screens() -> list[tuple[str, type[Any], str | None]]:
     """(title, screen class, the mode whose base it is, if any), in the order of the sections."""
     from dettui.screens.cluster import ClusterScreen
+    from dettui.screens.compare import CompareScreen
     from dettui.screens.experiment import ExperimentScreen
     from dettui.screens.experiments import ExperimentsScreen
     from dettui.screens.logs import LogsScreen
     from dettui.screens.queue import QueueScreen
 
     return [("Queue", QueueScreen, "queue"), ("Experiments", ExperimentsScreen, "experiments"),
-            ("Experiment", ExperimentScreen, None), ("Logs", LogsScreen, None),
-            ("Cluster", ClusterScreen, "cluster")]
+            ("Experiment", ExperimentScreen, None), ("Compare", CompareScreen, None),
+            ("Logs", LogsScreen, None), ("Cluster", ClusterScreen, "cluster")]
 
 
 def _described(bindings: list[Any]) -> Iterator[Binding]:
@@ -47,6 +48,14 @@ def _described(bindings: list[Any]) -> Iterator[Binding]:
             keys.setdefault(b.action, []).append(b.key)
     for action, b in first.items():
         yield replace(b, key=",".join(keys[action])) if len(keys[action]) > 1 else b
+
+
+# How to open each screen that is no section's base: (what, the keys that open it)
+OPEN_FIRST = {
+    "Experiment": ("an experiment", "Enter on a row of the experiments screen (2)"),
+    "Compare": ("a comparison", "C on an experiment's trials (space or T selects them)"),
+    "Logs": ("a trial's logs", "l on an experiment's trial"),
+}
 
 
 class Actions(Provider):
@@ -80,9 +89,7 @@ class Actions(Provider):
                 await app.switch_mode(mode)
                 await app.screen.run_action(action)
             return f"goes to the {title.lower()} screen first", go
-        where = "an experiment" if title == "Experiment" else "a trial's logs"
-        how = ("Enter on a row of the experiments screen (2)" if title == "Experiment"
-               else "l on an experiment's trial")
+        where, how = OPEN_FIRST[title]
         return (f"needs {where} open: {how}",
                 lambda: app.notify(f"open {where} first: {how}", severity="warning"))
 

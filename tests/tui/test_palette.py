@@ -36,6 +36,7 @@ async def test_every_binding_of_every_screen_is_in_the_palette_and_acts() -> Non
         offered = {entry.text for entry in Actions(app.screen).entries()}
         assert every_binding(app) <= offered, every_binding(app) - offered
         for text in ("Queue: Pause (p)", "Experiments: Kill… (x)", "Logs: Search (/)",
+                     "Compare: Hparam scatter (h)", "Experiment: Compare (C)",
                      "Go to Cluster (3)", "Help (?)", "Quit (q/ctrl+q)"):
             assert text in offered, text
         assert len(offered) == len(list(Actions(app.screen).entries())), "no duplicates"
@@ -56,6 +57,9 @@ async def test_every_binding_of_every_screen_is_in_the_palette_and_acts() -> Non
         await pilot.pause(0.2)
         await choose("logs: next error")  # needs a trial's logs: says how to get there
         assert any("open a trial's logs first" in n.message for n in app._notifications)
+        await choose("compare: log y")  # needs trials compared: says how
+        assert any("open a comparison first: C on an experiment's trials" in n.message
+                   for n in app._notifications)
         await pilot.press("1")
         await pilot.pause(0.3)
         await choose("queue: sort")  # on this screen
