@@ -213,8 +213,9 @@ class Dashboard(App[None]):
                for b in getattr(screen, "BINDINGS", [])):
             note = plain("Filter (/)\n  any text matches any cell; column:text matches one "
                          "column,\n  by key or title: state:queued pool:gpu user:alice\n"
-                         "  Escape clears the text, a second Escape closes the box\n",
-                         newlines=True)
+                         "  a comparison compares its number: lr>0.01 loss<=0.5 steps!=4\n"
+                         "  every word must hold; Escape clears the text, a second Escape "
+                         "closes the box\n", newlines=True)
         text = describe_keys(
             (f"{type(screen).__name__.removesuffix('Screen')} screen",
              list(getattr(screen, "BINDINGS", []))),

@@ -58,8 +58,8 @@ STOPS = {
 PAST = {"pause": "paused", "activate": "activated", "cancel": "canceling",
         "kill": "killing", "archive": "archived", "unarchive": "unarchived"}
 
-FILTER_HINT = ("filter: text in any cell, or column:text (state:queued pool:gpu user:alice); "
-               "Enter applies, Escape clears, Escape again closes")
+FILTER_HINT = ("filter: text in any cell, column:text (state:queued user:alice) or a "
+               "comparison (lr>0.01); Enter applies, Escape clears, Escape again closes")
 
 
 class ApiScreen(Guarded, Screen[None]):

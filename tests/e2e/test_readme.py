@@ -44,6 +44,7 @@ NOT_RUN = {  # command as printed -> why this test does not run it
     "dettui e list": "run here from the tour",
     "dettui e describe": "run here from the tour",
     "dettui t logs": "run here from the tour",
+    "dettui t describe": "named in a sentence; run here as `dettui t describe 1`",
     "dettui e cancel": "named in a sentence about detached experiments",
     "dettui checkpoint list EXP": "a synopsis; tests/compat/test_det_results.py runs it",
     "dettui checkpoint download UUID [-o DIR] [--mode auto|direct|master]": "a synopsis; "
@@ -105,6 +106,10 @@ def test_the_readme_commands_run_as_printed(served: Served, tmp_path: Path) -> N
     outputs = {c: run(served, c) for c in commands}
     assert "ended: COMPLETED" in outputs[commands[0]]
     assert "validation_loss" in outputs["dettui t logs 1 --rank 0"]
+    history = outputs["dettui t metrics 1 --group validation"]
+    head, rule, *rows = history.splitlines()
+    assert head.split()[:2] == ["Steps", "Time"] and "validation_loss" in head, history
+    assert set(rule) <= {"─", " "} and rows, history
     assert "spirals-mlp" in outputs["dettui e list"]
     assert "COMPLETED" in outputs["dettui e list"]  # a State is never cut (`COMPLET…`)
     done = set(commands)
