@@ -107,7 +107,10 @@ WAIT_WORDS = {  # in words a user acts on (move a job, raise a priority, enable 
     "whole": "needs {0} free agents of {1} slots: {2} free",
     "disabled": "slots disabled: {0} disabled",
     "preempting": "preempting {0} lower-priority allocation(s) to start",
-    "preemption": "pool {pool} full: waits for a preemption to free slots",
+    # a preemptive pool with allocations told to stop (by the pass, a searcher or a pause)
+    "preemption": "pool {pool} full: waits for {0} preempted or stopping trial(s) to exit",
+    # no preemption will come: the slots free as running trials end (some are stopping)
+    "stopping": "pool {pool} full: waits for running trials to end ({0} stopping now)",
     "max_slots": "max_slots {0} of the experiment reached",
     "share": "fair share: its weight gives it {0} of {1} slots",
 }
@@ -242,7 +245,8 @@ def schedule(
                 else:
                     fitting.append(req)
         free = FreeIndex(members)
-        waiting = Waiting(pool, free, off, waits)
+        waiting = Waiting(pool, free, off, waits, sum(1 for r in runs if r.preempting),
+                          policy.preemption or policy.scheduler == FAIR_SHARE)
         if policy.scheduler == FAIR_SHARE:
             s, p = _fair_share(list(fitting), free, runs, policy, unread or {}, waiting)
         else:
@@ -278,21 +282,31 @@ class PoolShape:
         return cls(counts)
 
     def never_fits(self, req: Request) -> str | None:
+        """Why `req` can never start on the pool's agents as they are (None: it can)."""
         if not self.counts:
             return f"no agent has joined resource pool '{req.pool}' yet"
-        if req.slots <= max(self.counts):
+        largest = max(self.counts)
+        if req.slots <= largest:
             return None
-        sizes = sorted(n for n in self.counts if n > 0)
+        sizes = sorted((n for n in self.counts if n > 0), reverse=True)
         whole = [n for n in sizes if req.slots % n == 0]
+        largest_is = f"the largest agent in pool {req.pool} has {largest}"
         if not whole:
-            return (f"needs {req.slots} slots, which is not a multiple of the slots per agent "
-                    f"in pool '{req.pool}' ({', '.join(map(str, sizes))}): a trial spanning "
-                    "agents must use whole agents")
-        n = whole[-1]
+            named = " or ".join(map(str, sizes[:4])) + (" or …" if len(sizes) > 4 else "")
+            return (f"can never start here: needs {req.slots} slots on one agent or on whole "
+                    f"agents; {largest_is}" + (f", and {req.slots} is not a multiple of {named}"
+                                               if sizes else " slots"))
+        n = whole[0]
         if self.counts[n] * n < req.slots:
-            return (f"needs {req.slots} slots, but pool '{req.pool}' has only "
-                    f"{self.counts[n]} agent(s) with {n} slots ({self.counts[n] * n} slots)")
+            return (f"can never start here: needs {req.slots} slots on one agent or on "
+                    f"{req.slots // n} whole agents of {n} slots; {largest_is}, and there "
+                    f"{'is' if self.counts[n] == 1 else 'are'} only {self.counts[n]} "
+                    f"agent{_s(self.counts[n])} of {n} slots")
         return None
+
+
+def _s(n: int) -> str:
+    return "" if n == 1 else "s"
 
 
 # --- fitting --------------------------------------------------------------------------------
@@ -402,11 +416,13 @@ class Waiting:
     first job ahead of it that waits too, else for what the free slots lack."""
 
     def __init__(self, pool: str, free: FreeIndex, off: Sequence[AgentView],
-                 waits: dict[int, Wait]) -> None:
+                 waits: dict[int, Wait], stopping: int = 0, preemptive: bool = False) -> None:
         self.pool = pool
         self.free = free  # the pass's free slots, as it takes them
         self.off = off  # the pool's disabled agents
         self.waits = waits
+        self.stopping = stopping  # the pool's allocations told to stop, not yet exited
+        self.preemptive = preemptive  # the pool's pass preempts (so words a wait for one)
         self.jobs: set[str] = set()
         self.first: Request | None = None  # the first request that waited
         self.second: Request | None = None  # the first that waited of another job than first's
@@ -439,11 +455,12 @@ class Waiting:
         if self.off and req.slots and fit(req, free) is None and \
                 fit(req, _with(free, self.off)) is not None:
             return _disabled(self.off, pool)
-        if in_flight:
-            return Wait("preemption", pool)
+        if in_flight and self.preemptive:
+            return Wait("preemption", pool, (self.stopping,))
         total = sum(free.size.values())
-        if not free.total:
-            return Wait("full", pool, (total,))
+        if not free.total:  # no preemption comes: what frees slots is trials ending
+            return Wait("stopping", pool, (self.stopping,)) if self.stopping else \
+                Wait("full", pool, (total,))
         if req.slots > free.total:
             return Wait("short", pool, (req.slots, free.total, total))
         if req.slots <= free.largest:
@@ -598,6 +615,7 @@ def _fair_share(reqs: list[Request], free: FreeIndex, runs: list[Running], polic
         if used[r.job_id] > allotted[r.job_id] and r.preemptible and not r.preempting:
             preempt.append(r.key)
             used[r.job_id] -= r.slots
+    waiting.stopping += len(preempt)
     start = []
     for req in sorted(reqs, key=lambda r: (r.queue_position, r.key)):
         if used[req.job_id] + req.slots > allotted[req.job_id]:

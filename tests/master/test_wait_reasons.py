@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from dettui.master.http import appkeys
 from dettui.master.scheduler import (
     FAIR_SHARE,
     AgentView,
@@ -21,6 +22,7 @@ from dettui.master.scheduler import (
     schedule,
 )
 from dettui.master.settings import MasterSettings
+from dettui.master.store import trials as trial_store
 from tests.master.conftest import SIMPLE_CONFIG, Api, agent_headers
 from tests.master.test_api import create
 from tests.poll import until_async
@@ -67,6 +69,10 @@ async def until_reasons(api: Api, want: dict[str, str | None]) -> dict[str, dict
     got = await until_async(lambda: jobs(api), f"wait reasons {want}", timeout=15,
                             done=lambda got: reasons(got) == want)
     return got
+
+
+HUGE = ("can never start here: needs 4 slots on one agent or on 2 whole agents of 2 slots; the "
+        "largest agent in pool default has 2, and there is only 1 agent of 2 slots")
 
 
 def short(got: dict[str, dict[str, Any]], name: str) -> str:
@@ -128,17 +134,62 @@ async def test_never_fits_no_agent_disabled_and_paused(
     paused = (await create(api, single("paused", "priority: 1")))["experiment"]["id"]
     await api.call("POST", f"/api/v1/experiments/{paused}/pause")
     await until_reasons(api, {
-        "huge": "needs 4 slots, but pool 'default' has only 1 agent(s) with 2 slots (2 slots)",
+        "huge": HUGE,
         "paused": "paused"})
     resp = await api.client.post("/api/v1/auth/login", json={"username": "admin"})
     admin = {"Authorization": f"Bearer {(await resp.json())['token']}"}
     await api.call("POST", "/api/v1/agents/a1/disable", {}, headers=admin)
     await create(api, single("idle"))
     await until_reasons(api, {"idle": "slots disabled: agent a1 disabled",
-                              "huge": "needs 4 slots, but pool 'default' has only 1 agent(s) "
-                                      "with 2 slots (2 slots)"})
+                              "huge": HUGE})
     await api.call("POST", "/api/v1/agents/a1/enable", {}, headers=admin)
     await until_reasons(api, {"idle": None})
+
+
+ASHA = """
+name: asha
+entrypoint: python3 train.py
+searcher: {name: adaptive_asha, metric: loss, max_trials: 2, max_time: 16,
+           time_metric: batches, divisor: 4, max_rungs: 2, max_concurrent_trials: 2}
+hyperparameters: {lr: {type: double, minval: 0.001, maxval: 0.1}}
+"""
+
+
+async def test_without_preemption_a_job_waits_for_running_trials_to_end(
+        master_settings: MasterSettings, aiohttp_client: Any) -> None:
+    """The user's case: an ASHA search on a master without preemption, its one slot held by a
+    trial the searcher closed that has not exited yet. The search's next trial waits for
+    running trials to end, not for a preemption that will never come."""
+    api = await master(master_settings, aiohttp_client)
+    await join(api, "a1", 1)
+    await create(api, ASHA)
+    await until_reasons(api, {"asha": "pool default full: 1 of 1 slots in use"})
+    app = api.client.server.app
+    (alloc,) = await app[appkeys.DB].read(trial_store.live_allocations)
+    token = app[appkeys.MINT].allocation(alloc.id)
+    for steps in (4, 16):  # its rungs: the search's full length, and it is closed
+        await api.call("POST", f"/api/v1/trials/{alloc.trial_id}/metrics", {
+            "group": "validation", "metrics": {
+                "trialId": alloc.trial_id, "trialRunId": 1, "stepsCompleted": steps,
+                "metrics": {"avgMetrics": {"loss": 0.5, "batches": steps}}}},
+            headers={"Grpc-Metadata-x-allocation-token": f"Bearer {token}"})
+    got = await until_reasons(api, {
+        "asha": "pool default full: waits for running trials to end (1 stopping now)"})
+    assert got["asha"]["experimentState"] == "STATE_ACTIVE"
+    assert alloc.id in app[appkeys.CLUSTER].dispatcher.preempting
+
+
+async def test_a_trial_bigger_than_every_agent_can_never_start_here(
+        master_settings: MasterSettings, aiohttp_client: Any) -> None:
+    """The user's case: slots_per_trial 4 on one 3-slot agent was accepted and stayed ACTIVE
+    at 0 %, with a reason that never said it could not run here."""
+    api = await master(master_settings, aiohttp_client)
+    await join(api, "a1", 3)
+    await create(api, single("four", "slots_per_trial: 4"))
+    got = await until_reasons(api, {
+        "four": "can never start here: needs 4 slots on one agent or on whole agents; the "
+                "largest agent in pool default has 3, and 4 is not a multiple of 3"})
+    assert got["four"]["summary"]["state"] == "STATE_QUEUED"
 
 
 async def test_max_slots_of_the_experiment_in_a_fair_share_pool(

@@ -136,10 +136,11 @@ def test_fair_share_honours_max_slots() -> None:
 
 @pytest.mark.parametrize(("request_", "agents", "reason"), [
     (req(1, slots=4), [agent("a", 2)],
-     "needs 4 slots, but pool 'default' has only 1 agent(s) with 2 slots (2 slots)"),
+     "can never start here: needs 4 slots on one agent or on 2 whole agents of 2 slots; the "
+     "largest agent in pool default has 2, and there is only 1 agent of 2 slots"),
     (req(1, slots=3), [agent("a", 2), agent("b", 2)],
-     "needs 3 slots, which is not a multiple of the slots per agent in pool 'default' (2): a "
-     "trial spanning agents must use whole agents"),
+     "can never start here: needs 3 slots on one agent or on whole agents; the largest agent "
+     "in pool default has 2, and 3 is not a multiple of 2"),
     (req(1, pool="tpu"), [agent("a", 2)], "no agent has joined resource pool 'tpu' yet"),
 ])
 def test_requests_that_can_never_fit_are_reported(
@@ -300,7 +301,7 @@ def test_a_pass_over_the_kept_queue_takes_only_the_requests_it_can_use(
     big = Job(20_000, "job-big", ExperimentState.ACTIVE, pools[0], 42, 1.0, None, 20_000.0, 12)
     kept.apply(Read(False, {20_000}, {20_000: big}, {20_000: [999_999]}, {20_000: 1}, 64), 0.0)
     decision = schedule(kept.queue(per_job), agents)
-    assert "not a multiple of the slots per agent" in decision.unschedulable[999_999]
+    assert "can never start here: needs 12 slots" in decision.unschedulable[999_999]
     assert kept.shapes[(pools[0], 12)] == 1
     kept.apply(Read(False, {20_000}, {}, {}, {}, 64), 0.0)  # it ended
     assert (pools[0], 12) not in kept.shapes
