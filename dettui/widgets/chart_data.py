@@ -9,6 +9,9 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+from dettui.widgets.shown import number
+
+
 # Words in a metric's name that say higher is better (else lower is, as for a loss).
 HIGHER_IS_BETTER = ("acc", "auc", "precision", "recall", "f1", "score", "reward", "iou")
 UNITS = ((120.0, 1.0, "seconds"), (7200.0, 60.0, "minutes"), (math.inf, 3600.0, "hours"))
@@ -23,13 +26,6 @@ def flat(hparams: Any, prefix: str = "") -> dict[str, Any]:
         else:
             out[f"{prefix}{name}"] = value
     return out
-
-
-def number(value: Any) -> float | None:
-    """A finite int or float (not a bool) as a float, else None."""
-    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
-        return float(value)
-    return None
 
 
 def fmt(value: Any) -> str:

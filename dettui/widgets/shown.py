@@ -40,10 +40,15 @@ class Shown(float):
 
 
 def number(value: Any) -> float | None:
-    """`value` if it is a finite number (not a bool), else None."""
+    """`value` as a float if it is a finite number (not a bool), else None: an int past a
+    float's range (a hyperparameter `10**400`, which YAML and JSON allow) is not one."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
-    return float(value) if math.isfinite(value) else None
+    try:
+        out = float(value)
+    except OverflowError:
+        return None
+    return out if math.isfinite(out) else None
 
 
 def short(value: Any) -> Any:
