@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from dettui import csv_cells
 from dettui.client import Client
 from dettui.commands import output
 from dettui.errors import InvalidArgument
@@ -211,7 +212,7 @@ class MetricWriter:
         self.first_rows = len(reports)
         if self.fmt == "csv":
             self.csv = csv.writer(self.out, lineterminator="\n")
-            self.csv.writerow(["steps", "time", *map(output.cell, self.names)])
+            self.csv.writerow(csv_cells.row(["steps", "time", *map(output.cell, self.names)]))
         elif self.fmt == "table":
             steps = max(len(str(r.get("stepsCompleted", ""))) for r in reports)
             heads = ["Steps", "Time", *(output.cell(n)[:NAME_CAP] for n in self.names)]
@@ -223,9 +224,9 @@ class MetricWriter:
     def _row(self, steps: Any, time: Any, values: list[Any]) -> None:
         if self.fmt == "csv":
             # (a string's control characters would reach a terminal: shown as output.cell does)
-            self.csv.writerow([steps, time, *("" if v is None else v if isinstance(
-                v, int | float) else output.cell(v if isinstance(v, str) else json.dumps(v))
-                for v in values)])
+            self.csv.writerow(csv_cells.row([steps, time, *(
+                "" if v is None else v if isinstance(v, int | float)
+                else output.cell(v if isinstance(v, str) else json.dumps(v)) for v in values)]))
         else:
             self._line([str(steps), output.when(time),
                         *(output.cell(_value(v)) for v in values)], right=True)

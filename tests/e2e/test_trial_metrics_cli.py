@@ -254,3 +254,18 @@ def test_trial_describe_shows_what_the_agent_sampled(headless: Served) -> None:
     cpu = next(line for line in out.splitlines() if "│ CPU" in line)
     assert "150.0 %" in cpu and "▃▅█" in cpu, out
     assert "64.0 MiB" in out and "n/a (no GPU)" in out
+
+
+def test_csv_cells_a_spreadsheet_would_run_are_quoted() -> None:
+    """A metric named `=cmd|' /C calc'!A0` or a value `=HYPERLINK(...)` was written as it is:
+    opened in a spreadsheet, a formula. Such cells start with `'`; numbers stay numbers."""
+    from dettui.commands.trial import MetricWriter
+
+    out = io.StringIO()
+    writer = MetricWriter("csv", out)
+    writer.page([{"stepsCompleted": 1, "reportTime": "2026-11-22T12:00:00Z", "group": "training",
+                  "metrics": {"avgMetrics": {"=cmd|' /C calc'!A0": -1.5, "+SUM(1,2)": 2,
+                                             "@x": '=HYPERLINK("http://x")'}}}])
+    header, row = list(csv.reader(io.StringIO(out.getvalue())))
+    assert header == ["steps", "time", "'=cmd|' /C calc'!A0", "'+SUM(1,2)", "'@x"]
+    assert row == ["1", "2026-11-22T12:00:00Z", "-1.5", "2", "'=HYPERLINK(\"http://x\")"]

@@ -10,6 +10,7 @@ from datetime import UTC, date, datetime
 
 from aiohttp import web
 
+from dettui import csv_cells
 from dettui.errors import InvalidArgument
 from dettui.master import usage
 from dettui.master.http import appkeys
@@ -26,8 +27,8 @@ DATES = {"start_date": str, "end_date": str, "period": str}
 def _csv(header: list[str], rows: list[list[str]]) -> web.Response:
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(header)
-    writer.writerows(rows)
+    writer.writerow(csv_cells.row(header))
+    writer.writerows(csv_cells.row(r) for r in rows)
     return web.Response(text=out.getvalue(), content_type="text/csv")
 
 
