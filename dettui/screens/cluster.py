@@ -61,8 +61,36 @@ def spark(values: list[Any], top: float = 100.0) -> str:
     return "".join(cells) or "(no samples yet)"
 
 
-def _spark(values: list[Any]) -> Plain:
-    return Plain(spark(values), classes="spark")
+HISTORY_CAP = 1000  # samples drawn at most, whatever the width
+
+
+class SparkLine(Plain):
+    """A labelled history that fits its width: the newest samples that fit between the label
+    and what follows it are drawn (at 80 columns two minutes of an agent's samples would wrap
+    onto a second line); re-drawn when the width changes."""
+
+    DEFAULT_CSS = "SparkLine { height: 1; }"
+
+    def __init__(self, values: list[Any], top: float = 100.0, *, label: str = "",
+                 after: str = "", **kw: Any) -> None:
+        self.values, self.top, self.label, self.after = values, top, label, after
+        super().__init__(self._line(HISTORY_CAP), **kw)
+
+    def _line(self, width: int) -> Text:
+        text = Text(self.label, end="", no_wrap=True, overflow="crop")
+        if not self.values:
+            return text.append("(no samples yet)")
+        room = max(1, width - len(self.label) - len(self.after))
+        text.append(spark(self.values[-room:], self.top), style="green")
+        return text.append(self.after)
+
+    def render(self) -> Text:
+        width = self.content_size.width
+        return self._line(width if width > 0 else HISTORY_CAP)
+
+
+def _spark(values: list[Any]) -> SparkLine:
+    return SparkLine(values[-HISTORY_CAP:], classes="spark")
 
 
 def _bytes(value: Any) -> str:
@@ -80,33 +108,82 @@ def _history(values: Any) -> list[float]:
     return [float(v) for v in values[-HISTORY_SHOWN:] if isinstance(v, int | float)]
 
 
-def _trial_spark(label: str, values: list[float], top: float, peak: str) -> Text:
+def _trial_spark(label: str, values: list[float], top: float, peak: str) -> SparkLine:
     """A labelled sparkline scaled to its peak (a trial's CPU to at least one core), so a
-    trial's own changes show; the peak is said after it (a minute of samples and all this
-    fit 80 columns)."""
-    text = Text(f"{label:<4}", end="")
-    text.append(spark(values, top) if values else "(no samples yet)", style="green")
-    text.append(f" max {peak}" if values else "")
-    return text
+    trial's own changes show; the peak is said after it."""
+    return SparkLine(values, top, label=f"{label:<4}", after=f" max {peak}" if values else "",
+                     classes="metric")
 
 
-def trial_texts(trials: list[dict[str, Any]]) -> list[Text]:
-    """An agent's running trials (its `trialResources`): a line of the latest readings, then
-    CPU % and RSS sparklines; GPU utilisation and memory where NVML gave them."""
-    texts = []
+SAMPLING = "sampling…"  # a running trial whose agent has sent no sample of it yet
+
+
+def trial_widgets(trials: list[dict[str, Any]]) -> list[Plain]:
+    """An agent's running trials (`running_trials`): a line of the latest readings, then CPU %
+    and RSS sparklines; GPU utilisation and memory where NVML gave them; a trial not sampled
+    yet in one line that says so."""
+    widgets: list[Plain] = []
     for t in trials:
+        if t.get(UNSAMPLED):
+            what = (f"Trial {t['trialId']} · experiment {t.get('experimentId')}"
+                    if t.get("trialId") is not None else f"allocation {t.get('containerId')}")
+            widgets.append(Plain(plain(f"{what} · {SAMPLING}"), classes="metric"))
+            continue
         line = (f"Trial {t.get('trialId')} · experiment {t.get('experimentId')} · "
                 f"CPU {_num(t.get('cpuPercent'))}% · RSS {_bytes(t.get('rssBytes'))}")
         if t.get("gpuUtil") is not None or t.get("gpuMemoryBytes") is not None:
             line += f" · GPU {_num(t.get('gpuUtil'))}%, {_bytes(t.get('gpuMemoryBytes'))}"
-        texts.append(plain(line))
+        widgets.append(Plain(plain(line), classes="metric"))
         history = t.get("history") if isinstance(t.get("history"), dict) else {}
         cpu = _history(history.get("cpuPercent"))
         rss = _history(history.get("rssBytes"))
-        texts.append(_trial_spark("CPU", cpu, max([100.0, *cpu]),
-                                  f"{max(cpu, default=0):.0f}%"))
-        texts.append(_trial_spark("RSS", rss, max([1.0, *rss]), _bytes(max(rss, default=0))))
-    return texts
+        widgets.append(_trial_spark("CPU", cpu, max([100.0, *cpu]),
+                                    f"{max(cpu, default=0):.0f}%"))
+        widgets.append(_trial_spark("RSS", rss, max([1.0, *rss]),
+                                    _bytes(max(rss, default=0))))
+    return widgets
+
+
+def trial_texts(trials: list[dict[str, Any]]) -> list[Text]:
+    """`trial_widgets` as text (each sparkline as it is drawn with room for a minute)."""
+    return [w.render() if isinstance(w, SparkLine) else plain(str(w.content))
+            for w in trial_widgets(trials)]
+
+
+UNSAMPLED = "_unsampled"  # marks an entry of `running_trials` its agent has not sampled yet
+RUNNING_CAP = 100  # running trials listed under one agent at most (each takes three lines)
+
+
+def _containers(agent: dict[str, Any]) -> list[dict[str, Any]]:
+    """The agent's allocations as its slots hold them (what its row counts), each once."""
+    seen: dict[str, dict[str, Any]] = {}
+    for slot in (agent.get("slots") or {}).values():
+        container = slot.get("container") if isinstance(slot, dict) else None
+        if isinstance(container, dict) and container.get("id"):
+            seen.setdefault(str(container["id"]), container)
+    return list(seen.values())
+
+
+def running_trials(agent: dict[str, Any]) -> list[dict[str, Any]]:
+    """The trials running on an agent: one per allocation its slots hold (the master names
+    each one's trial), with its resources where the agent has sampled it, else marked
+    `UNSAMPLED`; and any sampled trial whose slots the agent's row no longer shows. Never
+    fewer than either says run."""
+    sampled = [t for t in agent.get("trialResources") or [] if isinstance(t, dict)]
+    by_trial = {t.get("trialId"): t for t in sampled}
+    by_alloc = {str(t.get("allocationId", "")).partition(".")[2]: t for t in sampled}
+    out: list[dict[str, Any]] = []
+    used: set[int] = set()
+    for c in _containers(agent):
+        found = by_trial.get(c["trialId"]) if c.get("trialId") is not None else None
+        found = found or by_alloc.get(str(c["id"]).rpartition(".")[0])
+        if found is not None and id(found) not in used:
+            used.add(id(found))
+            out.append(found)
+        elif found is None:
+            out.append({UNSAMPLED: True, "trialId": c.get("trialId"),
+                        "experimentId": c.get("experimentId"), "containerId": c["id"]})
+    return out + [t for t in sampled if id(t) not in used]
 
 
 def agent_rows(agents: list[dict[str, Any]]) -> list[Row]:
@@ -129,8 +206,35 @@ def agent_rows(agents: list[dict[str, Any]]) -> list[Row]:
     return rows
 
 
+def slots_text(total: int, used: int) -> str:
+    """"3 slots, 1 in use": how the title, each pool and each agent say it."""
+    return f"{total} slot{'' if total == 1 else 's'}, {used} in use"
+
+
+POOLS_SHOWN = 8  # pools named in the title at most
+
+
+def pools_text(pools: list[dict[str, Any]], rows: list[dict[str, Any]]) -> str:
+    """Each pool's slots and slots in use, summed over its agents' rows (`agent_rows`: the
+    live count the table shows; the pools' list, read once, gives the names and scheduler)."""
+    names = list(dict.fromkeys([str(p.get("name", "")) for p in pools] +
+                               [n for r in rows for n in str(r.get("pool", "")).split(",") if n]))
+    kinds = {str(p.get("name", "")): str(p.get("schedulerType", "")) for p in pools}
+    parts = []
+    for name in names[:POOLS_SHOWN]:
+        mine = [r for r in rows if name in str(r.get("pool", "")).split(",")]
+        kind = kinds.get(name, "").removeprefix("SCHEDULER_TYPE_").lower().replace("_", " ")
+        parts.append(f"{name}{f' ({kind})' if kind else ''}: "
+                     + slots_text(sum(r["slots"] for r in mine), sum(r["used"] for r in mine)))
+    more = f"; {len(names) - POOLS_SHOWN} more" if len(names) > POOLS_SHOWN else ""
+    if not names:
+        return "no pools, no agents connected"
+    return ("pool " if len(names) == 1 else "pools: ") + "; ".join(parts) + more
+
+
 class ClusterScreen(ApiScreen):
     TABLE = "#agents"
+    pools: list[dict[str, Any]] = []  # the master's pools, read at mount and reconnection
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("E", "enable(True)", "Enable agent"),
         Binding("D", "enable(False)", "Disable agent"),
@@ -165,21 +269,23 @@ class ClusterScreen(ApiScreen):
     @work(exclusive=True, group="pools")
     async def load_pools(self) -> None:
         try:
-            pools = await self.client.pools()
+            self.pools = await self.client.pools()
         except Exception:  # noqa: BLE001
             return
-        if not self.live:
-            return
-        text = "; ".join(
-            f"{p['name']}: {p.get('slotsUsed', 0)}/{p.get('slotsAvailable', 0)} slots, "
-            + str(p.get("schedulerType", "")).removeprefix("SCHEDULER_TYPE_").lower()
-            for p in pools)
-        self.show("#title", f"Cluster — pools: {text}")
+        if self.live:
+            self.show_pools()
+
+    def show_pools(self) -> None:
+        """The pools' slots as the agents' rows count them, at each change of the agents (the
+        pools' list is read once: its names and scheduler)."""
+        agents = [r for k in self.table.keys if (r := self.table.row(k)) is not None]
+        self.show("#title", f"Cluster — {pools_text(self.pools, agents)}")
 
     def on_feed(self, topic: str) -> None:
         # the table as tall as its agents (a header and a spare line), at most AGENT_ROWS: at
         # 80x24 the selected agent's running trials then show below it
         self.table.styles.height = min(AGENT_ROWS, self.table.total_count + 2)
+        self.show_pools()
         self.show_detail()
 
     def reconnected(self) -> None:
@@ -226,17 +332,17 @@ class ClusterScreen(ApiScreen):
                               classes="metric"))
         widgets.append(_spark(history.get("mem") or []))
         if "trialResources" in agent:
-            trials = agent.get("trialResources") or []
-            widgets.append(Plain(f"Running trials: {len(trials)}" if trials
+            trials = running_trials(agent)
+            more = (f" (the first {RUNNING_CAP} listed)" if len(trials) > RUNNING_CAP else "")
+            widgets.append(Plain(f"Running trials: {len(trials)}{more}" if trials
                                  else "Running trials: none", classes="section"))
-            widgets.extend(Plain(t, classes="metric") for t in trial_texts(trials))
+            widgets.extend(trial_widgets(trials[:RUNNING_CAP]))
         else:  # a master from before per-trial resources: its allocations' latest only
             for alloc_id, usage in sorted((tel.get("allocations") or {}).items()):
                 widgets.append(Plain(
                     f"allocation {alloc_id}: CPU {usage.get('cpuPercent', 0):.0f}%, "
                     f"RSS {usage.get('rss', 0) / 2**20:.0f} MiB", classes="metric"))
-        self.show("#detail-title",
-            f"{agent['id']}: {row['used']}/{row['slots']} slots in use")
+        self.show("#detail-title", f"{agent['id']}: {slots_text(row['slots'], row['used'])}")
         with self.app.batch_update():
             detail.remove_children()
             detail.mount_all(widgets)

@@ -11,14 +11,15 @@ import pytest
 
 from dettui.screens.cluster import BLOCKS, trial_texts
 from tests.poll import until_async
-from tests.tui.fixed import (
-    AGENT,
-    RESOURCE_AGENT,
-    RESOURCE_GPU_AGENT,
-    FixedDashboard,
-    trial_resources,
-)
+from tests.tui.fixed import AGENT, FixedDashboard, trial_resources
+from tests.tui.fixed import RESOURCE_AGENT as SAMPLED_AGENT
+from tests.tui.fixed import RESOURCE_GPU_AGENT as SAMPLED_GPU_AGENT
+from tests.tui.test_cluster_counts import holding
 from tests.tui.test_snapshots import SIZES, keys
+
+# the agents with their trials' allocations on their slots, as the master serves them
+RESOURCE_AGENT = holding(SAMPLED_AGENT)
+RESOURCE_GPU_AGENT = holding(SAMPLED_GPU_AGENT)
 
 
 def _detail(app: Any) -> str:
@@ -52,7 +53,7 @@ async def test_an_agents_running_trials_with_their_sparklines(size: str) -> None
 
 
 async def test_an_agent_without_trials_says_so_and_an_older_master_keeps_its_lines() -> None:
-    idle = {**AGENT, "id": "idle", "trialResources": []}
+    idle = holding({**AGENT, "id": "idle", "trialResources": []})  # no slot in use
     app = FixedDashboard([idle, {**AGENT, "id": "older"}])
     async with app.run_test(size=SIZES["80x24"]) as pilot:
         await pilot.press("3")

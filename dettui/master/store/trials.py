@@ -384,3 +384,11 @@ def mark_running(conn: sqlite3.Connection, *alloc_ids: str) -> Effects:
     if not running:
         return Effects()
     return notify(*(f"trial:{a.trial_id}" for a in live_allocations_in(conn, running)))
+
+
+def trials_of_live_allocations(conn: sqlite3.Connection) -> dict[str, int]:
+    """Each live allocation's trial, by allocation id: GET /api/v1/agents says which trial
+    each slot's container runs (two columns read, as `slots_in_use`)."""
+    return {str(r["id"]): int(r["trial_id"])
+            for r in conn.execute("SELECT id, trial_id FROM allocations WHERE state != ?",
+                                  (AllocationState.EXITED.value,))}

@@ -3,6 +3,7 @@ plus dettui's telemetry): read by the agents route and the push stream's `agents
 
 from __future__ import annotations
 
+import sqlite3
 import time
 from typing import Any
 
@@ -16,8 +17,10 @@ from dettui.master.store import trials as trial_store
 
 
 def agent_json(link: AgentLink, used: dict[int, str],
-               trials: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    """`trials`: what its parts of running trials use (`TrialUsage.by_agent`)."""
+               trials: list[dict[str, Any]] | None = None,
+               holders: dict[str, tuple[str, int]] | None = None) -> dict[str, Any]:
+    """`trials`: what its parts of running trials use (`TrialUsage.by_agent`); `holders`:
+    each live allocation's id and trial by its container id without the rank (`holders`)."""
     a = link.agent
     draining = link.draining or a.draining
     slots = {}
@@ -28,8 +31,7 @@ def agent_json(link: AgentLink, used: dict[int, str],
             "id": str(sid), "enabled": a.slot_enabled(sid), "draining": draining,
             "device": {"id": sid, "brand": s.get("brand", ""), "uuid": s.get("uuid") or "",
                        "type": device_type},
-            "container": ({"id": used[sid], "state": "STATE_RUNNING", "devices": []}
-                          if sid in used else None),
+            "container": (_container(used[sid], holders or {}) if sid in used else None),
         }
     return {
         "id": a.id, "registeredTime": ts(a.registered_time), "slots": slots,
@@ -44,6 +46,28 @@ def agent_json(link: AgentLink, used: dict[int, str],
         # `resources` fields}, by trial id
         "trialResources": trials or [],
     }
+
+
+def _container(container_id: str, holders: dict[str, tuple[str, int]]) -> dict[str, Any]:
+    """Determined's v1Container, plus the allocation and trial it runs (the dashboard lists
+    an agent's running trials from them before their first sample)."""
+    found = holders.get(container_id.rpartition(".")[0])
+    return {"id": container_id, "state": "STATE_RUNNING", "devices": [],
+            **({"allocationId": found[0], "trialId": found[1],
+                "experimentId": int(exp) if (exp := found[0].partition(".")[0]).isdigit()
+                else None} if found else {})}
+
+
+def holders(trials: dict[str, int]) -> dict[str, tuple[str, int]]:
+    """Live allocations (`trials_of_live_allocations`) by their container ids without the
+    rank: a container id is the allocation id without the experiment id, and the rank."""
+    return {alloc.partition(".")[2]: (alloc, trial) for alloc, trial in trials.items()}
+
+
+def _slots_and_trials(conn: sqlite3.Connection
+                      ) -> tuple[dict[str, dict[int, str]], dict[str, int]]:
+    """The slots in use and the live allocations' trials, in one snapshot."""
+    return trial_store.slots_in_use(conn), trial_store.trials_of_live_allocations(conn)
 
 
 def slot_stats(slots: list[dict[str, Any]]) -> dict[str, Any]:
@@ -66,8 +90,9 @@ def slot_stats(slots: list[dict[str, Any]]) -> dict[str, Any]:
 async def agent_objects(app: web.Application) -> list[dict[str, Any]]:
     """Every connected agent as GET /api/v1/agents shows them, ordered by id."""
     cluster = app[appkeys.CLUSTER]
-    used = await app[appkeys.DB].read(trial_store.slots_in_use)
+    used, running = await app[appkeys.DB].read(_slots_and_trials)
     trials = cluster.agents.trial_usage.by_agent
-    return [agent_json(link, used.get(link.agent.id, {}), trials.get(link.agent.id))
+    held = holders(running)
+    return [agent_json(link, used.get(link.agent.id, {}), trials.get(link.agent.id), held)
             for link in cluster.agents.connected()]
 
