@@ -61,10 +61,15 @@ class RegisterAgentBody(Message):
     sandbox: str = ""  # how its trials run: "on, as nobody", "OFF (--no-sandbox)" (agent list)
 
 
+MAX_HEARTBEAT_SAMPLES = 120  # samples in one heartbeat: the master keeps 120 an agent, and
+# an agent sends at most its 30 of an unreachable spell (300,000 took the loop 2.4 s each beat)
+
+
 class HeartbeatBody(Message):
     running_allocations: list[str] = []
     telemetry: dict[str, Any] | None = None  # the latest TelemetrySample
-    samples: list[Any] = []  # every sample since the last heartbeat, oldest first
+    # every sample since the last heartbeat, oldest first (counted before any is parsed)
+    samples: Annotated[list[Any], Field(max_length=MAX_HEARTBEAT_SAMPLES)] = []
 
 
 class GpuProcess(Message):

@@ -166,8 +166,21 @@ class TaskLogLine(Body):
     source: str | None = None
     stdtype: str | None = None
     rank_id: Count | None = None
-    level: str | None = None
+    level: str | None = None  # Determined's v1LogLevel names only (LOG_LEVELS)
     log: str
+
+    @field_validator("level")
+    @classmethod
+    def _known_level(cls, value: str | None) -> str | None:
+        """Refused otherwise, as Determined's gateway refuses a name its enum lacks (a shipper
+        sending something else has a bug to see, not a line to store under a made-up level)."""
+        if value is not None and value not in LOG_LEVELS:
+            raise ValueError(f"must be one of {', '.join(LOG_LEVELS)}")
+        return value
+
+
+LOG_LEVELS = tuple(f"LOG_LEVEL_{name}" for name in
+                   ("UNSPECIFIED", "TRACE", "DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"))
 
 
 class TaskLogsBody(Body):

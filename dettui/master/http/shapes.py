@@ -8,7 +8,7 @@ from typing import Any
 import yaml
 
 from dettui import DETERMINED_VERSION
-from dettui.master.http.wire import encode_metrics, ts
+from dettui.master.http.wire import encode_metrics, encode_number, ts
 from dettui.master.searcher import sanity
 from dettui.master.store.records import (
     Checkpoint,
@@ -108,7 +108,7 @@ def trial(
     return {
         "id": t.id,
         "experimentId": t.experiment_id,
-        "hparams": t.hparams,
+        "hparams": finite_json(t.hparams),
         "state": t.state.value,
         "restarts": t.restarts,
         "startTime": ts(t.start_time),
@@ -135,6 +135,18 @@ def trial(
 
 
 KEPT_STATES = ("STATE_COMPLETED", "STATE_PARTIALLY_DELETED")  # checkpoints holding files
+
+
+def finite_json(value: Any) -> Any:
+    """`value` (hyperparameters) with each float that is not finite as the metrics carry one,
+    the strings "NaN", "Infinity" and "-Infinity": JSON has no token for them (`json` wrote a
+    bare, invalid `Infinity`; orjson a `null` that loses it). (Determined cannot store them at
+    all: its master refuses the experiment.)"""
+    if isinstance(value, dict):
+        return {k: finite_json(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [finite_json(v) for v in value]
+    return encode_number(value)
 
 
 def resources_size(resources: dict[str, str]) -> int:
@@ -177,7 +189,7 @@ def checkpoint(
             "trialId": c.trial_id,
             "experimentId": c.experiment_id,
             "experimentConfig": config,
-            "hparams": hparams,
+            "hparams": finite_json(hparams),
             "validationMetrics": {"avgMetrics": val, "batchMetrics": None}
             if val is not None else None,
             "searcherMetric": (validation.metrics.get(searcher_metric)

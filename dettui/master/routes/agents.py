@@ -10,6 +10,7 @@ from typing import Any
 from aiohttp import web
 
 from dettui.errors import InvalidArgument, NotFound, PermissionDenied
+from dettui.master import offload
 from dettui.master.http import appkeys
 from dettui.master.http.body import read_json
 from dettui.master.http.middleware import (
@@ -104,11 +105,15 @@ async def heartbeat(request: web.Request) -> web.Response:
     told to kill its copies (`Agents._reconcile`)."""
     agent_id = own_agent(request)
     body = await parse(request, HeartbeatBody)
-    samples = [telemetry_sample(raw)
-               for raw in body.samples or ([body.telemetry] if body.telemetry else [])]
+    raw = body.samples or ([body.telemetry] if body.telemetry else [])
+    samples = await offload.cpu(_samples, raw)  # (up to 120 samples of 1,024 allocations)
     await request.app[appkeys.CLUSTER].agents.heartbeat(agent_id, body.running_allocations,
                                                         None, samples)
     return json_response({})
+
+
+def _samples(raw: list[Any]) -> list[TelemetrySample | Malformed]:
+    return [telemetry_sample(sample) for sample in raw]
 
 
 def telemetry_sample(raw: object) -> TelemetrySample | Malformed:

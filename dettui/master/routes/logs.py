@@ -18,6 +18,7 @@ from typing import Any
 from aiohttp import web
 
 from dettui.errors import InvalidArgument
+from dettui.master import offload
 from dettui.master.http import appkeys, shapes
 from dettui.master.http.body import read_json
 from dettui.master.http.middleware import check_trial, require_trial_writer, task_route
@@ -90,12 +91,8 @@ async def _lines(request: web.Request, resp: web.StreamResponse, trial_id: int,
                  descending: bool, cursor: Cursor) -> None:
     """Write the lines asked for to `resp`, following the trial's new ones while `follow`
     (those after the last written; with `idBefore`, there are none to follow)."""
-    db = request.app[appkeys.DB]
     if descending:
-        lines = await db.read(log_store.fetch, trial_id, flt, limit=limit, descending=True,
-                              after_id=cursor.after, before_id=cursor.before)
-        await _write(resp, lines, line_json)
-        last = max((ln.id for ln in lines), default=cursor.after)
+        last = await _drain_newest(request, resp, trial_id, flt, line_json, cursor, limit)
     else:
         last = await _drain(request, resp, trial_id, flt, line_json, cursor.after, limit,
                             cursor.before)
@@ -106,9 +103,34 @@ async def _lines(request: web.Request, resp: web.StreamResponse, trial_id: int,
 
 
 async def _write(resp: web.StreamResponse, lines: list[Any], line_json: Serializer) -> None:
+    """A page of lines as NDJSON, encoded off the loop (a page of long lines is megabytes)."""
     if lines:
-        payload = "".join(json.dumps({"result": line_json(ln)}) + "\n" for ln in lines)
-        await resp.write(payload.encode())
+        await resp.write(await offload.cpu(_encode, lines, line_json))
+
+
+def _encode(lines: list[Any], line_json: Serializer) -> bytes:
+    return "".join(json.dumps({"result": line_json(ln)}) + "\n" for ln in lines).encode()
+
+
+async def _drain_newest(request: web.Request, resp: web.StreamResponse, trial_id: int,
+                        flt: log_store.LogFilter, line_json: Serializer, cursor: Cursor,
+                        limit: int) -> int:
+    """The lines newest first, LOG_BATCH a read, each page written before the next is read
+    (as `_drain`): the newest id written (to follow from), or `cursor.after` if none."""
+    db = request.app[appkeys.DB]
+    sent, before, newest = 0, cursor.before, cursor.after
+    while True:
+        batch = LOG_BATCH if limit <= 0 else min(LOG_BATCH, limit - sent)
+        if batch <= 0:
+            return newest
+        lines = await db.read(log_store.fetch, trial_id, flt, limit=batch, descending=True,
+                              after_id=cursor.after, before_id=before)
+        await _write(resp, lines, line_json)
+        if not lines:
+            return newest
+        newest = max(newest, lines[0].id)
+        before = lines[-1].id
+        sent += len(lines)
 
 
 async def _drain(request: web.Request, resp: web.StreamResponse, trial_id: int,
@@ -172,13 +194,20 @@ async def post_task_logs(request: web.Request) -> web.Response:
                      "allocation_id": line.allocation_id, "agent_id": line.agent_id,
                      "container_id": line.container_id, "rank_id": line.rank_id,
                      "stdtype": line.stdtype, "source": line.source or "task",
-                     "level": (line.level or "").removeprefix("LOG_LEVEL_") or None,
+                     "level": _level(line.level),
                      "timestamp": parse_ts(line.timestamp) or time.time(), "log": line.log})
     await request.app[appkeys.CLUSTER].dispatcher.run(log_store.insert, rows)
     return json_response({})
 
 
 routes.post("/api/v1/task/logs")(post_task_logs)
+
+
+def _level(name: str | None) -> str | None:
+    """A line's stored level: Determined's name (`TaskLogLine` let only those in) without
+    its prefix, none for LOG_LEVEL_UNSPECIFIED."""
+    level = (name or "").removeprefix("LOG_LEVEL_")
+    return None if level in ("", "UNSPECIFIED") else level
 
 
 @routes.post("/task-logs")

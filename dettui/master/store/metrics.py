@@ -117,6 +117,7 @@ def report_many(conn: sqlite3.Connection,
     same transaction (`exits.validation`): its stops, creations and the experiment's end."""
     errors: list[DettuiError | None] = []
     effects = Effects()
+    merges: set[int] = set()  # trials a report was merged into: their summaries refreshed once
     with transaction(conn):
         for r in reports:
             conn.execute("SAVEPOINT report")
@@ -128,7 +129,7 @@ def report_many(conn: sqlite3.Connection,
                 if r.run_id != row[0]:
                     raise InvalidArgument(
                         f"invalid run id, {r.run_id} (reported) != {row[0]} (expected)")
-                _report(conn, r)
+                _report(conn, r, merges)
                 told = notify(f"metrics:{r.trial_id}")
                 if r.group == "validation":
                     told |= search_store.check_validation(conn, r.trial_id, r.steps, r.metrics)
@@ -143,6 +144,8 @@ def report_many(conn: sqlite3.Connection,
                 errors.append(None)
                 effects |= told | _trial_changed(conn, r.trial_id)
             conn.execute("RELEASE report")
+        for trial_id in sorted(merges):
+            refresh_trial(conn, trial_id)
     return Done(errors, effects)
 
 
@@ -172,7 +175,9 @@ def _trial_changed(conn: sqlite3.Connection, trial_id: int) -> Effects:
     return experiment_changed(int(row[0]), trial_id)
 
 
-def _report(conn: sqlite3.Connection, r: MetricReport) -> None:
+def _report(conn: sqlite3.Connection, r: MetricReport, merges: set[int] | None = None) -> None:
+    """Store a report, or merge it into its step's (refreshing the trial's summary then, or,
+    given `merges`, adding the trial to those the caller refreshes once)."""
     trial_id, run_id, group, steps = r.trial_id, r.run_id, r.group, r.steps
     _rollback_older_runs(conn, trial_id, run_id, group, steps)
     row = conn.execute(
@@ -190,12 +195,19 @@ def _report(conn: sqlite3.Connection, r: MetricReport) -> None:
         _fold_summary(conn, trial_id, group, steps, r.metrics)
     else:
         merged = _merge(jsonfast.loads(row["metrics"]), r.metrics)
+        if len(merged) > MAX_METRIC_KEYS:
+            raise InvalidArgument(
+                f"more than {MAX_METRIC_KEYS:,} metrics in the {group} reports at step {steps} "
+                "(reports of one step are merged, and their keys count together)")
         if r.batch_metrics is not None and row["batch_metrics"] is not None:
             raise InvalidArgument("overwriting batch metrics is not supported")
         bm = row["batch_metrics"] if r.batch_metrics is None else json.dumps(r.batch_metrics)
         conn.execute("UPDATE metrics SET metrics=?, batch_metrics=? WHERE id=?",
                      (json.dumps(merged), bm, row["id"]))
-        refresh_trial(conn, trial_id)  # a merge changes a stored report: folded again (rare)
+        if merges is None:
+            refresh_trial(conn, trial_id)  # a merge changes a stored report: folded again
+        else:
+            merges.add(trial_id)  # (once per trial at the end of the caller's group)
     conn.execute("UPDATE trials SET total_batches=CASE WHEN total_batches < ? THEN ? "
                  "ELSE total_batches END WHERE id=?", (steps, steps, trial_id))
     if group == "validation":
