@@ -7,15 +7,17 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from textual import on, work
+from rich.console import Console
+from rich.text import Text
+from textual import events, on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.widgets import Header
+from textual.widgets import Header, Static
 
 from dettui.screens.base import ApiScreen, Row, counted, state_text
 from dettui.widgets.keybar import KeyBar
 from dettui.widgets.rowtable import Column, RowTable
-from dettui.widgets.safe import Plain
+from dettui.widgets.safe import Plain, plain
 
 COLUMNS = [  # priority: the narrower the screen, the sooner the higher numbers go
     Column("pos", "#", width=4, align="right"),
@@ -31,6 +33,7 @@ COLUMNS = [  # priority: the narrower the screen, the sooner the higher numbers 
     Column("pool", "Pool", width=10, priority=3),
 ]
 WHY_CAP = 200  # characters of a reason shown (the master words them in well under that)
+WHY_LINES = 3  # lines the selected job's reason takes under the table, at most
 
 
 def job_rows(jobs: list[dict[str, Any]]) -> list[Row]:
@@ -68,8 +71,10 @@ def job_state(job: dict[str, Any]) -> str:
 
 
 def wait_reason(job: dict[str, Any]) -> str:
-    """Why the job waits, as the master's last scheduling pass found; "" if it does not."""
-    return str(job.get("waitReason") or "")[:WHY_CAP]
+    """Why the job waits, as the master's last scheduling pass found; "" if it does not. A
+    reason longer than WHY_CAP is cut with "…"."""
+    why = str(job.get("waitReason") or "")
+    return why if len(why) <= WHY_CAP else why[:WHY_CAP - 1] + "…"
 
 
 def why_line(key: str | None, row: dict[str, Any] | None) -> str:
@@ -77,6 +82,21 @@ def why_line(key: str | None, row: dict[str, Any] | None) -> str:
     if key is None or row is None or not row.get("why"):
         return ""
     return f"Job {key[:8]} waits: {row['why']}"
+
+
+def wrapped(line: str, width: int, console: Console, lines: int = WHY_LINES) -> Text:
+    """`line` as plain text wrapped at word boundaries to `width` cells, in at most `lines`
+    lines: what does not fit is cut with "…", never silently."""
+    if not line:
+        return Text("")
+    width = max(width, 2)
+    rows = list(plain(line).wrap(console, width, overflow="fold"))
+    if len(rows) > lines:
+        last = rows[lines - 1]
+        last.truncate(width - 1)
+        last.rstrip()
+        rows = [*rows[:lines - 1], last + Text("…")]
+    return Text("\n").join(rows)
 
 
 class QueueScreen(ApiScreen):
@@ -100,7 +120,7 @@ class QueueScreen(ApiScreen):
     DEFAULT_CSS = """
     QueueScreen RowTable { height: 1fr; }
     QueueScreen #title { background: $boost; padding: 0 1; text-style: bold; }
-    QueueScreen #why { height: 1; padding: 0 1; color: $warning; }
+    QueueScreen #why { height: auto; max-height: 3; padding: 0 1; color: $warning; }
     """
 
     def compose(self) -> ComposeResult:
@@ -130,8 +150,16 @@ class QueueScreen(ApiScreen):
             self.action_more_rows()
 
     def show_why(self) -> None:
+        """The selected job's reason under the table, wrapped to up to WHY_LINES lines (at
+        80x24 the column is left out: this line is where the reason is read)."""
         key = self.table.cursor_key
-        self.show("#why", why_line(key, self.table.row(key) if key else None))
+        why = self.query_one("#why", Static)
+        width = why.content_region.width or self.app.size.width - 2
+        why.update(wrapped(why_line(key, self.table.row(key) if key else None), width,
+                           self.app.console))
+
+    def on_resize(self, _: events.Resize) -> None:
+        self.call_after_refresh(self.show_why)
 
     def view_changed(self) -> None:
         t = self.table

@@ -86,3 +86,80 @@ async def test_a_reason_is_shown_as_text_never_markup() -> None:
         await pilot.pause()
         assert _why(app) == "Job 00000002 waits: [bold red]not markup[/] "
     assert app.errors == []
+
+
+NEVER = ("can never start here: needs 4 slots on one agent or on whole agents; the largest "
+         "agent in pool default has 3, and 4 is not a multiple of 3")
+
+
+class NeverFits(Waiting):
+    reason_2 = NEVER
+
+
+class Endless(Waiting):
+    reason_2 = "slots disabled: " + ", ".join(f"agent vm-{i:03d}" for i in range(40))
+
+
+def _why_rows(app: FixedDashboard) -> list[str]:
+    """The #why line's rows as the screen draws them."""
+    why = app.screen.query_one("#why", Static)
+    return [strip.text.rstrip() for strip in why.render_lines(why.region.reset_offset)]
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_a_long_reason_wraps_under_the_table(snap_compare: Any, size: str) -> None:
+    """At 80x24 the column is left out: the selected job's reason wraps to 3 lines, whole."""
+    assert snap_compare(FixedDashboard(client=NeverFits), terminal_size=SIZES[size],
+                        run_before=keys("down"))
+
+
+@pytest.mark.parametrize("size", SIZES)
+async def test_the_whole_reason_is_read_at_any_width(size: str) -> None:
+    app = FixedDashboard(client=NeverFits)
+    async with app.run_test(size=SIZES[size]) as pilot:
+        await pilot.pause(0.3)
+        await pilot.press("down")
+        await pilot.pause()
+        rows = _why_rows(app)
+        width = SIZES[size][0] - 2
+        assert len(rows) == (3 if size == "80x24" else 1), rows
+        assert all(len(r) <= width + 1 for r in rows)
+        words = " ".join(r.strip() for r in rows).split()
+        assert words == f"Job 00000002 waits: {NEVER}".split()  # at word boundaries, all
+        table = app.screen.query_one(RowTable)
+        assert table.region.bottom == app.screen.query_one("#why", Static).region.y
+        await pilot.press("down")  # a short reason takes one line again, the table the rest
+        await pilot.pause()
+        assert _why_rows(app) == [" Job 00000003 waits: paused"]
+        assert table.region.bottom == app.screen.query_one("#why", Static).region.y
+    assert app.errors == []
+
+
+@pytest.mark.parametrize("size", SIZES)
+async def test_a_reason_longer_than_its_room_is_cut_with_an_ellipsis(size: str) -> None:
+    """A reason past WHY_CAP characters, or past 3 lines, ends in "…": never cut silently."""
+    app = FixedDashboard(client=Endless)
+    async with app.run_test(size=SIZES[size]) as pilot:
+        await pilot.pause(0.3)
+        await pilot.press("down")
+        await pilot.pause()
+        rows = _why_rows(app)
+        assert len(rows) == (3 if size == "80x24" else 2), rows
+        assert rows[-1].endswith("…"), rows
+        assert rows[0].startswith(" Job 00000002 waits: slots disabled: agent vm-000,")
+    assert app.errors == []
+
+
+async def test_the_reason_wraps_again_when_the_terminal_is_resized() -> None:
+    """From 200 columns (2 lines) to 80 (4 lines' worth): cut to 3 lines with "…" again."""
+    app = FixedDashboard(client=Endless)
+    async with app.run_test(size=SIZES["200x50"]) as pilot:
+        await pilot.pause(0.3)
+        await pilot.press("down")
+        await pilot.pause()
+        assert len(_why_rows(app)) == 2
+        await pilot.resize_terminal(80, 24)
+        await pilot.pause(0.3)
+        rows = _why_rows(app)
+        assert len(rows) == 3 and rows[-1].endswith("…"), rows
+    assert app.errors == []
