@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import textwrap
 from typing import Any
 
 from dettui.client import Client
@@ -30,10 +31,46 @@ async def job_list(c: Client, *, pool: str | None, as_json: bool) -> None:
                      j["priority"] if priority else j["weight"], output.when(j["submissionTime"]),
                      f"{j['allocatedSlots']}/{j['requestedSlots']}", job_state(j),
                      j.get("waitReason") or "", j["username"]))
-    output.table(f"Job queue: {chosen['name']}", [
-        "#", "ID", "Type", "Job Name", "Priority" if priority else "Weight", "Submitted",
-        "Slots", "State", "Why waiting", "User"], rows,  # Slots: acquired/needed
-        least_needed=["Submitted", "Type", "User"])
+    heads = ["#", "ID", "Type", "Job Name", "Priority" if priority else "Weight", "Submitted",
+             "Slots", "State", "Why waiting", "User"]  # Slots: acquired/needed
+    least_needed = ["Submitted", "Type", "User"]
+    output.table(f"Job queue: {chosen['name']}", heads, rows, least_needed=least_needed)
+    for line in whole_reasons(heads, rows, least_needed):
+        output.console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+WHOLE_REASONS = 20  # distinct reasons said whole under a table too narrow for them, at most
+
+
+def whole_reasons(heads: list[str], rows: list[tuple[Any, ...]],
+                  least_needed: list[str]) -> list[str]:
+    """The reasons the job table cuts (an 80-column terminal leaves ~20 characters of a
+    140-character "can never start here: ..."), each whole under it once, with the jobs it is
+    said of, wrapped at words."""
+    if output.WIDE or not rows:
+        return []
+    from rich.cells import cell_len
+
+    width = output.console.width
+    cells = [[output.cell(v) for v in row] for row in rows]
+    widths = [max(cell_len(h), *(cell_len(c[i]) for c in cells)) for i, h in enumerate(heads)]
+    kept, clipped, _, _ = output.fit(heads, cells, widths, width, least_needed)
+    at = heads.index("Why waiting")
+    shown = kept.index("Why waiting") if "Why waiting" in kept else None
+    jobs: dict[str, list[str]] = {}  # reason -> the jobs it is cut for, in queue order
+    for row, fitted in zip(cells, clipped, strict=True):
+        if row[at] and (shown is None or fitted[shown] != row[at]):
+            jobs.setdefault(row[at], []).append(row[1])
+    if not jobs:
+        return []
+    lines = ["Why waiting, whole:"]
+    for why, ids in list(jobs.items())[:WHOLE_REASONS]:
+        more = f" and {len(ids) - 3} more" if len(ids) > 3 else ""
+        lines += textwrap.wrap(f"{', '.join(ids[:3])}{more}: {why}", width=max(width, 20),
+                               initial_indent="  ", subsequent_indent="    ")
+    if len(jobs) > WHOLE_REASONS:
+        lines.append(f"  ({len(jobs) - WHOLE_REASONS} more reasons; --wide shows each whole)")
+    return lines
 
 
 def job_state(job: dict[str, Any]) -> str:
