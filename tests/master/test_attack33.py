@@ -146,6 +146,8 @@ async def test_a_heartbeat_over_the_sample_cap_is_refused_before_any_is_parsed(
                              headers=creds, status=400)
     assert f"at most {MAX_HEARTBEAT_SAMPLES}" in refused["message"], refused
     assert parsed == []
+    huge = {"samples": [{"time": 1.0, "cpuPercent": 1.0}] * 150_000}  # 5 MiB, decoded never
+    await api.call("POST", "/api/v1/agents/box/heartbeat", huge, headers=creds, status=413)
     await api.call("POST", "/api/v1/agents/box/heartbeat", {"samples": many[1:]},
                    headers=creds)
     assert len(parsed) == MAX_HEARTBEAT_SAMPLES

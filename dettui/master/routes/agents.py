@@ -97,8 +97,12 @@ def own_agent(request: web.Request) -> str:
     return agent_id
 
 
+MAX_HEARTBEAT_BODY = 4 * 1024 * 1024  # an agent's 30 samples of 1,024 allocations are 2 MiB;
+# decoding a body costs about 0.25 s a MiB of tiny samples, under the master's one GIL
+
+
 @routes.post("/api/v1/agents/{agentId}/heartbeat")
-@op(body=HeartbeatBody)
+@op(body=HeartbeatBody, max_body=MAX_HEARTBEAT_BODY)
 @agent_route
 async def heartbeat(request: web.Request) -> web.Response:
     """The agent is alive. Allocations it lists that are not its own are never touched: it is
