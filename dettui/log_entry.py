@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 import re
 from dataclasses import dataclass
-from datetime import datetime, time, timedelta
+from datetime import datetime, time, timedelta, tzinfo
 from typing import Any
 
 from dettui.terminal_text import safe_line
@@ -29,18 +29,41 @@ class LogEntry:
     rank: int | None
     level: str  # E(rror), W(arning), I(nfo), D(ebug), or "" when unknown
     stderr: bool
-    text: str
+    text: str  # what the trial wrote (the master's `[time] container [rank=N] ||` not in it)
+    stamp: str = ""  # `2026-11-27 14:00:00.123 c0ffee12 [rank=0] `: for wide screens
+    short: str = ""  # `14:00:00 r0 `: for narrow ones
 
 
-def entry_of(item: dict[str, Any]) -> LogEntry:
-    """One line of the logs route (Determined's v1TrialLogsResponse, with dettui's fields)."""
+def entry_of(item: dict[str, Any], tz: tzinfo | None = None) -> LogEntry:
+    """One line of the logs route (Determined's v1TrialLogsResponse, with dettui's fields);
+    its time is shown in `tz` (None: the local time zone), as the time range `t` reads it."""
     rank = item.get("rankId")
-    text = safe_line(str(item.get("message") or item.get("log") or "").rstrip("\n"))
-    own = str(item.get("log") or text)
+    rank = rank if isinstance(rank, int) else None
+    text = safe_line(str(item.get("log") or item.get("message") or "").rstrip("\n"))
     level = str(item.get("level") or "").removeprefix("LOG_LEVEL_")
-    return LogEntry(_int(item.get("id")), rank if isinstance(rank, int) else None,
-                    LEVELS.get(level) or level_of(own), item.get("stdtype") == "stderr",
-                    text.replace("\n", "\\n"))
+    stamp, short = _prefixes(item.get("timestamp"), item.get("containerId"), rank, tz)
+    return LogEntry(_int(item.get("id")), rank, LEVELS.get(level) or level_of(text),
+                    item.get("stdtype") == "stderr", text.replace("\n", "\\n"), stamp, short)
+
+
+def _prefixes(when: Any, container: Any, rank: int | None,
+              tz: tzinfo | None) -> tuple[str, str]:
+    """A line's long and short prefix: its time (local), container and rank, as the
+    master's message has them; none for a line without a time."""
+    try:
+        at = datetime.fromisoformat(str(when)).astimezone(tz) if when else None
+    except ValueError:
+        at = None
+    if at is None:
+        return "", ""
+    long = [at.strftime("%Y-%m-%d %H:%M:%S.") + f"{at.microsecond // 1000:03d}"]
+    short = [at.strftime("%H:%M:%S")]
+    if container:
+        long.append(safe_line(str(container))[:8].ljust(8))
+    if rank is not None:
+        long.append(f"[rank={rank}]")
+        short.append(f"r{rank}")
+    return " ".join(long) + " ", " ".join(short) + " "
 
 
 def level_of(text: str) -> str:

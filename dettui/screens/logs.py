@@ -76,6 +76,10 @@ class LogsScreen(ApiScreen):
         self.only = False  # show only the lines that match `pattern`
         self.position = -1  # the shown line the last search or error jump went to
         self.follow = True  # new lines scroll into view (while the view is at the end)
+        self.paused = False  # `f` paused following: only `f`, `G` or End follow again
+        self.ended = False  # the follower read the last line: the trial's log is complete
+        self.reading = False  # a page for a new filter is being read (the view is empty)
+        self.at = ""  # what the last jump went to ("match", "error"): the title says where
         self.new_lines = 0  # arrived while the reader was elsewhere
         self.head_held = False  # the log's first line is held
         self.tail_held = True  # its newest line is held (the follower's lines are added)
@@ -122,15 +126,20 @@ class LogsScreen(ApiScreen):
         self.held, self.new_lines, self.dropped = [], 0, 0
         self.pending = deque(maxlen=MAX_HELD)
         self.head_held, self.tail_held, self.follow = False, True, True
+        self.paused, self.ended, self.at, self.position = False, False, "", -1
         self.log_widget.replace([])
+        self.reading = True
+        self._title()
         try:
-            page = [entry_of(i) for i in await self.client.trial_log_page(
+            page = [self._entry(i) for i in await self.client.trial_log_page(
                 self.trial_id, limit=PAGE, **self._filters())]
         except MasterUnreachable:
             return  # the banner says so; `reconnected` reads it again
         except DettuiError as exc:
             self.notify(f"logs not read: {exc}", severity="error")
             return
+        finally:
+            self.reading = False
         self.fed = True
         self.head_held = len(page) < PAGE
         self.last_id = max((e.id for e in page if e.id is not None), default=0)
@@ -153,7 +162,7 @@ class LogsScreen(ApiScreen):
             async for item in self.client.follow_trial_logs(self.trial_id, after=self.last_id,
                                                            **self._filters()):
                 self.fed = True
-                entry = entry_of(item)
+                entry = self._entry(item)
                 if entry.id is not None:
                     if entry.id <= self.last_id:
                         continue  # read before the master went away
@@ -170,8 +179,12 @@ class LogsScreen(ApiScreen):
         except DettuiError as exc:
             self.notify(f"logs not followed: {exc}", severity="error")
             return
+        self.ended = True  # the master ends a follow when the trial has ended
         if self.live:
             self._flush()
+
+    def _entry(self, item: dict[str, Any]) -> LogEntry:
+        return entry_of(item, self.now().tzinfo)
 
     def _flush(self) -> None:
         """Add what the follower read since the last flush in one go (10 times a second)."""
@@ -219,7 +232,7 @@ class LogsScreen(ApiScreen):
         if not self.live or generation != self.generation or not self.held or (
                 self.held[0].id, self.held[-1].id) != ends:
             return  # the log was read again meanwhile, or the follower added lines
-        page = [entry_of(i) for i in items]
+        page = [self._entry(i) for i in items]
         if earlier:
             self.head_held = len(page) < PAGE
         elif len(page) < PAGE:
@@ -236,7 +249,7 @@ class LogsScreen(ApiScreen):
         over = len(self.held) + len(page) - MAX_HELD
         if at_end:
             self.held.extend(page)
-            view.extend(self._shown(page))
+            view.extend(self._shown(page), follow=self.follow)
             if over > 0:
                 self._drop(over, front=True)
         else:
@@ -273,8 +286,8 @@ class LogsScreen(ApiScreen):
             self.read_page(True)
         elif not event.top and not self.tail_held:
             self.read_page(False)
-        elif not event.top and self.log_widget.at_end:  # scrolled back to the end: follow
-            self.follow, self.new_lines = True, 0
+        elif not event.top and self.log_widget.at_end and not self.paused:
+            self.follow, self.new_lines = True, 0  # scrolled back to the end: follow
             self._title()
 
     @on(LogView.Jumped)
@@ -300,11 +313,23 @@ class LogsScreen(ApiScreen):
         return [e for e in entries if regex.search(e.text)]
 
     def _redraw(self) -> None:
+        """Show the held lines again (all, or the matches): the line a jump went to stays
+        in view; else the view follows the end, or shows the first lines when not following."""
         view = self.log_widget
-        view.replace(self._shown(self.held))
+        current = view.entries[self.position] if 0 <= self.position < view.line_count else None
+        shown = self._shown(self.held)
+        view.replace(shown)
         view.highlight(self._regex())
-        self.position = -1
-        view.scroll_end(animate=False, immediate=True)
+        index = next((i for i, e in enumerate(shown) if e is current), -1)
+        self.position = index
+        if index >= 0:
+            view.go_to(index)
+        elif self.follow:
+            self.at = ""
+            view.scroll_end(animate=False, immediate=True)
+        else:
+            self.at = ""
+            view.scroll_home(animate=False, immediate=True)
         self._title()
 
     def _title(self) -> None:
@@ -319,6 +344,8 @@ class LogsScreen(ApiScreen):
             parts.append(f"time {self.range_text}")
         if self.pattern:
             parts.append(f"{'only' if self.only else 'search'} /{self.pattern}/")
+        if self.at and self.log_widget.current >= 0:
+            parts.append(f"{self.at}: line {self.log_widget.current + 1:,}")
         if self.log_widget.wrap:
             parts.append("wrapped")
         if self.dropped:
@@ -327,8 +354,16 @@ class LogsScreen(ApiScreen):
             parts.append("earlier lines on scroll up")
         if not self.tail_held:
             parts.append("later lines on scroll down")
-        if not self.follow:
-            parts.append("paused")
+        if self.reading:
+            parts.append("reading…")
+        elif self.ended and self.tail_held:
+            parts.append("trial ended: all lines read")
+        elif self.paused:
+            parts.append("paused (f: follow)")
+        elif not self.follow and not self.new_lines:  # (new lines: their count says G)
+            parts.append("G: follow")
+        elif self.follow:
+            parts.append("following")
         if self.new_lines:
             parts.append(f"{_lines(self.new_lines, 'new line')} (G: follow)")
         self.show("#title", ", ".join(parts))
@@ -388,7 +423,7 @@ class LogsScreen(ApiScreen):
         self.range_text = text.strip()
         self.open_tail()
 
-    def _jump(self, found: Callable[[LogEntry], object], what: str) -> None:
+    def _jump(self, found: Callable[[LogEntry], object], what: str, noun: str) -> None:
         """Go to the next shown line after the last one gone to for which `found` is true."""
         view = self.log_widget
         shown = view.entries
@@ -397,18 +432,19 @@ class LogsScreen(ApiScreen):
                 self.position = i
                 self.follow = False
                 view.go_to(i)
-                self.notify(f"line {i + 1}: {shown[i].text[:80]}", timeout=3)
+                self.at = noun  # the title says where: no toast that may time out
                 self._title()
                 return
         self.notify(f"no more {what}", severity="warning")
-        self.position = -1
+        self.position, self.at = -1, ""
+        self._title()
 
     def action_next_match(self) -> None:
         if not self.pattern:
             self.action_search()
             return
         if (regex := self._regex()) is not None:
-            self._jump(lambda e: regex.search(e.text), f"matches of /{self.pattern}/")
+            self._jump(lambda e: regex.search(e.text), f"matches of /{self.pattern}/", "match")
 
     def action_only_matches(self) -> None:
         if not self.pattern:
@@ -419,7 +455,7 @@ class LogsScreen(ApiScreen):
         self._redraw()
 
     def action_next_error(self) -> None:
-        self._jump(lambda e: e.level == "E" or ERROR.search(e.text), "errors")
+        self._jump(lambda e: e.level == "E" or ERROR.search(e.text), "errors", "error")
 
     def action_toggle_wrap(self) -> None:
         self.log_widget.wrap = not self.log_widget.wrap
@@ -432,14 +468,16 @@ class LogsScreen(ApiScreen):
         self.log_widget.page_sideways(1)
 
     def action_toggle_follow(self) -> None:
-        self.follow = not self.follow
-        if self.follow:
+        """Pause following (new lines are counted, the view stays), or follow again."""
+        if self.paused or not self.follow:
             self.action_end()
+            return
+        self.follow, self.paused = False, True
         self._title()
 
     def action_end(self) -> None:
         """The newest lines, following them (read again if they were dropped)."""
-        self.follow, self.new_lines = True, 0
+        self.follow, self.paused, self.new_lines = True, False, 0
         if not self.tail_held:
             self.open_tail()
             return
@@ -472,7 +510,7 @@ class LogsScreen(ApiScreen):
             self.paging = False
         if not self.live or generation != self.generation:
             return  # read afresh meanwhile (a filter changed)
-        page = [entry_of(i) for i in items]
+        page = [self._entry(i) for i in items]
         self.held, self.new_lines = page, 0
         self.head_held, self.tail_held = True, len(page) < PAGE
         view = self.log_widget

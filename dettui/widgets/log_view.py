@@ -29,13 +29,14 @@ from dettui.log_entry import LogEntry
 GUTTER = 2
 MAX_WIDTH = 20_000  # cells: a longer line is scrolled to its 20,000th cell, no further
 EDGE = 2  # rows from the top or bottom of what is held at which more is asked for
+WIDE = 120  # columns from which a line's full prefix (date, time, container, rank) is shown
 MARKS = {"E": "error", "W": "warning", "I": "info", "D": "debug"}
 
 
 class LogView(ScrollView, can_focus=True):
     COMPONENT_CLASSES: ClassVar[set[str]] = {
         "log-view--error", "log-view--warning", "log-view--info", "log-view--debug",
-        "log-view--stderr", "log-view--match", "log-view--current"}
+        "log-view--stderr", "log-view--match", "log-view--current", "log-view--prefix"}
     DEFAULT_CSS = """
     LogView { background: $surface; color: $text; overflow: scroll; }
     LogView > .log-view--error { color: $error; }
@@ -45,6 +46,7 @@ class LogView(ScrollView, can_focus=True):
     LogView > .log-view--stderr { color: $accent; text-style: bold; }
     LogView > .log-view--match { background: $warning 60%; color: $text; }
     LogView > .log-view--current { background: $boost; }
+    LogView > .log-view--prefix { color: $text-muted; }
     """
     wrap: reactive[bool] = reactive(False)
 
@@ -69,6 +71,7 @@ class LogView(ScrollView, can_focus=True):
         self.pattern: re.Pattern[str] | None = None
         self.current = -1  # the line a search or jump went to (marked)
         self._widest = 0
+        self._long = False  # the prefix shown is the long one
         self._starts: list[int] | None = None  # first row of each line when wrapped
         self._cache: LRUCache[tuple[int, int], tuple[Strip, Strip, int]] = LRUCache(1024)
 
@@ -76,7 +79,13 @@ class LogView(ScrollView, can_focus=True):
 
     @property
     def lines(self) -> list[str]:
-        return [e.text for e in self.entries]
+        """Each line as shown: its prefix (time, rank) and text."""
+        return [self._prefix(e) + e.text for e in self.entries]
+
+    @property
+    def long_prefix(self) -> bool:
+        """The full prefix (date, time, container, rank) or the short one (time, rank)."""
+        return self.size.width >= WIDE
 
     @property
     def line_count(self) -> int:
@@ -95,18 +104,19 @@ class LogView(ScrollView, can_focus=True):
     def replace(self, entries: Sequence[LogEntry]) -> None:
         self.entries = list(entries)
         self.current = -1
-        self._widest = _widest(self.entries)
+        self._widest = _widest(self.entries, self._long)
         self._changed()
 
-    def extend(self, entries: Sequence[LogEntry]) -> None:
-        """Lines after the last: at the end, the view stays at the end; else it stays put."""
+    def extend(self, entries: Sequence[LogEntry], *, follow: bool = True) -> None:
+        """Lines after the last: at the end and following, the view stays at the end; else
+        it stays put."""
         if not entries:
             return
-        follow = self.at_end
+        follow = follow and self.at_end
         self.entries.extend(entries)
-        self._widest = max(self._widest, _widest(entries))
+        self._widest = max(self._widest, _widest(entries, self._long))
         if self._starts is not None:  # wrapped: only the new lines' rows are counted
-            _extended(self._starts, entries, self.text_width)
+            _extended(self._starts, entries, self.text_width, self._long)
         self._changed(rows_known=self._starts is not None)
         if follow:
             self.scroll_end(animate=False, immediate=True, x_axis=False)
@@ -118,7 +128,7 @@ class LogView(ScrollView, can_focus=True):
         before = self.rows
         self.entries[:0] = entries
         self.current += len(entries) if self.current >= 0 else 0
-        self._widest = max(self._widest, _widest(entries))
+        self._widest = max(self._widest, _widest(entries, self._long))
         self._changed()
         self.scroll_to(y=self.scroll_y + self.rows - before, animate=False, immediate=True)
 
@@ -169,7 +179,7 @@ class LogView(ScrollView, can_focus=True):
         if not self.wrap:
             return None
         if self._starts is None:
-            self._starts = _extended([0], self.entries, self.text_width)
+            self._starts = _extended([0], self.entries, self.text_width, self._long)
         return self._starts
 
     def _changed(self, *, rows_known: bool = False) -> None:
@@ -180,17 +190,32 @@ class LogView(ScrollView, can_focus=True):
                                  self.rows)
         self.refresh()
 
-    def watch_wrap(self) -> None:
-        index = self._top_index()
+    def watch_wrap(self, old: bool, new: bool) -> None:
+        """The same line stays at the top (its row counted as it was before the change)."""
+        row = round(self.scroll_y)
+        if old:
+            starts = self._starts or _extended([0], self.entries, self.text_width, self._long)
+            index = max(0, bisect_right(starts, row) - 1)
+        else:
+            index = row
         self._changed()
         self.scroll_to(x=0, y=self.row_of(index), animate=False, immediate=True)
 
     def on_resize(self) -> None:
-        if self.wrap:
-            self._changed()
+        index = self._top_index()
+        if self.long_prefix != self._long:
+            self._long = self.long_prefix
+            self._widest = _widest(self.entries, self._long)
+        elif not self.wrap:
+            return
+        self._changed()
+        self.scroll_to(y=self.row_of(index), animate=False, immediate=True)
+
+    def _prefix(self, entry: LogEntry) -> str:
+        return entry.stamp if self._long else entry.short
 
     def _top_index(self) -> int:
-        starts = self._row_starts()
+        starts = self._starts if self.wrap else None
         row = round(self.scroll_y)
         return row if starts is None else max(0, bisect_right(starts, row) - 1)
 
@@ -239,13 +264,17 @@ class LogView(ScrollView, can_focus=True):
             return cached
         entry = self.entries[index]
         base = self.rich_style
-        text = Text(entry.text, style=base, no_wrap=True, end="")
+        prefix = self._prefix(entry)
+        text = Text(prefix + entry.text, style=base, no_wrap=True, end="")
+        if prefix:
+            text.stylize(self._style("prefix"), 0, len(prefix))
         if entry.level in ("E", "W", "D"):
-            text.stylize(self._style(MARKS[entry.level]))
+            text.stylize(self._style(MARKS[entry.level]), len(prefix))
         if self.pattern is not None:
             for found in self.pattern.finditer(entry.text):
                 if found.end() > found.start():
-                    text.stylize(self._style("match"), found.start(), found.end())
+                    text.stylize(self._style("match"), len(prefix) + found.start(),
+                                 len(prefix) + found.end())
         if index == self.current:
             text.stylize(self._style("current"))
         if selection is not None and (span := selection.get_span(index)) is not None:
@@ -264,13 +293,11 @@ class LogView(ScrollView, can_focus=True):
 
     def _part(self, text: Text, part: int) -> tuple[Text, int]:
         """Row `part` of a wrapped line, and the index of its first character."""
-        width = self.text_width
-        plain = text.plain
-        if plain.isascii():
-            return text[part * width:(part + 1) * width], part * width
-        pieces = chop_cells(plain, width)
-        start = sum(len(p) for p in pieces[:part])
-        return text[start:start + (len(pieces[part]) if part < len(pieces) else 0)], start
+        starts = _breaks(text.plain, self.text_width)
+        if part >= len(starts):
+            return text[len(text):], len(text)
+        end = starts[part + 1] if part + 1 < len(starts) else len(text)
+        return text[starts[part]:end], starts[part]
 
     def get_selection(self, selection: Selection) -> tuple[str, str] | None:
         """The text of the lines selected with the mouse (a line is its index; a character,
@@ -296,19 +323,37 @@ def _offsets(strip: Strip, first: int, line: int) -> Strip:
     return Strip(segments, strip.cell_length)
 
 
-def _widest(entries: Sequence[LogEntry]) -> int:
-    return max((len(e.text) if e.text.isascii() else cell_len(e.text) for e in entries),
-               default=0)
+def _widest(entries: Sequence[LogEntry], long: bool) -> int:
+    return max((_cells((e.stamp if long else e.short) + e.text) for e in entries), default=0)
 
 
-def _extended(starts: list[int], entries: Sequence[LogEntry], width: int) -> list[int]:
+def _cells(text: str) -> int:
+    return len(text) if text.isascii() else cell_len(text)
+
+
+def _extended(starts: list[int], entries: Sequence[LogEntry], width: int,
+              long: bool) -> list[int]:
     """`starts` (the first row of each line, and the row after the last) with `entries`
     wrapped at `width` cells added."""
     total = starts[-1]
     for e in entries:
-        if e.text.isascii():
-            total += max(1, -(-len(e.text) // width))
-        else:
-            total += max(1, len(chop_cells(e.text, width)))
+        text = (e.stamp if long else e.short) + e.text
+        total += 1 if _cells(text) <= width else len(_breaks(text, width))
         starts.append(total)
+    return starts
+
+
+def _breaks(text: str, width: int) -> list[int]:
+    """Where each row of `text` wrapped at `width` cells starts: after the last space that
+    fits (a word is cut only when longer than a row)."""
+    starts, start = [0], 0
+    if not text.isascii():  # wide characters: cut at cells
+        for piece in chop_cells(text, width)[:-1]:
+            start += len(piece)
+            starts.append(start)
+        return starts
+    while len(text) - start > width:
+        space = text.rfind(" ", start + 1, start + width + 1)
+        start = space + 1 if space > start else start + width
+        starts.append(start)
     return starts

@@ -3,7 +3,7 @@ made safe) and of the time ranges a user types."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
@@ -38,10 +38,23 @@ def test_entry_prefers_the_shippers_level_and_marks_stderr() -> None:
                       "message": "[ts] c [rank=1] || WARNING: ERROR later\n",
                       "log": "ERROR later\n", "stdtype": "stderr"})
     assert (entry.id, entry.rank, entry.level, entry.stderr) == (7, 1, "W", True)
-    assert entry.text == "[ts] c [rank=1] || WARNING: ERROR later"
+    assert entry.text == "ERROR later"  # what the trial wrote; the prefix is apart
+    assert (entry.stamp, entry.short) == ("", "")  # (no time: no prefix)
     plain = entry_of({"message": "\x1b[31mred\x1b[0m two\nlines [b]x[/]", "rankId": "0"})
     assert (plain.id, plain.rank, plain.level, plain.stderr) == (None, None, "", False)
     assert plain.text == "red two\\nlines [b]x[/]"
+
+
+def test_the_prefix_is_long_for_wide_screens_and_short_for_narrow_ones() -> None:
+    """The master's `[time] container [rank=N] ||`, kept apart from the text: in full (local
+    date and time, container, rank) or as `HH:MM:SS rN` (43 columns or 12)."""
+    entry = entry_of({"id": "7", "rankId": 1, "timestamp": "2026-11-27T14:00:05.123456Z",
+                      "containerId": "c0ffee1234567", "log": "step 10\n",
+                      "message": "[2026-11-27T14:00:05.123456Z] c0ffee12 [rank=1] || step 10"},
+                     timezone(timedelta(hours=1)))
+    assert entry.text == "step 10"
+    assert entry.stamp == "2026-11-27 15:00:05.123 c0ffee12 [rank=1] "
+    assert entry.short == "15:00:05 r1 "
 
 
 def at(hour: int, minute: int, day: int = 27) -> float:
