@@ -35,7 +35,7 @@ from dettui.widgets.chart_data import (
 )
 from dettui.widgets.keybar import KeyBar
 from dettui.widgets.overlay import Figure
-from dettui.widgets.plot import Curve, Dot, overlay, parallel, scatter
+from dettui.widgets.plot import Axis, Curve, Dot, overlay, parallel, scatter
 from dettui.widgets.rowtable import Column, RowTable
 from dettui.widgets.safe import Plain
 from dettui.widgets.trial_colours import colour
@@ -49,6 +49,30 @@ TIME_ANCHORS = 16  # report times read per trial for a time axis (a small page e
 TIMES_AT_ONCE = 2  # trials whose times are read at the same time (32 pages at most)
 APPEND_EVERY = 1.0  # seconds between two reads of new reports (bursts are merged)
 WIDE = 120  # columns parallel coordinates need
+HPARAMS_CAP = 400  # cells the legend's hyperparameters take at most (the rest of the width)
+LOG_DECADES = 2  # positive values spanning more decades than this are drawn on a log axis
+
+
+def log_hparams(config: Any, prefix: str = "") -> set[str]:
+    """Flat names (`optimizer.lr`) of the hyperparameters an experiment's config searches
+    on a log scale (`type: log`)."""
+    out: set[str] = set()
+    for name, spec in (config or {}).items() if isinstance(config, dict) else ():
+        if not isinstance(spec, dict):
+            continue
+        if spec.get("type") == "log":
+            out.add(f"{prefix}{name}")
+        elif "type" not in spec:
+            out |= log_hparams(spec, f"{prefix}{name}.")
+    return out
+
+
+def wide_spread(values: Iterable[float]) -> bool:
+    """All positive and more than LOG_DECADES decades apart: a log axis reads them."""
+    vs = list(values)
+    return bool(vs) and min(vs) > 0 and max(vs) / min(vs) > 10 ** LOG_DECADES
+
+
 def _why(exc: BaseException) -> str:
     """An error in a few words: a DettuiError's message, else its text or its type's name."""
     return str(getattr(exc, "message", None) or exc or type(exc).__name__)
@@ -101,6 +125,7 @@ class CompareScreen(ApiScreen):
         self.pending: set[str] = set()  # trials with new reports to append
         self.appending = False
         self.reads = {"series": 0, "appended": 0, "times": 0}  # what was read, for tests
+        self.log_names: set[str] = set()  # hyperparameters the config searches on a log scale
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -112,7 +137,7 @@ class CompareScreen(ApiScreen):
                    Column("state", "State", width=10, priority=2),
                    Column("last", "Last", width=10, align="right"),
                    Column("best", "Best", width=10, align="right"),
-                   Column("hparams", "Hyperparameters", priority=1)]
+                   Column("hparams", "Hyperparameters", priority=1, cap=HPARAMS_CAP)]
         yield RowTable(columns, id="legend")
         yield KeyBar()
 
@@ -130,7 +155,24 @@ class CompareScreen(ApiScreen):
                         f"({self.left_out} left out)", severity="warning")
         self._redraw()
         self.load_series()
+        self.load_config()
         self.follow()
+
+    @work(exclusive=True, group="config")
+    async def load_config(self) -> None:
+        """Which hyperparameters the experiment searches on a log scale (its config)."""
+        try:
+            experiment = await self.client.experiment(self.exp_id)
+        except Exception:  # noqa: BLE001 - the spread of the values decides then
+            return
+        config = experiment.get("config") if isinstance(experiment, dict) else None
+        self.log_names = log_hparams((config or {}).get("hyperparameters"))
+        if self.live and self.view != "overlay":
+            self._redraw()
+
+    def _log_axis(self, name: str, values: Iterable[float]) -> bool:
+        vs = list(values)
+        return bool(vs) and min(vs) > 0 and (name in self.log_names or wide_spread(vs))
 
     def _width(self) -> int:
         return max(MIN_POINTS, min(MAX_POINTS, 2 * self.app.size.width))
@@ -400,8 +442,9 @@ class CompareScreen(ApiScreen):
             else:
                 self.chart.say(self._no_curve(metric))
             return notes
-        log = self.log_y
-        self.chart.show(lambda w, h: overlay(curves, w, h, log_y=log, x_title=title))
+        log, whole = self.log_y, not self.x_time
+        self.chart.show(lambda w, h: overlay(curves, w, h, log_y=log, x_title=title,
+                                             whole_x=whole))
         return notes
 
     def _hparam_names(self) -> list[str]:
@@ -426,7 +469,9 @@ class CompareScreen(ApiScreen):
             self.chart.say(self._no_curve(metric))
             return []
         title = f"{self.hparam} (h: next of {len(names)}); y: each trial's best {metric}"
-        self.chart.show(lambda w, h: scatter(dots, w, h, x_title=title))
+        numbers = [d.x for d in dots if isinstance(d.x, float)]
+        log = len(numbers) == len(dots) and self._log_axis(self.hparam, numbers)
+        self.chart.show(lambda w, h: scatter(dots, w, h, x_title=title, log_x=log))
         return []
 
     def _draw_parallel(self, metric: str) -> list[str]:
@@ -440,13 +485,26 @@ class CompareScreen(ApiScreen):
         for key in self.keys:
             best = self._best(self._values(key, metric), metric)
             if best is not None:
-                rows.append((key, {n: number(v) for n, v in
-                                   flat(self.trials.get(key, {}).get("hparams")).items()}, best))
-        names = [n for n in self._hparam_names()
-                 if rows and all(h.get(n) is not None for _, h, _ in rows)]
-        lines = [(colour(self.position[k]), [*(h[n] or 0.0 for n in names), best])
-                 for k, h, best in rows]
-        axes = [*names, f"best {metric}"]
+                rows.append((key, flat(self.trials.get(key, {}).get("hparams")), best))
+        axes: list[Axis] = []
+        columns: list[list[float]] = []
+        for name in self._hparam_names() if rows else []:
+            values = [h.get(name) for _, h, _ in rows]
+            if any(v is None for v in values):
+                continue  # a trial without it: no place on its axis
+            numbers = [number(v) for v in values]
+            if all(n is not None for n in numbers):
+                got = [n for n in numbers if n is not None]
+                axes.append(Axis(name, log=self._log_axis(name, got)))
+                columns.append(got)
+            else:  # categories (optimizer): spread along the axis, in their text's order
+                texts = [fmt(v) for v in values]
+                kinds = sorted(set(texts))
+                axes.append(Axis(name, categories=tuple(kinds)))
+                columns.append([float(kinds.index(t)) for t in texts])
+        lines = [(colour(self.position[k]), [*(c[i] for c in columns), best])
+                 for i, (k, _, best) in enumerate(rows)]
+        axes.append(Axis(f"best {metric}"))
         self.chart.show(lambda w, h: parallel(axes, lines, w, h))
         return []
 

@@ -8,10 +8,12 @@ from __future__ import annotations
 import math
 from pathlib import Path
 from typing import Any, ClassVar
+from weakref import WeakKeyDictionary
 
+from rich.cells import cell_len
 from textual import events, on, work
-from textual.app import ComposeResult
-from textual.binding import Binding, BindingType
+from textual.app import App, ComposeResult
+from textual.binding import ActiveBinding, Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Header, Input
 from textual_plotext import PlotextPlot
@@ -28,13 +30,28 @@ from dettui.widgets.trial_table import MAX_HPARAMS, SELECTED, STOPPED, TrialTabl
 CHART_FRAME = 4  # rows of the chart that are not the plot's: its borders, x labels, x title
 CKPT_ROWS = 200  # checkpoints listed (the newest); the header says how many there are
 CHART_MIN_POINTS = 20  # points per metric a chart reads at least (else its width)
-CKPT_COLUMNS = [
-    Column("trial", "Trial", width=5, align="right"),
-    Column("uuid", "UUID"),
-    Column("steps", "Steps", width=6, align="right", priority=1),
+UUID_SHORT = 8  # a narrow checkpoints panel shows this much of a UUID (`y`, `d` use it all)
+UUID_FULL = 36
+CKPT_REST = [  # after Trial and UUID; the metric as wide as its values need (never cut)
+    Column("steps", "Steps", align="right", priority=1),
+    Column("metric", "Metric", align="right", priority=2),
     Column("state", "State", width=10, priority=3),
-    Column("metric", "Metric", width=8, align="right", priority=2),
 ]
+CKPT_FULL_WIDTH = 5 + UUID_FULL + 6 + 10 + 8 + 2 * 4 + 2  # the columns, gaps, a scrollbar
+
+
+def ckpt_columns(width: int) -> list[Column]:
+    """The checkpoints panel's columns for `width` cells: the whole UUID where every
+    column fits beside it, else its first UUID_SHORT characters."""
+    uuid = Column("uuid", "UUID") if width >= CKPT_FULL_WIDTH else \
+        Column("uuid8", "UUID", width=UUID_SHORT)
+    return [Column("trial", "Trial", width=5, align="right"), uuid, *CKPT_REST]
+
+
+# Each experiment's sort and filter (column, reverse, filter text), kept while the dashboard
+# runs: reopening an experiment shows its trials as they were left.
+VIEWS: WeakKeyDictionary[App[Any], dict[int, tuple[str | None, bool, str]]] = \
+    WeakKeyDictionary()
 
 
 def _value(block: dict[str, Any] | None, metric: str) -> Any:
@@ -64,6 +81,9 @@ class ExperimentScreen(ApiScreen):
         Binding("r", "sort_reverse", "Reverse"),
         Binding("T", "top", "Top N…"),
         Binding("y", "yank", "Copy id"),
+        Binding("tab", "toggle_focus", "Checkpoints/Trials",
+                tooltip="Move between the trials and the checkpoints (y copies, d downloads "
+                        "the highlighted one)"),
         Binding("m", "next_metric", "Metric"),
         Binding("g", "toggle_group", "Train/valid"),
         Binding("p", "control('pause')", "Pause"),
@@ -84,7 +104,7 @@ class ExperimentScreen(ApiScreen):
     ExperimentScreen #chart-title { width: 100%; text-align: center; text-wrap: nowrap;
                                     text-overflow: ellipsis; }
     ExperimentScreen #chart { height: 1fr; }
-    ExperimentScreen #ckpts { width: 1fr; }
+    ExperimentScreen #ckpts { width: 1fr; min-width: 34; }
     ExperimentScreen #checkpoints { height: 1fr; }
     """
 
@@ -109,20 +129,21 @@ class ExperimentScreen(ApiScreen):
         self.trials: dict[str, dict[str, Any]] = {}  # the trials as last read, by key
         self.columns = TrialTable()
         self.selected: list[str] = []  # trials selected to compare, in the order picked
+        self.restored = False  # the sort and filter this experiment had were put back
 
     def compose(self) -> ComposeResult:
         yield Header()
-        yield Plain(f"Experiment {self.exp_id}", id="title")
+        yield Plain(f"Experiment {self.exp_id}: loading…", id="title")
         yield self.filter_box()
         yield RowTable(self.columns.columns(), id="trials")
-        yield Plain("", id="legend")
+        yield Plain("loading trials…", id="legend")
         with Horizontal(id="lower"):
             with Vertical(id="plot"):
-                yield Plain("", id="chart-title")  # not plotext's: that one drops a long title
+                yield Plain("loading…", id="chart-title")  # not plotext's: it drops a long one
                 yield PlotextPlot(id="chart")
             with Vertical(id="ckpts"):
                 yield Plain("Checkpoints", classes="section", id="gc")
-                yield RowTable(CKPT_COLUMNS, id="checkpoints")
+                yield RowTable(ckpt_columns(0), id="checkpoints")
         yield KeyBar()
 
     def on_mount(self) -> None:
@@ -190,9 +211,14 @@ class ExperimentScreen(ApiScreen):
         self.refresh_header()
 
     def on_feed(self, topic: str) -> None:
+        if not self.restored:
+            self._restore_view()
         self._legend()
         if self.table.cursor_key is not None:
             self.refresh_chart()
+        elif self.chart_of is None:
+            self.show("#chart-title", "no trial to chart" if not self.table.total_count
+                      else "no trial highlighted")
         if sorted(self.ckpt_marks.items()) != self.ckpt_shown:
             self.refresh_checkpoints()
         self.refresh_header()
@@ -255,9 +281,16 @@ class ExperimentScreen(ApiScreen):
                 for n, p in points.items()}, cursor
 
     def on_resize(self, event: events.Resize) -> None:
-        """The y ticks are laid out for the chart's rows: drawn again at its new height."""
+        """The y ticks are laid out for the chart's rows: drawn again at its new height; the
+        checkpoints show whole UUIDs only where they fit."""
         if self.chart_of is not None:
             self.call_after_refresh(self._draw, self.chart_of[0])
+        self.call_after_refresh(self._fit_checkpoints)
+
+    def _fit_checkpoints(self) -> None:
+        if self.is_mounted:
+            ckpts = self.query_one("#checkpoints", RowTable)
+            ckpts.set_columns(ckpt_columns(ckpts.size.width))
 
     def _draw(self, key: str, failure: str = "") -> None:
         names = sorted(self.points)
@@ -276,6 +309,8 @@ class ExperimentScreen(ApiScreen):
         plt.xlabel("batches")
         if xs:
             plt.plot(xs, ys, marker="braille")
+            x = whole_ticks(min(xs), max(xs), chart.size.width)
+            plt.xticks(x, [str(t) for t in x])  # batches are whole: no 118.8
             y = axis(min(ys), max(ys), rows=chart.size.height - CHART_FRAME)
             plt.ylim(y.low, y.high)  # round ticks, the same number of rows apart
             plt.yticks(y.ticks, y.labels)
@@ -301,6 +336,7 @@ class ExperimentScreen(ApiScreen):
                   f"{storage.get('save_trial_latest', 1)} latest")
         rows = [(c["uuid"], {
             "trial": (c.get("training") or {}).get("trialId"), "uuid": c["uuid"],
+            "uuid8": str(c["uuid"])[:UUID_SHORT],
             "steps": (c.get("metadata") or {}).get("steps_completed"),
             "state": state_text(c.get("state")),
             "metric": _fmt((c.get("training") or {}).get("searcherMetric"))}) for c in ckpts]
@@ -310,28 +346,67 @@ class ExperimentScreen(ApiScreen):
 
     def _legend(self) -> None:
         """Under the table: how many trials show, the columns left out for width, and what
-        the marks mean (those on screen)."""
+        the marks mean (those on screen); said shorter where the long words do not fit."""
         t = self.table
-        parts = [counted(t, "trial") + (f", filter {t.filter_text!r}" if t.filter_text else "")]
+        if not self.fed:
+            self.show("#legend", "loading trials…")
+            return
+        parts = [(counted(t, "trial") + (f", filter {t.filter_text!r}" if t.filter_text
+                                          else ""),) * 2]
+        if self.columns.more_hparams:
+            n = self.columns.more_hparams
+            parts.append((f"{n} more hyperparameters not shown (at most {MAX_HPARAMS} "
+                          "columns)", f"+{n} hparams not shown"))
+        if any(t.get("stoppedBySearcher") for t in self.trials.values()):
+            parts.append((f"{STOPPED} stopped early by the searcher", f"{STOPPED} stopped early"))
+        if self.selected:
+            parts.append((f"{SELECTED} {len(self.selected)} selected, C compares",) * 2)
+        room = (self.query_one("#legend").size.width or self.app.size.width) - 2
+        longs = " · ".join(p[0] for p in parts)
+        rest = [p[0] for p in parts] if cell_len(longs) < room // 2 else [p[1] for p in parts]
         hidden = [c.label for c in t.columns if c.key in set(t.hidden_columns)]
         if hidden:
-            parts.append(f"{len(hidden)} column{'s' if len(hidden) > 1 else ''} hidden "
-                         "(wider shows them; S sorts by any): " + ", ".join(hidden))
-        if self.columns.more_hparams:
-            parts.append(f"{self.columns.more_hparams} more hyperparameters not shown "
-                         f"(at most {MAX_HPARAMS} columns)")
-        if any(t.get("stoppedBySearcher") for t in self.trials.values()):
-            parts.append(f"{STOPPED} stopped early by the searcher")
-        if self.selected:
-            parts.append(f"{SELECTED} {len(self.selected)} selected, C compares")
-        self.show("#legend", " · ".join(parts))
+            free = room - cell_len(" · ".join(rest)) - 3
+            rest.insert(1, hidden_note(hidden, free))
+        self.show("#legend", " · ".join(rest))
 
     def view_changed(self) -> None:
+        t = self.table
+        VIEWS.setdefault(self.app, {})[self.exp_id] = (t.sort_column, t.sort_reverse,
+                                                       t.filter_text)
         self._legend()
         unknown = self.table.filter_unknown
         if unknown:
             self.notify(f"no such column: {', '.join(unknown)} searched for as text",
                         severity="warning", timeout=4)
+
+    def _restore_view(self) -> None:
+        """The sort and filter this experiment had when it was last left (once its trials,
+        and so their columns, came)."""
+        self.restored = True
+        column, reverse, text = VIEWS.get(self.app, {}).get(self.exp_id, (None, False, ""))
+        t = self.table
+        if column is not None and column in {c.key for c in t.columns}:
+            t.sort_by(column, reverse)
+        if text:
+            box = self.query_one("#filter", Input)
+            box.value = text
+            box.add_class("shown")
+            t.set_filter(text)
+
+    @property
+    def active_bindings(self) -> dict[str, ActiveBinding]:
+        """As Textual's, with Tab after this screen's other keys: Textual's own Tab (focus
+        next) is bound first, so ours would take its place at the head of the footer."""
+        found = dict(super().active_bindings)
+        if "tab" in found:
+            found["tab"] = found.pop("tab")
+        return found
+
+    def action_toggle_focus(self) -> None:
+        """Tab: the focus moves between the trials and the checkpoints tables."""
+        ckpts = self.query_one("#checkpoints", RowTable)
+        (self.table if ckpts.has_focus else ckpts).focus()
 
     @on(RowTable.Arranged, "#trials")
     def _arranged(self, _: RowTable.Arranged) -> None:
@@ -582,6 +657,37 @@ class ExperimentScreen(ApiScreen):
             ticker.stop()
             self.refresh_checkpoints()
         self.notify(f"{byte_size.human(done[0])} in {path}", title=f"checkpoint {uuid[:8]}")
+
+
+def hidden_note(labels: list[str], room: int) -> str:
+    """What the legend says of the columns left out for width, in at most `room` cells
+    where it can: their titles, as many whole ones as fit and how many more, else only how
+    many (never a title cut in the middle)."""
+    n = len(labels)
+    head = f"{n} column{'s' if n > 1 else ''} hidden (wider shows them; S sorts by any): "
+    full = head + ", ".join(labels)
+    if cell_len(full) <= room:
+        return full
+    for k in range(n - 1, 0, -1):
+        text = head + ", ".join(labels[:k]) + f" +{n - k} more"
+        if cell_len(text) <= room:
+            return text
+    short = f"+{n} column{'s' if n > 1 else ''} (S sorts by any; wider shows all)"
+    return short if cell_len(short) <= room else f"+{n} columns (S sorts by any)"
+
+
+def whole_ticks(low: float, high: float, width: int) -> list[int]:
+    """Ticks between `low` and `high` at whole numbers (batches) a round step apart (1, 2 or
+    5 times a power of ten), about 10 cells apart on a chart `width` cells wide."""
+    if not (math.isfinite(low) and math.isfinite(high)):
+        return []
+    low, high = min(low, high), max(low, high)
+    rough = max((high - low) / max(width // 10, 1), 1.0)
+    power = 10 ** math.floor(math.log10(rough))
+    step = next(m * power for m in (1, 2, 5, 10) if m * power >= rough)
+    first = math.ceil(low / step) * step
+    ticks = [int(first + i * step) for i in range(int((high - first) // step) + 1)]
+    return ticks or [round(low)]
 
 
 def _warned(e: dict[str, Any]) -> tuple[str, ...]:

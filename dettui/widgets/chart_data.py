@@ -11,7 +11,6 @@ from typing import Any
 
 from dettui.widgets.shown import number
 
-
 # Words in a metric's name that say higher is better (else lower is, as for a loss).
 HIGHER_IS_BETTER = ("acc", "auc", "precision", "recall", "f1", "score", "reward", "iou")
 UNITS = ((120.0, 1.0, "seconds"), (7200.0, 60.0, "minutes"), (math.inf, 3600.0, "hours"))

@@ -24,12 +24,15 @@ class Column:
     align: str = "left"  # "left" | "right"
     sort_key: Callable[[Any], Any] | None = None  # cell value -> sort value
     priority: int = 0
+    cap: int | None = None  # a fitted column grows to at most this (None: the table's cap)
 
     def __post_init__(self) -> None:
         if self.align not in ("left", "right"):
             raise ValueError(f"column {self.key}: align must be 'left' or 'right'")
         if self.width is not None and self.width < 1:
             raise ValueError(f"column {self.key}: width must be ≥ 1")
+        if self.cap is not None and self.cap < 1:
+            raise ValueError(f"column {self.key}: cap must be ≥ 1")
         if self.priority < 0:
             raise ValueError(f"column {self.key}: priority must be ≥ 0")
 

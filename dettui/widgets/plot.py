@@ -127,16 +127,18 @@ def _frame(plot: list[Text], ylabels: list[Text], xticks: list[tuple[int, str]],
     return rows
 
 
-def _x_ticks(low: float, high: float, plot_w: int) -> tuple[float, float, list[tuple[int,
-                                                                                     str]]]:
-    """The x range is the data's (no room left empty at the ends); its round ticks inside."""
+def _x_ticks(low: float, high: float, plot_w: int, *,
+             whole: bool = False) -> tuple[float, float, list[tuple[int, str]]]:
+    """The x range is the data's (no room left empty at the ends); its round ticks inside
+    (with `whole`, only those at whole numbers, as batches are)."""
     x = axis(low, high, rows=max(plot_w // X_LABEL_EVERY, 2))
     if high == low:
         low, high = x.low, x.high
     a, b = _scale(low, high, plot_w)
-    return low, high, [(round(a * t + b), lab) for t, lab in zip(x.ticks, x.labels,
-                                                                   strict=True)
-                       if low - 1e-9 * abs(high - low) <= t <= high + 1e-9 * abs(high - low)]
+    return low, high, [(round(a * t + b), f"{t:.0f}" if whole else lab)
+                       for t, lab in zip(x.ticks, x.labels, strict=True)
+                       if low - 1e-9 * abs(high - low) <= t <= high + 1e-9 * abs(high - low)
+                       and (not whole or float(t).is_integer())]
 
 
 def _room(width: int, height: int, labels: int) -> tuple[int, int]:
@@ -144,7 +146,7 @@ def _room(width: int, height: int, labels: int) -> tuple[int, int]:
 
 
 def overlay(curves: Sequence[Curve], width: int, height: int, *, log_y: bool = False,
-            x_title: str = "batches") -> Drawn:
+            x_title: str = "batches", whole_x: bool = False) -> Drawn:
     """The curves on one chart, the first on top (drawn last); with `log_y`, points at or
     below zero are left out and counted in the notes."""
     notes: list[str] = []
@@ -175,7 +177,8 @@ def overlay(curves: Sequence[Curve], width: int, height: int, *, log_y: bool = F
     margin = min(max(t.cell_len for t in ylabels), LABEL_WIDTH)
     plot_w = width - margin - 1
     xlow, xhigh, xticks = _x_ticks(min(min(xs) for _, xs, _ in kept),
-                                   max(max(xs) for _, xs, _ in kept), plot_w)
+                                   max(max(xs) for _, xs, _ in kept), plot_w,
+                                   whole=whole_x)
     canvas = Canvas(plot_w, plot_h)
     ax, bx = _scale(xlow, xhigh, 2 * plot_w)
     ay, by = _scale(low, high, 4 * plot_h)
@@ -185,9 +188,11 @@ def overlay(curves: Sequence[Curve], width: int, height: int, *, log_y: bool = F
     return Drawn(_frame(canvas.rows(), ylabels, xticks, x_title, width), notes)
 
 
-def scatter(dots: Sequence[Dot], width: int, height: int, *, x_title: str) -> Drawn:
-    """One marker per dot; x numeric, or (any category among the xs) every x a category at
-    evenly spaced places in the order given by sorting their text."""
+def scatter(dots: Sequence[Dot], width: int, height: int, *, x_title: str,
+            log_x: bool = False) -> Drawn:
+    """One marker per dot; x numeric (with `log_x`, on a log axis: powers of ten apart, and
+    the axis title says so), or (any category among the xs) every x a category at evenly
+    spaced places in the order given by sorting their text."""
     if not dots:
         return message(width, height, "no trial has a value to show")
     ys = [d.y for d in dots]
@@ -198,7 +203,17 @@ def scatter(dots: Sequence[Dot], width: int, height: int, *, x_title: str) -> Dr
     margin = min(max(t.cell_len for t in ylabels), LABEL_WIDTH)
     plot_w = width - margin - 1
     numeric = all(isinstance(d.x, int | float) and not isinstance(d.x, bool) for d in dots)
-    if numeric:
+    log_x = log_x and numeric and all(float(d.x) > 0 for d in dots)
+    if numeric and log_x:
+        xs = [math.log10(float(d.x)) for d in dots]
+        pad = (max(xs) - min(xs)) * 0.05 or 0.5
+        xlow, xhigh = min(xs) - pad, max(xs) + pad
+        ax, bx = _scale(xlow, xhigh, plot_w)
+        found, texts = _log_ticks(xlow, xhigh, max(plot_w // X_LABEL_EVERY, 2) * 2)
+        xticks = [(round(ax * t + bx), lab) for t, lab in zip(found, texts, strict=True)]
+        cols = [round(ax * x + bx) for x in xs]
+        x_title = f"{x_title} — log scale"
+    elif numeric:
         xs = [float(d.x) for d in dots]
         pad = (max(xs) - min(xs)) * 0.05  # no dot on the axis itself
         xlow, xhigh, xticks = _x_ticks(min(xs) - pad, max(xs) + pad, plot_w)
@@ -217,24 +232,40 @@ def scatter(dots: Sequence[Dot], width: int, height: int, *, x_title: str) -> Dr
     return Drawn(_frame(canvas.rows(), ylabels, xticks, x_title, width))
 
 
-def parallel(names: Sequence[str], lines: Sequence[tuple[str, Sequence[float]]],
+@dataclass(frozen=True)
+class Axis:
+    """One axis of parallel coordinates: its name, and how values are placed on it: linear,
+    `log` (values > 0, powers of ten apart) or, with `categories`, each value the index of
+    its category in that list (spread evenly along the axis, each labelled)."""
+
+    name: str
+    log: bool = False
+    categories: tuple[str, ...] = ()
+
+
+def parallel(axes: Sequence[Axis | str], lines: Sequence[tuple[str, Sequence[float]]],
              width: int, height: int) -> Drawn:
-    """Parallel coordinates: an axis per name (left to right), each scaled to its own range,
-    and per line (colour, a value per axis) a polyline across them; each axis's range under
-    and over it, its name at the bottom."""
-    if len(names) < 2 or not lines:
-        return message(width, height, "parallel coordinates need at least two numeric values "
+    """Parallel coordinates: an axis per entry of `axes` (left to right), each scaled to its
+    own range (log or categorical as the axis says), and per line (colour, a value per axis)
+    a polyline across them; each numeric axis's range under and over it, each category at
+    its place beside its axis, the names at the bottom."""
+    specs = [a if isinstance(a, Axis) else Axis(a) for a in axes]
+    if len(specs) < 2 or not lines:
+        return message(width, height, "parallel coordinates need at least two values "
                                       "and one trial")
     plot_h = height - 3  # the top values above, the bottom values and the names below
-    if plot_h < MIN_PLOT[1] or width < 4 * len(names):
+    if plot_h < MIN_PLOT[1] or width < 4 * len(specs):
         return message(width, height, "too small to draw")
-    ranges = [(min(v[i] for _, v in lines), max(v[i] for _, v in lines))
-              for i in range(len(names))]
-    gap = (width - 1) / (len(names) - 1)
-    cols = [min(round(gap * i), width - 1) for i in range(len(names))]
+    placed = [[_placed(spec, v) for spec, v in zip(specs, values, strict=True)]
+              for _, values in lines]
+    ranges = [(min(p[i] for p in placed), max(p[i] for p in placed))
+              if not spec.categories else (0.0, float(max(len(spec.categories) - 1, 1)))
+              for i, spec in enumerate(specs)]
+    gap = (width - 1) / (len(specs) - 1)
+    cols = [min(round(gap * i), width - 1) for i in range(len(specs))]
     canvas = Canvas(width, plot_h)
     top = 4 * plot_h - 1
-    for colour, values in reversed(lines):
+    for (colour, _), values in reversed(list(zip(lines, placed, strict=True))):
         ys = [top - (top * (v - lo) / (hi - lo) if hi > lo else top / 2)
               for v, (lo, hi) in zip(values, ranges, strict=True)]
         canvas.line([2 * c for c in cols], ys, colour)
@@ -243,6 +274,13 @@ def parallel(names: Sequence[str], lines: Sequence[tuple[str, Sequence[float]]],
             if not canvas.dots[r * width + c]:
                 canvas.mark(c, r, "│", "bright_black")
     slot = max(int(gap) - 1, 3)
+    for spec, c, (lo, hi) in zip(specs, cols, ranges, strict=True):
+        for i, name in enumerate(spec.categories):  # each category beside its place
+            row = round((plot_h - 1) * (1 - (i - lo) / (hi - lo))) if hi > lo else plot_h // 2
+            label = clean(name)[:slot - 1]
+            start = c + 1 if c + 1 + len(label) <= width else c - len(label)
+            for j, ch in enumerate(label):
+                canvas.mark(start + j, row, ch, "bright_black")
 
     def labelled(texts: list[str]) -> Text:
         cells = [" "] * width
@@ -252,5 +290,16 @@ def parallel(names: Sequence[str], lines: Sequence[tuple[str, Sequence[float]]],
             cells[start:start + len(t)] = list(t)
         return Text("".join(cells), end="", style=AXIS)
 
-    return Drawn([labelled([f"{hi:.3g}" for _, hi in ranges]), *canvas.rows(),
-                  labelled([f"{lo:.3g}" for lo, _ in ranges]), labelled(list(names))])
+    def bound(spec: Axis, value: float) -> str:
+        if spec.categories:
+            return ""
+        return f"{10 ** value:.3g}" if spec.log else f"{value:.3g}"
+
+    return Drawn([labelled([bound(s, hi) for s, (_, hi) in zip(specs, ranges, strict=True)]),
+                  *canvas.rows(),
+                  labelled([bound(s, lo) for s, (lo, _) in zip(specs, ranges, strict=True)]),
+                  labelled([f"{s.name} (log)" if s.log else s.name for s in specs])])
+
+
+def _placed(spec: Axis, value: float) -> float:
+    return math.log10(value) if spec.log and value > 0 else value

@@ -293,8 +293,9 @@ class RowTable(ScrollView, can_focus=True):
             if column.width is None:
                 text = texts[i]
                 size = len(text) if text.isascii() else cell_len(text)
-                if size > self._widths[i] and self._widths[i] < MAX_FIT:
-                    self._widths[i] = min(size, MAX_FIT)
+                cap = column.cap or MAX_FIT
+                if size > self._widths[i] and self._widths[i] < cap:
+                    self._widths[i] = min(size, cap)
                     grew = True
         return grew
 
@@ -722,6 +723,13 @@ class RowTable(ScrollView, can_focus=True):
 
     def on_blur(self) -> None:
         self.refresh()
+
+    def watch_show_vertical_scrollbar(self) -> None:
+        """Rows came (or went) so that a scrollbar shows (or no longer does): the columns
+        share the width left beside it, so none is cut at the edge without its `…`."""
+        if self.is_mounted:
+            self.on_resize()
+            self.refresh()
 
     def on_resize(self) -> None:
         self._arrange()
