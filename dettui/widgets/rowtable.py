@@ -12,6 +12,7 @@ as fast as 50.
 
 from __future__ import annotations
 
+import math
 import operator
 import re
 from bisect import insort
@@ -440,7 +441,10 @@ class RowTable(ScrollView, can_focus=True):
         if styled_pair(value):
             value = value[0]
         if isinstance(value, int | float) and not isinstance(value, bool):
-            return float(value)
+            try:
+                return float(value)
+            except OverflowError:  # an int past a float's range compares as infinite
+                return math.inf if value > 0 else -math.inf
         try:
             return float(self._texts[key][index])
         except ValueError:
