@@ -7,6 +7,7 @@ from `ticks.axis`."""
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -61,9 +62,27 @@ def message(width: int, height: int, text: str) -> Drawn:
 
 
 def _scale(low: float, high: float, size: int) -> tuple[float, float]:
-    """(a, b) with a*value + b mapping low -> 0 and high -> size - 1."""
-    span = high - low or 1.0
-    return (size - 1) / span, -low * (size - 1) / span
+    """(a, b) with a*value + b mapping low -> 0 and high -> size - 1, finite for any finite
+    bounds: ±1e308 apart (their difference overflows: halves are taken) or 5e-324 apart
+    (as flat, in the middle)."""
+    half = high / 2 - low / 2
+    a = (size - 1) / 2 / half if half else math.inf
+    if not math.isfinite(a) or not math.isfinite(a * low):
+        return 0.0, (size - 1) / 2
+    return a, -low * a
+
+
+def _fraction(value: float, low: float, high: float) -> float:
+    """Where `value` lies from `low` (0) to `high` (1), in halves so that bounds ±1e308 apart
+    do not overflow; 0.5 when they are equal."""
+    half = high / 2 - low / 2
+    return (value / 2 - low / 2) / half if half else 0.5
+
+
+def _padded(low: float, high: float, share: float) -> tuple[float, float]:
+    """`low` and `high` moved apart by `share` of their distance, kept finite."""
+    pad = (high / 2 - low / 2) * 2 * share
+    return max(low - pad, -sys.float_info.max), min(high + pad, sys.float_info.max)
 
 
 def _y_axis(low: float, high: float, rows: int, log: bool) -> tuple[float, float, list[Text]]:
@@ -95,7 +114,17 @@ def _log_ticks(low: float, high: float, rows: int) -> tuple[list[float], list[st
         best = found
     if len(best) < 2:
         best = [low, high]
-    return best, [f"{10 ** t:.3g}" for t in best]
+    return best, [_pow10(t) for t in best]
+
+
+def _pow10(exponent: float) -> str:
+    """10**exponent as a label, also where it passes a float's range (a log axis of values
+    near 1e308 is padded past it, or of 5e-324 below it)."""
+    whole = math.floor(exponent)
+    mantissa = 10 ** (exponent - whole)
+    if -300 <= whole <= 300:
+        return f"{mantissa * 10.0 ** whole:.3g}"
+    return f"{mantissa:.3g}e{whole:+d}"
 
 
 def _frame(plot: list[Text], ylabels: list[Text], xticks: list[tuple[int, str]],
@@ -206,8 +235,8 @@ def scatter(dots: Sequence[Dot], width: int, height: int, *, x_title: str,
     log_x = log_x and numeric and all(float(d.x) > 0 for d in dots)
     if numeric and log_x:
         xs = [math.log10(float(d.x)) for d in dots]
-        pad = (max(xs) - min(xs)) * 0.05 or 0.5
-        xlow, xhigh = min(xs) - pad, max(xs) + pad
+        xlow, xhigh = _padded(min(xs), max(xs), 0.05) if max(xs) > min(xs) else (
+            min(xs) - 0.5, max(xs) + 0.5)
         ax, bx = _scale(xlow, xhigh, plot_w)
         found, texts = _log_ticks(xlow, xhigh, max(plot_w // X_LABEL_EVERY, 2) * 2)
         xticks = [(round(ax * t + bx), lab) for t, lab in zip(found, texts, strict=True)]
@@ -215,8 +244,8 @@ def scatter(dots: Sequence[Dot], width: int, height: int, *, x_title: str,
         x_title = f"{x_title} — log scale"
     elif numeric:
         xs = [float(d.x) for d in dots]
-        pad = (max(xs) - min(xs)) * 0.05  # no dot on the axis itself
-        xlow, xhigh, xticks = _x_ticks(min(xs) - pad, max(xs) + pad, plot_w)
+        # no dot on the axis itself
+        xlow, xhigh, xticks = _x_ticks(*_padded(min(xs), max(xs), 0.05), plot_w)
         ax, bx = _scale(xlow, xhigh, plot_w)
         cols = [round(ax * x + bx) for x in xs]
     else:
@@ -266,8 +295,8 @@ def parallel(axes: Sequence[Axis | str], lines: Sequence[tuple[str, Sequence[flo
     canvas = Canvas(width, plot_h)
     top = 4 * plot_h - 1
     for (colour, _), values in reversed(list(zip(lines, placed, strict=True))):
-        ys = [top - (top * (v - lo) / (hi - lo) if hi > lo else top / 2)
-              for v, (lo, hi) in zip(values, ranges, strict=True)]
+        ys = [top - top * _fraction(v, lo, hi) for v, (lo, hi) in zip(values, ranges,
+                                                                       strict=True)]
         canvas.line([2 * c for c in cols], ys, colour)
     for c in cols:
         for r in range(plot_h):
@@ -276,7 +305,7 @@ def parallel(axes: Sequence[Axis | str], lines: Sequence[tuple[str, Sequence[flo
     slot = max(int(gap) - 1, 3)
     for spec, c, (lo, hi) in zip(specs, cols, ranges, strict=True):
         for i, name in enumerate(spec.categories):  # each category beside its place
-            row = round((plot_h - 1) * (1 - (i - lo) / (hi - lo))) if hi > lo else plot_h // 2
+            row = round((plot_h - 1) * (1 - _fraction(i, lo, hi)))
             label = clean(name)[:slot - 1]
             start = c + 1 if c + 1 + len(label) <= width else c - len(label)
             for j, ch in enumerate(label):
@@ -293,7 +322,7 @@ def parallel(axes: Sequence[Axis | str], lines: Sequence[tuple[str, Sequence[flo
     def bound(spec: Axis, value: float) -> str:
         if spec.categories:
             return ""
-        return f"{10 ** value:.3g}" if spec.log else f"{value:.3g}"
+        return _pow10(value) if spec.log else f"{value:.3g}"
 
     return Drawn([labelled([bound(s, hi) for s, (_, hi) in zip(specs, ranges, strict=True)]),
                   *canvas.rows(),

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 NICE = (1.0, 2.0, 5.0)  # a step is one of these times a power of ten
 MAX_STEPS = 60  # round steps tried, from the finest that could fit upwards
+TINY = 1e-300  # a step below this is not a round number a float can hold
 
 
 @dataclass(frozen=True)
@@ -35,7 +36,8 @@ def axis(low: float, high: float, rows: int) -> Axis:
         spread = abs(low) / 10 or 1.0
         low, high = low - spread, high + spread
     gaps = max(rows - 1, 1)
-    if not math.isfinite((high - low) * 100 * gaps):  # ±1e308: no room for a round step
+    if high - low == math.inf or (high - low) / gaps < TINY:
+        # ±1e308 (no room for a round step) or 5e-324 apart (no step is a normal float)
         return Axis(low, high, [low, high], [f"{low:.3g}", f"{high:.3g}"])
     best: tuple[tuple[bool, float], Axis] | None = None
     step = _step((high - low) / gaps)
@@ -65,6 +67,8 @@ def _labels(values: list[float], step: float) -> list[str]:
     """The ticks' labels, with the decimals the step needs (`0.2`, `0.55335`); very small or
     big ones as `1.5e-06`, `5e+06` rather than 0.0000015, 5000000."""
     biggest = max(abs(v) for v in values)
+    if biggest == 0:
+        return ["0" for _ in values]
     if biggest >= 1e6 or biggest < 1e-3:
         digits = math.floor(math.log10(biggest)) - math.floor(math.log10(step) + 1e-9) + 1
         return [f"{v:.{max(digits, 1)}g}" for v in values]
