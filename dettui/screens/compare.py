@@ -27,7 +27,6 @@ from dettui.screens.base import ApiScreen, Row, state_text
 from dettui.widgets.chart_data import (
     at_times,
     epoch,
-    flat,
     fmt,
     higher_is_better,
     number,
@@ -39,6 +38,7 @@ from dettui.widgets.plot import Axis, Curve, Dot, overlay, parallel, scatter
 from dettui.widgets.rowtable import Column, RowTable
 from dettui.widgets.safe import Plain
 from dettui.widgets.trial_colours import colour
+from dettui.widgets.trial_table import flatten as flat
 
 Points = list[tuple[float, float]]
 MAX_TRIALS = 100  # trials compared at once (the first of the selection)

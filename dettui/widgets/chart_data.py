@@ -16,17 +16,6 @@ HIGHER_IS_BETTER = ("acc", "auc", "precision", "recall", "f1", "score", "reward"
 UNITS = ((120.0, 1.0, "seconds"), (7200.0, 60.0, "minutes"), (math.inf, 3600.0, "hours"))
 
 
-def flat(hparams: Any, prefix: str = "") -> dict[str, Any]:
-    """Nested hyperparameters as `optimizer.lr` names."""
-    out: dict[str, Any] = {}
-    for name, value in (hparams or {}).items() if isinstance(hparams, dict) else ():
-        if isinstance(value, dict):
-            out.update(flat(value, f"{prefix}{name}."))
-        else:
-            out[f"{prefix}{name}"] = value
-    return out
-
-
 def fmt(value: Any) -> str:
     """A value for a cell: numbers to 5 significant digits."""
     return f"{value:.5g}" if number(value) is not None else ("" if value is None else str(value))
