@@ -11,8 +11,7 @@ import random
 import statistics
 import time
 
-from dettui.master.cluster.waiting import Waiting
-
+from dettui.master.cluster.scheduling import KeptQueue
 from dettui.master.scheduler import AgentView, PoolPolicy, Request, Running, schedule
 from dettui.master.store.queue_reads import Read
 from dettui.master.store.records import Job
@@ -77,7 +76,7 @@ def kept_queue(agents: list[AgentView], running: list[Running]) -> None:
     """The master's pass: the queue kept between passes (10,000 jobs of 10 queued trials, the
     first `per_job` of each read), with few slots free. The pass takes requests one by one and
     stops when the slots are gone; side by side, the same pass handed every request."""
-    kept = Waiting()
+    kept = KeptQueue()
     jobs = {e: Job(e, f"job-{e}", ExperimentState.ACTIVE, "default", 42, 1.0, None, float(e), 1)
             for e in range(1, 10_001)}
     heads = {e: list(range(e * 10, e * 10 + 10)) for e in jobs}
