@@ -3,8 +3,11 @@ with a working token (the stored one while valid, else a fresh login)."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -46,20 +49,30 @@ def store_token(url: str, username: str, token: str, *, default: bool = True) ->
     else it is kept for a one-off `-u USER` only, and the logged-in user stays who it was."""
     path = token_path()
     path.parent.mkdir(parents=True, exist_ok=True)
-    data = _tokens()
-    entry = data.get(url) if isinstance(data.get(url), dict) else None
-    entry = entry if entry is not None else {}
-    if default or entry.get("username") == username:
-        others = dict(entry.get("others") or {})
-        others.pop(username, None)
-        data[url] = {"username": username, "token": token, "others": others}
-    else:
-        entry.setdefault("others", {})[username] = token
-        data[url] = entry
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=2))
-    os.chmod(tmp, 0o600)
-    tmp.replace(path)
+    # Commands run at once (a script creating 26 experiments) each log in and store: one at a
+    # time under a lock, each through its own temporary file (a shared `auth.tmp` was renamed
+    # away under another's chmod: FileNotFoundError), so no login is lost or half-written.
+    with open(path.with_suffix(".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        data = _tokens()
+        entry = data.get(url) if isinstance(data.get(url), dict) else None
+        entry = entry if entry is not None else {}
+        if default or entry.get("username") == username:
+            others = dict(entry.get("others") or {})
+            others.pop(username, None)
+            data[url] = {"username": username, "token": token, "others": others}
+        else:
+            entry.setdefault("others", {})[username] = token
+            data[url] = entry
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".auth-", suffix=".tmp")  # 0600
+        try:
+            with os.fdopen(fd, "w") as f:
+                f.write(json.dumps(data, indent=2))
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
 
 
 async def authenticated(url: str, user: str | None = None, *, plain: bool = False) -> Client:

@@ -35,8 +35,11 @@ async def job_list(c: Client, *, pool: str | None, as_json: bool) -> None:
              "Slots", "State", "Why waiting", "User"]  # Slots: acquired/needed
     least_needed = ["Submitted", "Type", "User"]
     output.table(f"Job queue: {chosen['name']}", heads, rows, least_needed=least_needed)
-    for line in whole_reasons(heads, rows, least_needed):
-        output.console.print(line, markup=False, highlight=False, soft_wrap=True)
+    lines = whole_reasons(heads, rows, least_needed)
+    if lines:  # plain text where the table went: a list command never loads Rich
+        file = output.screen()[0]
+        file.write("\n".join(lines) + "\n")
+        file.flush()
 
 
 WHOLE_REASONS = 20  # distinct reasons said whole under a table too narrow for them, at most
@@ -49,11 +52,10 @@ def whole_reasons(heads: list[str], rows: list[tuple[Any, ...]],
     said of, wrapped at words."""
     if output.WIDE or not rows:
         return []
-    from rich.cells import cell_len
-
-    width = output.console.width
+    width = output.screen()[1]
     cells = [[output.cell(v) for v in row] for row in rows]
-    widths = [max(cell_len(h), *(cell_len(c[i]) for c in cells)) for i, h in enumerate(heads)]
+    widths = [max(output.text_width(h), *(output.text_width(c[i]) for c in cells))
+              for i, h in enumerate(heads)]
     kept, clipped, _, _ = output.fit(heads, cells, widths, width, least_needed)
     at = heads.index("Why waiting")
     shown = kept.index("Why waiting") if "Why waiting" in kept else None

@@ -67,7 +67,7 @@ def _console() -> Console:
     return made if made is not None else __getattr__("console")
 
 
-def _screen() -> tuple[TextIO, int, bool]:
+def screen() -> tuple[TextIO, int, bool]:
     """Where a table goes, how wide it may be and whether its heads are bold: the console's if
     one is made (or set by a test), else read off stdout as Rich reads it."""
     made = globals().get("console")
@@ -161,7 +161,7 @@ def _cells(row: Sequence[Any]) -> list[str]:
     return [t if t.isprintable() else t.translate(_CELL) for t in texts]
 
 
-def _width(text: str) -> int:
+def text_width(text: str) -> int:
     """Terminal columns of a cell's text."""
     if text.isascii():
         return len(text)
@@ -206,19 +206,19 @@ def table(title: str | None, columns: Sequence[str], rows: Sequence[Sequence[Any
     described: `e describe`'s experiment) too wide for its columns shows a field per line."""
     cells = [_cells(row) for row in rows]
     heads = [cell(c) for c in columns]
-    widths = [_width(h) for h in heads]
+    widths = [text_width(h) for h in heads]
     for i, column in enumerate(zip(*cells, strict=True)):  # a column measured at once
         if "".join(column).isascii():
             widths[i] = max(widths[i], *map(len, column))
         else:
-            widths[i] = max(widths[i], *map(_width, column))
-    file, width, bold = _screen()
+            widths[i] = max(widths[i], *map(text_width, column))
+    file, width, bold = screen()
     notes: list[str] = []
     if not WIDE and _room(widths) > width:
         if record and len(cells) == 1 and len(heads) > 2:  # one thing: a field per line
             heads, cells = ["Field", "Value"], [[h, v] for h, v in zip(heads, cells[0],
                                                                         strict=True)]
-            widths = [max(map(_width, c)) for c in zip(heads, *cells, strict=True)]
+            widths = [max(map(text_width, c)) for c in zip(heads, *cells, strict=True)]
         heads, cells, widths, left_out = fit(heads, cells, widths, width, least_needed)
         if left_out:
             notes = _wrapped(f"({len(left_out)} more column{'s' if len(left_out) > 1 else ''}"
@@ -252,7 +252,7 @@ def fit(heads: list[str], cells: list[list[str]], widths: list[int], width: int,
     uuids = [bool(cells) and all(_UUID.fullmatch(row[i]) for row in cells)
              for i in range(len(heads))]  # ids to copy (checkpoints') are never cut
     floor = [w if uuids[i] else min(w, SHORT_WHOLE[heads[i]]) if heads[i] in SHORT_WHOLE
-             else min(w, max(NARROWEST, min(_width(heads[i]), HEAD_KEPT)))
+             else min(w, max(NARROWEST, min(text_width(heads[i]), HEAD_KEPT)))
              for i, w in enumerate(widths)]
     whole = [uuids[i] or heads[i] in SHORT_WHOLE for i in range(len(heads))]
     while len(keep) > 1 and _room([floor[i] for i in keep]) > width:
@@ -285,7 +285,7 @@ def _narrowed(widths: list[int], floor: list[int], room: int) -> list[int]:
 
 def _clip(text: str, width: int) -> str:
     """`text` in at most `width` terminal columns: a longer one cut, ending in an ellipsis."""
-    if _width(text) <= width:
+    if text_width(text) <= width:
         return text
     if text.isascii():
         return text[:max(width - 1, 0)] + "…"
@@ -316,7 +316,7 @@ def _drawn(heads: Sequence[str], cells: Sequence[Sequence[str]], widths: Sequenc
     def line(texts: Sequence[str], bar: str, style: bool = False) -> str:
         parts = []
         for text, w in zip(texts, widths, strict=True):
-            pad = " " * (w - _width(text))
+            pad = " " * (w - text_width(text))
             parts.append(f" \x1b[1m{text}\x1b[0m{pad} " if style else f" {text}{pad} ")
         return bar + bar.join(parts) + bar
 

@@ -200,12 +200,15 @@ async def test_hostile_text_everywhere_is_shown_as_it_is() -> None:
         await pilot.press("slash")
         await type_into(pilot, "#search", MARKUP)  # an invalid regular expression: said so
         await pilot.press("slash")
-        await type_into(pilot, "#search", "link=x")  # a match: the toast quotes the line
+        await type_into(pilot, "#search", "link=x")  # a match: the title names its line
+        assert "match: line" in str(app.screen.query_one("#title").render())
         await pilot.press("e", "R", "R", "f", "g", "G")
         await pilot.pause(0.3)
         text = shown(app)
-        assert "line 1: [/][bold]" in text, text
-        assert "\x1b" not in text and "\udcff" not in text
+        view = app.screen.log_widget
+        drawn = "\n".join(view.render_line(y).text for y in range(view.size.height))
+        assert "[/][bold]" in drawn and "[link=x]" in drawn, drawn  # the lines as they are
+        assert "\x1b" not in text + drawn and "\udcff" not in text + drawn
         await pilot.press("escape", "escape", "3")  # the cluster: every detail line
         await pilot.pause(0.5)
         assert "[@click=app.quit]" in shown(app)

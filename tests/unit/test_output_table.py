@@ -66,7 +66,7 @@ def test_a_long_cell_is_cut_with_an_ellipsis(screen: io.StringIO) -> None:
     long = "x" * 300
     output.table(None, COLUMNS, [(1, long, "QUEUED"), (2, "日本語" * 60, "PAUSED")])
     lines = screen.getvalue().splitlines()
-    assert all(output._width(line) <= 120 for line in lines), lines
+    assert all(output.text_width(line) <= 120 for line in lines), lines
     assert len(lines) == 6  # a line per row: nothing folds
     assert "x" * 100 + "…" in lines[3] and "QUEUED" in lines[3]
     assert "日本語…" in lines[4] or "日本…" in lines[4]
@@ -79,7 +79,7 @@ def test_a_lone_row_too_wide_reads_as_fields(monkeypatch: pytest.MonkeyPatch) ->
                                           "learning_rate=0.03, hidden=64, batch_size=64")],
                  record=True)
     lines = out.getvalue().splitlines()
-    assert lines[0] == "Experiment 1" and all(output._width(line) <= 40 for line in lines)
+    assert lines[0] == "Experiment 1" and all(output.text_width(line) <= 40 for line in lines)
     assert "│ State           │ ACTIVE" in out.getvalue()
     assert any(line.startswith("│ Hyperparameters │ learning_rate=0") and "…" in line
                for line in lines), lines
@@ -92,7 +92,7 @@ def test_columns_give_way_and_are_named(monkeypatch: pytest.MonkeyPatch) -> None
              "determined") for i in range(3)]
     output.table(None, heads, rows, least_needed=["Submitted"])
     lines = out.getvalue().splitlines()
-    assert all(output._width(line) <= 60 for line in lines), lines
+    assert all(output.text_width(line) <= 60 for line in lines), lines
     assert "State" in lines[1] and "Submitted" not in lines[1]
     note = " ".join(lines[-2:])
     assert "Submitted" in note and "--wide" in note
@@ -154,4 +154,4 @@ def test_a_column_of_uuids_is_never_cut(monkeypatch: pytest.MonkeyPatch) -> None
     output.table(None, ["Trial", "State", "Metric", "UUID", "Size", "Reported"],
                  [(3, "COMPLETED", 0.660912, uuid, "10.7 KiB", "2026-11-27 16:08:25")])
     lines = out.getvalue().splitlines()
-    assert uuid in out.getvalue() and all(output._width(line) <= 60 for line in lines), lines
+    assert uuid in out.getvalue() and all(output.text_width(line) <= 60 for line in lines), lines

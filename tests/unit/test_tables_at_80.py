@@ -90,7 +90,7 @@ def _rows(text: str) -> list[list[str]]:
 
 
 def _fits(text: str) -> None:
-    wide = [line for line in text.splitlines() if output._width(line) > WIDTH]
+    wide = [line for line in text.splitlines() if output.text_width(line) > WIDTH]
     assert not wide, text
 
 
