@@ -52,10 +52,10 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from dettui.agent import runinfo
+from dettui.agent import nsetup, runinfo
 from dettui.agent.trialuser import Pinned, TrialUser, readable, unreachable, unswappable
 from dettui.errors import DettuiError
 from dettui.launch import sitedir
@@ -66,7 +66,8 @@ OFF_SWITCH = "DETTUI_NO_SANDBOX"  # set (to anything): as --no-sandbox
 # work dir, which holds the user's context).
 SYSTEM_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
 STAGE_TEMPLATE = "/tmp/.dettui-stage.XXXXXX"  # mktemp's template of the dir kept paths wait in
-NO_IDENTITY = "-"  # a bind the script does not check (the agent's own paths)
+NO_IDENTITY = nsetup.NO_IDENTITY  # a bind the setup does not check (the agent's own paths)
+PRIVATE = "/dev/shm"  # the allocation's own, once /run/determined is there
 
 # Run as the init of the new namespaces: place the mounts, stage what is kept, cover what is
 # hidden, put what is kept back, then become the entrypoint. It comes in the environment, not
@@ -311,6 +312,49 @@ class Launch:
     env: dict[str, str]
 
 
+@dataclass(frozen=True)
+class Layout:
+    """The sandbox's mounts for one trial, as its setup makes them: `cover` (covered by empty
+    read-only tmpfs), `binds` (source, target, identity) placed first, and `keep` (path,
+    identity) bound back over what is covered. Made by `layout`, for the script and the
+    fork server's system calls alike."""
+
+    cover: list[Path]
+    binds: list[tuple[str, str, str]]
+    keep: list[tuple[str, str]]
+
+
+def layout(cwd: str | Path, hidden: Sequence[Path], kept: Sequence[Path | Pinned],
+           mounts: Sequence[runinfo.Mount], user: TrialUser | None,
+           reach: Sequence[Path]) -> Layout:
+    """What `wrap` and `plan` mount (see `wrap`): the agent's own paths that are bound back
+    made here, every path checked by `refuse_odd`."""
+    python = [p.resolve() for p in needed_by_python()]
+    cover = covers(hidden, [*reach, *python], user)
+    # This agent's own paths (its work dir, its Python) are resolved and made here; `reach`
+    # is bound exactly as given (resolved once by the caller, when it checked it), and only
+    # where no user can swap a directory on its way; pinned storage exactly as given, and
+    # only if what is bound is still what was checked (its device and inode, in the setup).
+    pinned = {k.path: k.identity for k in kept if isinstance(k, Pinned)}
+    own = [k.resolve() for k in (*kept, *python) if not isinstance(k, Pinned)]
+    for k in own:
+        if under(k, cover):
+            k.mkdir(parents=True, exist_ok=True)  # a bind needs its source
+    keep = {k: NO_IDENTITY for k in own if under(k, cover)}
+    keep.update({k: i for k, i in pinned.items() if under(k, cover)})
+    for k in reach:
+        if k not in keep and under(k, cover) and k.is_dir() and unswappable(k):
+            keep[k] = NO_IDENTITY
+    placed = [m for m in mounts if m.source.is_dir()]
+    binds = [(str(m.source), m.target, m.identity) if m.identity
+             else (str(m.source.resolve()), m.target, NO_IDENTITY) for m in placed]
+    pairs = [(str(k), i) for k, i in keep.items()]
+    for path in (*map(str, cover), *(x for b in binds for x in b),
+                 *(x for p in pairs for x in p), str(cwd)):
+        refuse_odd(path)
+    return Layout(cover, binds, pairs)
+
+
 def wrap(support: Support, argv: Sequence[str], cwd: str | Path, hidden: Sequence[Path],
          kept: Sequence[Path | Pinned], mounts: Sequence[runinfo.Mount] = (),
          user: TrialUser | None = None, nproc: int | None = None,
@@ -329,35 +373,35 @@ def wrap(support: Support, argv: Sequence[str], cwd: str | Path, hidden: Sequenc
     tail = [*become(support, user, nproc), *argv]
     if not support.on:
         return Launch(tail, {})
-    python = [p.resolve() for p in needed_by_python()]
-    cover = covers(hidden, [*reach, *python], user if support.root else None)
-    # This agent's own paths (its work dir, its Python) are resolved and made here; `reach`
-    # is bound exactly as given (resolved once by the caller, when it checked it), and only
-    # where no user can swap a directory on its way; pinned storage exactly as given, and
-    # only if what is bound is still what was checked (its device and inode, in the script).
-    pinned = {k.path: k.identity for k in kept if isinstance(k, Pinned)}
-    own = [k.resolve() for k in (*kept, *python) if not isinstance(k, Pinned)]
-    for k in own:
-        if under(k, cover):
-            k.mkdir(parents=True, exist_ok=True)  # a bind needs its source
-    keep = {k: NO_IDENTITY for k in own if under(k, cover)}
-    keep.update({k: i for k, i in pinned.items() if under(k, cover)})
-    for k in reach:
-        if k not in keep and under(k, cover) and k.is_dir() and unswappable(k):
-            keep[k] = NO_IDENTITY
-    placed = [m for m in mounts if m.source.is_dir()]
-    triples = [str(x) for m in placed
-               for x in ((m.source, m.target, m.identity) if m.identity
-                         else (m.source.resolve(), m.target, NO_IDENTITY))]
-    pairs = [str(x) for k, i in keep.items() for x in (k, i)]
-    for path in (*map(str, cover), *triples, *pairs, str(cwd)):
-        refuse_odd(path)
-    args = [str(len(cover)), *map(str, cover), str(len(placed)), *triples, *pairs, "--",
-            *tail]
+    lay = layout(cwd, hidden, kept, mounts, user if support.root else None, reach)
+    args = [str(len(lay.cover)), *map(str, lay.cover), str(len(lay.binds)),
+            *(x for b in lay.binds for x in b), *(x for p in lay.keep for x in p), "--", *tail]
     env = {SCRIPT_VAR: SCRIPT, ARGS_VAR: shlex.join(args), STAGE_VAR: STAGE_TEMPLATE,
            CWD_VAR: str(cwd)}
     return Launch([*support.prefix, "--", shell(), "-c", RUN_SCRIPT, "dettui-sandbox",
                    *label.split()], env)
+
+
+def plan(support: Support, cwd: str | Path, hidden: Sequence[Path],
+         kept: Sequence[Path | Pinned], mounts: Sequence[runinfo.Mount] = (),
+         user: TrialUser | None = None, nproc: int | None = None,
+         reach: Sequence[Path] = ()) -> nsetup.Plan:
+    """What `wrap` would make of a trial, for a process forked by the fork server to make
+    itself (`nsetup.enter`) with system calls: the same namespaces, mounts, user, process
+    limit and capabilities."""
+    change = user is not None and support.root and user.uid != os.geteuid()
+    out = nsetup.Plan(False, False, cwd=str(cwd), drop=change or support.on or support.root,
+                      change_user=change)
+    if change:
+        assert user is not None
+        out = replace(out, uid=user.uid, gid=user.gid, groups=tuple(user.groups),
+                      nproc=nproc or None)
+    if not support.on:
+        return out
+    lay = layout(cwd, hidden, kept, mounts, user if support.root else None, reach)
+    return replace(out, namespaces=True, user_namespace="--user" in support.prefix,
+                   hidden=tuple(map(str, lay.cover)), binds=tuple(lay.binds),
+                   kept=tuple(lay.keep), private=(PRIVATE,))
 
 
 def refuse_odd(path: str) -> None:

@@ -1,0 +1,360 @@
+"""The fork server's trial gets the sandbox the shell script gives (`nsetup.enter` against
+`sandbox.wrap`): run on both with one plan, a probe inside prints the same namespaces, mounts,
+user, capabilities, limits, work dir and umask; a swapped storage directory is refused with
+the script's message; the intermediate outside the PID namespace ends as its init did (code,
+or signal); SIGKILL of the intermediate leaves no process of the namespace.
+
+Real namespaces, a real Unix user: each child is forked by a runner started for the test
+(RUNNER), never by pytest's own process. `python tests/agent/test_nsetup.py` prints the time of
+both setups (medians of 20)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import pytest
+
+from dettui.agent import nsetup, runinfo, sandbox, trialuser
+from tests.conftest import make_unix_user, remove_unix_user
+
+SUPPORT = sandbox.probe()
+ROOT = os.geteuid() == 0
+REPO = Path(__file__).resolve().parents[2]
+
+# What a trial sees of its sandbox, as JSON: run by the init after `enter` and, through `-c`,
+# as the entrypoint of `wrap`'s script. ARGS: the hidden and kept directories.
+PROBE = r"""
+import ctypes, json, os, resource
+hidden, kept = ARGS
+status = dict(line.split(":\t", 1) for line in open("/proc/self/status").read().splitlines()
+              if ":\t" in line)
+mounts = []
+for line in open("/proc/self/mountinfo"):
+    left, right = line.split(" - ")
+    f = left.split()
+    fstype, source, sopts = right.split()
+    mounts.append([f[4], f[5], fstype, source, sopts])
+pdeathsig = ctypes.c_int()
+ctypes.CDLL(None).prctl(2, ctypes.byref(pdeathsig), 0, 0, 0)
+print(json.dumps({
+    "pid": os.getpid(), "hidden": sorted(os.listdir(hidden)), "kept": sorted(os.listdir(kept)),
+    "run_determined": sorted(os.listdir("/run/determined")),
+    "uid": os.getresuid(), "gid": os.getresgid(), "groups": sorted(os.getgroups()),
+    "caps": {k: status[k].strip() for k in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")},
+    "no_new_privs": status["NoNewPrivs"].strip(), "umask": status["Umask"].strip(),
+    "sigblk": status["SigBlk"].strip(), "cwd": os.getcwd(), "pdeathsig": pdeathsig.value,
+    "nproc": resource.getrlimit(resource.RLIMIT_NPROC), "mounts": mounts,
+    "proc_pids": sorted(int(p) for p in os.listdir("/proc") if p.isdigit()),
+}), flush=True)
+"""
+
+# Forks the child that enters the plan (as the fork server does), then reports how it ended:
+# argv: PLAN_JSON MODE ARGS... ; the last line on stdout is {"exited": n} or {"signaled": n}.
+RUNNER = r"""
+import json, os, signal, sys, time
+from dettui.agent import nsetup
+plan, mode, args = nsetup.Plan.from_json(sys.argv[1]), sys.argv[2], sys.argv[3:]
+ready_r, ready_w = os.pipe()
+pid = os.fork()
+if pid == 0:
+    os.close(ready_r)
+    nsetup.enter(plan)
+    if mode == "probe":
+        exec(PROBE, {"ARGS": args})
+        os._exit(0)
+    if mode == "exit":
+        os._exit(int(args[0]))
+    if mode == "marker":  # a process of the namespace, another one double-forked, then wait
+        if os.fork() == 0:
+            if os.fork() == 0:
+                os.execv("/bin/sh", ["sh", "-c", "sleep 300; :", args[0]])
+            os._exit(0)
+        os.wait()
+    os.write(ready_w, b"r")
+    os.execv("/bin/sh", ["sh", "-c", "sleep 300; :", args[0] if args else "sleeper"])
+os.close(ready_w)
+if mode in ("kill-init", "marker"):
+    os.read(ready_r, 1)
+    if mode == "kill-init":
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            os.kill(int(f.read().split()[0]), signal.SIGKILL)
+    else:
+        os.kill(pid, signal.SIGKILL)
+_, status = os.waitpid(pid, 0)
+end = {"exited": os.WEXITSTATUS(status)} if os.WIFEXITED(status) else {
+    "signaled": os.WTERMSIG(status)}
+print(json.dumps(end), flush=True)
+"""
+
+# `runs` times: fork, enter, a byte on a pipe from the trial (its first line), its exit
+TIMER = r"""
+import os, statistics, sys, time
+from dettui.agent import nsetup
+plan, ready, done = nsetup.Plan.from_json(sys.argv[1]), [], []
+for _ in range(int(sys.argv[2])):
+    r, w = os.pipe()
+    t = time.perf_counter()
+    pid = os.fork()
+    if pid == 0:
+        nsetup.enter(plan)
+        os.write(w, b"r")
+        os._exit(0)
+    os.close(w)
+    os.read(r, 1)
+    ready.append(time.perf_counter() - t)
+    os.waitpid(pid, 0)
+    done.append(time.perf_counter() - t)
+    os.close(r)
+print(f"{statistics.median(ready) * 1e3:.1f} {statistics.median(done) * 1e3:.1f}")
+"""
+
+needs_namespaces = pytest.mark.skipif(
+    not (ROOT and SUPPORT.on),
+    reason="needs root and Linux namespaces (unshare(2) refused here, or not root)")
+
+
+@dataclass(frozen=True)
+class Scene:
+    base: Path
+    hidden: Path
+    kept: Path
+    run: Path
+    work: Path
+    user: trialuser.TrialUser
+
+
+@pytest.fixture(scope="module")
+def unix_user() -> Iterator[trialuser.TrialUser]:
+    if not ROOT:
+        pytest.skip("creating a Unix user needs root (this test run is not root)")
+    name = f"dn{uuid.uuid4().hex[:8]}"
+    make_unix_user(name)
+    try:
+        yield trialuser.named(name)
+    finally:
+        remove_unix_user(name)
+
+
+@pytest.fixture
+def scene(unix_user: trialuser.TrialUser) -> Iterator[Scene]:
+    # in /tmp with modes every user passes, so that what is covered is `hidden` only
+    base = Path(tempfile.mkdtemp(prefix="dettui-nsetup-", dir="/tmp"))
+    try:
+        base.chmod(0o755)
+        hidden, run, work = base / "hidden", base / "run", base / "work"
+        kept = hidden / "kept"
+        for d in (hidden, kept, run, work):
+            d.mkdir(mode=0o755, exist_ok=True)
+            d.chmod(0o755)
+        (hidden / "secret.txt").write_text("SECRET\n")
+        (kept / "model.pt").write_text("weights\n")
+        (run / "info.json").write_text("{}\n")
+        yield Scene(base, hidden, kept, run, work, unix_user)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _arguments(s: Scene, identity: str = "") -> dict[str, object]:
+    return {"cwd": s.work, "hidden": [s.hidden], "kept": [s.kept],
+            "mounts": [runinfo.Mount(s.run, "/run/determined", identity)], "user": s.user,
+            "nproc": 777, "reach": [s.work]}
+
+
+def _forked(plan: nsetup.Plan, mode: str, *args: str,
+            timeout: float = 60) -> tuple[dict[str, int], subprocess.CompletedProcess[str]]:
+    res = subprocess.run([sys.executable, "-c", f"PROBE = {PROBE!r}\n{RUNNER}", plan.to_json(),
+                          mode, *args], capture_output=True, text=True, timeout=timeout,
+                         cwd="/", stdin=subprocess.DEVNULL, env={**os.environ,
+                                                                 "PYTHONPATH": str(REPO)})
+    lines = res.stdout.splitlines()
+    assert lines, res.stderr
+    return json.loads(lines[-1]), res
+
+
+def _scripted(s: Scene, arguments: dict[str, object]) -> subprocess.CompletedProcess[str]:
+    argv = [sys.executable, "-I", "-S", "-c", f"import sys; ARGS = sys.argv[1:]\n{PROBE}",
+            str(s.hidden), str(s.kept)]
+    launch = sandbox.wrap(SUPPORT, argv, **arguments)  # type: ignore[arg-type]
+    return subprocess.run(launch.argv, capture_output=True, text=True, timeout=60, cwd="/",
+                          stdin=subprocess.DEVNULL,
+                          env={**sandbox.stage_environment({}), **launch.env})
+
+
+def _seen(stdout: str) -> dict[str, object]:
+    seen: dict[str, object] = json.loads(stdout.splitlines()[0])
+    return seen
+
+
+@needs_namespaces
+def test_enter_makes_the_sandbox_the_script_makes(scene: Scene) -> None:
+    arguments = _arguments(scene)
+    plan = sandbox.plan(SUPPORT, **arguments)  # type: ignore[arg-type]
+    assert plan.namespaces and plan.change_user and plan.drop
+    assert plan.hidden == (str(scene.hidden),)
+    end, forked = _forked(plan, "probe", str(scene.hidden), str(scene.kept))
+    assert end == {"exited": 0}, forked.stderr
+    assert forked.stderr == ""
+    scripted = _scripted(scene, arguments)
+    assert scripted.returncode == 0, scripted.stderr
+    got, want = _seen(forked.stdout), _seen(scripted.stdout)
+    user = scene.user
+    assert got["pid"] == 1 and got["proc_pids"] == [1]
+    assert got["hidden"] == ["kept"]  # the secret covered, the kept directory bound back
+    assert got["kept"] == ["model.pt"] and got["run_determined"] == ["info.json"]
+    assert got["uid"] == [user.uid] * 3 and got["gid"] == [user.gid] * 3
+    assert got["groups"] == sorted(user.groups)
+    assert set(got["caps"].values()) == {"0000000000000000"}  # type: ignore[attr-defined]
+    assert got["no_new_privs"] == "1" and got["umask"] == "0077"
+    assert got["cwd"] == str(scene.work) and got["nproc"] == [777, 777]
+    assert got["pdeathsig"] == signal.SIGKILL
+    # and everything as the script makes it, every mount with its options included
+    assert {k: v for k, v in got.items() if k != "sigblk"} == {
+        k: v for k, v in want.items() if k != "sigblk"}
+    assert got["sigblk"] == "0000000000000000"  # the runner's mask: nothing blocked
+
+
+@needs_namespaces
+def test_a_storage_directory_swapped_after_the_check_is_refused_as_the_script_does(
+        scene: Scene) -> None:
+    other = trialuser.pin(scene.hidden)  # what the agent checked is another directory now
+    assert other is not None
+    arguments = _arguments(scene, other.identity)
+    end, forked = _forked(sandbox.plan(SUPPORT, **arguments),  # type: ignore[arg-type]
+                          "probe", str(scene.hidden), str(scene.kept))
+    scripted = _scripted(scene, arguments)
+    refusal = f"checkpoint storage {scene.run} changed while the trial started; refusing\n"
+    assert (end, forked.stdout.splitlines()[:-1], forked.stderr) == ({"exited": 1}, [], refusal)
+    assert (scripted.returncode, scripted.stdout, scripted.stderr) == (1, "", refusal)
+
+
+@needs_namespaces
+def test_a_step_that_fails_is_one_line_naming_it(scene: Scene) -> None:
+    plan = sandbox.plan(SUPPORT, **_arguments(scene))  # type: ignore[arg-type]
+    plan = replace(plan, binds=((str(scene.base / "gone"), str(scene.base / "t"), "-"),))
+    end, res = _forked(plan, "exit", "0")
+    assert end == {"exited": 1}
+    assert res.stderr == (f"dettui sandbox: mount --rbind {scene.base / 'gone'} "
+                          f"{scene.base / 't'}: No such file or directory\n")
+
+
+@needs_namespaces
+def test_the_intermediate_ends_as_the_init_did(scene: Scene) -> None:
+    plan = sandbox.plan(SUPPORT, **_arguments(scene))  # type: ignore[arg-type]
+    assert _forked(plan, "exit", "3")[0] == {"exited": 3}
+    assert _forked(plan, "exit", "0")[0] == {"exited": 0}
+    end, res = _forked(plan, "kill-init")
+    assert end == {"signaled": signal.SIGKILL}, res.stderr  # death by SIGKILL, not 137
+
+
+def _marked(marker: str) -> list[int]:
+    out = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if marker.encode() in f.read().split(b"\0"):
+                    out.append(int(pid))
+        except OSError:
+            continue
+    return out
+
+
+@needs_namespaces
+def test_sigkill_of_the_intermediate_leaves_no_process_of_the_namespace(scene: Scene) -> None:
+    plan = sandbox.plan(SUPPORT, **_arguments(scene))  # type: ignore[arg-type]
+    marker = f"dettui-nsetup-{uuid.uuid4().hex}"
+    end, res = _forked(plan, "marker", marker)
+    assert end == {"signaled": signal.SIGKILL}, res.stderr
+    deadline = time.monotonic() + 5
+    while _marked(marker) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _marked(marker) == []
+
+
+def test_the_plan_travels_as_json_and_nothing_else_passes_for_one() -> None:
+    plan = nsetup.Plan(True, False, ("/h",), (("/s", "/run/determined", "1:2"),),
+                       (("/h/k\udcff", "-"),), ("/dev/shm",), "/w", 5, 6, (), 10, True, True)
+    text = plan.to_json()
+    assert text.isascii() and nsetup.Plan.from_json(text) == plan
+    data = json.loads(text)
+    for change in ({"uid": "0"}, {"groups": [-1]}, {"drop": 1}, {"hidden": ["/a\0b"]},
+                   {"extra": 1}, {"uid": None}):
+        with pytest.raises(ValueError, match="not a sandbox plan"):
+            nsetup.Plan.from_json(json.dumps({**data, **change}))
+
+
+def test_the_plan_says_what_become_says_without_namespaces(tmp_path: Path) -> None:
+    user = trialuser.TrialUser(12345, 23456, "someone", (7, 8))
+    off = sandbox.Support((), "no namespaces here", root=True)
+    plan = sandbox.plan(off, tmp_path, [tmp_path], [], user=user, nproc=50)
+    assert plan == nsetup.Plan(False, False, cwd=str(tmp_path), uid=12345, gid=23456,
+                               groups=(7, 8), nproc=50, drop=True, change_user=True)
+    assert sandbox.become(off, user, 50)[:3] == ["prlimit", "--nproc=50:50", "--"]
+    unprivileged = sandbox.Support(("unshare", "--user"), None, root=False)
+    plan = sandbox.plan(unprivileged, tmp_path, [], [], user=user, nproc=50)
+    assert (plan.user_namespace, plan.change_user, plan.uid, plan.nproc, plan.drop) == (
+        True, False, None, None, True)
+
+
+@needs_namespaces
+def test_without_namespaces_only_the_user_changes(scene: Scene) -> None:
+    off = sandbox.Support((), "no namespaces here", root=True)
+    plan = sandbox.plan(off, scene.work, [], [], user=scene.user, nproc=321)
+    end, res = _forked(plan, "probe", str(scene.hidden), str(scene.kept))
+    assert end == {"exited": 0}, res.stderr
+    got = _seen(res.stdout)
+    assert got["pid"] != 1 and got["hidden"] == ["kept", "secret.txt"]
+    assert got["uid"] == [scene.user.uid] * 3 and got["nproc"] == [321, 321]
+    assert set(got["caps"].values()) == {"0000000000000000"}  # type: ignore[attr-defined]
+    assert (got["no_new_privs"], got["umask"], got["cwd"]) == ("1", "0077", str(scene.work))
+
+
+def _time_both(runs: int = 20) -> None:
+    """Medians of `runs`: fork + enter + exit of the init, against `wrap`'s script with
+    /bin/true as the entrypoint, for a root agent's plan of one hidden, one kept and one
+    mounted directory and a user change."""
+    name = f"dn{uuid.uuid4().hex[:8]}"
+    make_unix_user(name)
+    base = Path(tempfile.mkdtemp(prefix="dettui-nsetup-", dir="/tmp"))
+    try:
+        base.chmod(0o755)
+        for d in ("hidden/kept", "run", "work"):
+            (base / d).mkdir(parents=True, mode=0o755)
+        user = trialuser.named(name)
+        arguments = {"cwd": base / "work", "hidden": [base / "hidden"],
+                     "kept": [base / "hidden" / "kept"],
+                     "mounts": [runinfo.Mount(base / "run", "/run/determined")], "user": user,
+                     "nproc": 4096, "reach": [base / "work"]}
+        plan = sandbox.plan(SUPPORT, **arguments)  # type: ignore[arg-type]
+        out = subprocess.run([sys.executable, "-c", TIMER, plan.to_json(), str(runs)],
+                             capture_output=True, text=True, check=True,
+                             env={**os.environ, "PYTHONPATH": str(REPO)}).stdout
+        ready, done = out.split()
+        launch = sandbox.wrap(SUPPORT, ["/bin/true"], **arguments)  # type: ignore[arg-type]
+        env = {**sandbox.stage_environment({}), **launch.env}
+        shell = []
+        for _ in range(runs):
+            t = time.perf_counter()
+            subprocess.run(launch.argv, env=env, cwd="/", check=True)
+            shell.append(time.perf_counter() - t)
+        print(f"nsetup.enter: {ready} ms to the trial's first line, {done} ms to its exit; "
+              f"sandbox.wrap's script: {statistics.median(shell) * 1e3:.1f} ms to the exit of "
+              f"/bin/true (medians of {runs})")
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+        remove_unix_user(name)
+
+
+if __name__ == "__main__":
+    _time_both()
