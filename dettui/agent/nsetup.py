@@ -198,8 +198,11 @@ def enter(plan: Plan, parent: int | None = None) -> None:
         os.close(lifeline_write)
         signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
+        lifeline = select.poll()  # (not select(): the fork server's fds may pass 1023)
+        lifeline.register(lifeline_read, select.POLLIN)
+
         def orphaned() -> bool:
-            return bool(select.select([lifeline_read], [], [], 0)[0])
+            return bool(lifeline.poll(0))
 
         _arm_death_signal(orphaned)
         _mount_proc()

@@ -50,7 +50,11 @@ pdeathsig = ctypes.c_int()
 ctypes.CDLL(None).prctl(2, ctypes.byref(pdeathsig), 0, 0, 0)
 print(json.dumps({
     "pid": os.getpid(), "hidden": sorted(os.listdir(hidden)), "kept": sorted(os.listdir(kept)),
-    "run_determined": sorted(os.listdir("/run/determined")),
+    "run_determined": sorted(os.listdir("/run/determined"))[:20],
+    "run": sorted(os.listdir("/run")),
+    "fresh": {e: sorted(os.listdir(f"/run/{e}/determined")) for e in os.listdir("/run")
+              if e.startswith("dettui-nsetup-")},
+    "shm": os.readlink("/run/shm") if os.path.islink("/run/shm") else None,
     "uid": os.getresuid(), "gid": os.getresgid(), "groups": sorted(os.getgroups()),
     "caps": {k: status[k].strip() for k in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")},
     "no_new_privs": status["NoNewPrivs"].strip(), "umask": status["Umask"].strip(),
@@ -85,9 +89,13 @@ if pid == 0:
     os.write(ready_w, b"r")
     os.execv("/bin/sh", ["sh", "-c", "sleep 300; :", args[0] if args else "sleeper"])
 os.close(ready_w)
-if mode in ("kill-init", "marker"):
+if mode in ("kill-init", "marker", "term-intermediate"):
     os.read(ready_r, 1)
-    if mode == "kill-init":
+    if mode == "term-intermediate":  # held, as by unshare: the init goes on
+        os.kill(pid, signal.SIGTERM)
+        time.sleep(0.3)
+        print(json.dumps({"alive_after_sigterm": os.waitpid(pid, os.WNOHANG) == (0, 0)}))
+    if mode in ("kill-init", "term-intermediate"):
         with open(f"/proc/{pid}/task/{pid}/children") as f:
             os.kill(int(f.read().split()[0]), signal.SIGKILL)
     else:
@@ -172,24 +180,29 @@ def _arguments(s: Scene, identity: str = "") -> dict[str, object]:
             "nproc": 777, "reach": [s.work]}
 
 
-def _forked(plan: nsetup.Plan, mode: str, *args: str,
-            timeout: float = 60) -> tuple[dict[str, int], subprocess.CompletedProcess[str]]:
+def _forked(plan: nsetup.Plan, mode: str, *args: str, user: trialuser.TrialUser | None = None
+            ) -> tuple[dict[str, int], subprocess.CompletedProcess[str]]:
+    """The runner's end ({"exited": n} or {"signaled": n}) and its output; run as `user`
+    (a non-root agent) when given."""
+    who = {} if user is None else {"user": user.uid, "group": user.gid, "extra_groups": []}
     res = subprocess.run([sys.executable, "-c", f"PROBE = {PROBE!r}\n{RUNNER}", plan.to_json(),
-                          mode, *args], capture_output=True, text=True, timeout=timeout,
-                         cwd="/", stdin=subprocess.DEVNULL, env={**os.environ,
-                                                                 "PYTHONPATH": str(REPO)})
+                          mode, *args], capture_output=True, text=True, timeout=60,
+                         cwd="/", stdin=subprocess.DEVNULL,
+                         env={**os.environ, "PYTHONPATH": str(REPO)}, **who)
     lines = res.stdout.splitlines()
     assert lines, res.stderr
     return json.loads(lines[-1]), res
 
 
-def _scripted(s: Scene, arguments: dict[str, object]) -> subprocess.CompletedProcess[str]:
+def _scripted(s: Scene, arguments: dict[str, object], support: sandbox.Support = SUPPORT,
+              user: trialuser.TrialUser | None = None) -> subprocess.CompletedProcess[str]:
     argv = [sys.executable, "-I", "-S", "-c", f"import sys; ARGS = sys.argv[1:]\n{PROBE}",
             str(s.hidden), str(s.kept)]
-    launch = sandbox.wrap(SUPPORT, argv, **arguments)  # type: ignore[arg-type]
+    launch = sandbox.wrap(support, argv, **arguments)  # type: ignore[arg-type]
+    who = {} if user is None else {"user": user.uid, "group": user.gid, "extra_groups": []}
     return subprocess.run(launch.argv, capture_output=True, text=True, timeout=60, cwd="/",
                           stdin=subprocess.DEVNULL,
-                          env={**sandbox.stage_environment({}), **launch.env})
+                          env={**sandbox.stage_environment({}), **launch.env}, **who)
 
 
 def _seen(stdout: str) -> dict[str, object]:
@@ -256,6 +269,11 @@ def test_the_intermediate_ends_as_the_init_did(scene: Scene) -> None:
     assert _forked(plan, "exit", "0")[0] == {"exited": 0}
     end, res = _forked(plan, "kill-init")
     assert end == {"signaled": signal.SIGKILL}, res.stderr  # death by SIGKILL, not 137
+    # SIGTERM of the intermediate is held until the init ends (as `unshare --fork` holds it:
+    # a trial's own SIGTERM handler is reached by the agent's signal to the init)
+    end, res = _forked(plan, "term-intermediate")
+    assert end == {"signaled": signal.SIGKILL}, res.stderr
+    assert json.loads(res.stdout.splitlines()[0]) == {"alive_after_sigterm": True}
 
 
 def _marked(marker: str) -> list[int]:
@@ -280,6 +298,73 @@ def test_sigkill_of_the_intermediate_leaves_no_process_of_the_namespace(scene: S
     while _marked(marker) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert _marked(marker) == []
+
+
+@needs_namespaces
+def test_a_root_trial_user_keeps_uid_0_and_no_capability(scene: Scene) -> None:
+    arguments = {**_arguments(scene), "user": trialuser.TrialUser(0, 0, "root")}
+    plan = sandbox.plan(SUPPORT, **arguments)  # type: ignore[arg-type]
+    assert (plan.change_user, plan.drop, plan.nproc) == (False, True, None)
+    end, forked = _forked(plan, "probe", str(scene.hidden), str(scene.kept))
+    assert end == {"exited": 0}, forked.stderr
+    scripted = _scripted(scene, arguments)
+    got, want = _seen(forked.stdout), _seen(scripted.stdout)
+    assert got["uid"] == [0, 0, 0] and got["no_new_privs"] == "1"
+    assert set(got["caps"].values()) == {"0000000000000000"}  # type: ignore[attr-defined]
+    assert {k: v for k, v in got.items() if k != "sigblk"} == {
+        k: v for k, v in want.items() if k != "sigblk"}
+
+
+def _unprivileged() -> sandbox.Support:
+    """A non-root agent's sandbox: a user namespace in which its user is root."""
+    unshare = shutil.which("unshare", path=sandbox.SYSTEM_PATH)
+    assert unshare is not None
+    return sandbox.Support((unshare, "--user", "--map-root-user", "--mount", "--pid", "--fork",
+                            "--kill-child", "--mount-proc"), None, root=False)
+
+
+@needs_namespaces
+def test_a_non_root_agents_trial_gets_the_user_namespace_the_script_gives(scene: Scene) -> None:
+    """The agent's own user (here the test's Unix user) is root in a user namespace of the
+    trial's, without capabilities."""
+    os.makedirs("/run/determined", exist_ok=True)  # as a root agent leaves it (see below)
+    os.chown(scene.run, scene.user.uid, scene.user.gid)  # the agent's run dir is its own
+    arguments = {**_arguments(scene), "user": None}
+    plan = sandbox.plan(_unprivileged(), **arguments)  # type: ignore[arg-type]
+    assert plan.user_namespace and not plan.change_user and plan.drop
+    end, forked = _forked(plan, "probe", str(scene.hidden), str(scene.kept), user=scene.user)
+    assert end == {"exited": 0}, forked.stderr
+    scripted = _scripted(scene, arguments, _unprivileged(), user=scene.user)
+    assert scripted.returncode == 0, scripted.stderr
+    got, want = _seen(forked.stdout), _seen(scripted.stdout)
+    assert got["pid"] == 1 and got["uid"] == [0, 0, 0] and got["hidden"] == ["kept"]
+    assert set(got["caps"].values()) == {"0000000000000000"}  # type: ignore[attr-defined]
+    assert {k: v for k, v in got.items() if k != "sigblk"} == {
+        k: v for k, v in want.items() if k != "sigblk"}
+
+
+@needs_namespaces
+def test_run_is_opened_for_a_target_that_cannot_be_made_there(scene: Scene) -> None:
+    """Where /run is closed (a user namespace), a tmpfs goes over it with its entries bound
+    back, and the target is made in it. (The script fails here on hosts with /run/mount:
+    its own `mount` calls make /run/mount, for libmount's utab, before its `mkdir`.)"""
+    fresh = f"/run/dettui-nsetup-{uuid.uuid4().hex[:8]}"  # not on the host
+    os.chown(scene.run, scene.user.uid, scene.user.gid)
+    arguments = {**_arguments(scene), "user": None,
+                 "mounts": [runinfo.Mount(scene.run, f"{fresh}/determined"),
+                            runinfo.Mount(scene.run, "/run/determined")]}
+    plan = sandbox.plan(_unprivileged(), **arguments)  # type: ignore[arg-type]
+    end, forked = _forked(plan, "probe", str(scene.hidden), str(scene.kept), user=scene.user)
+    assert end == {"exited": 0}, forked.stderr
+    got = _seen(forked.stdout)
+    on_run = [m[:4] for m in got["mounts"] if m[0] == "/run"]  # type: ignore[attr-defined]
+    assert on_run[-1] == ["/run", "rw,relatime", "tmpfs", "dettui-run"]
+    host = {e for e in os.listdir("/run") if not e.startswith("..")}
+    assert set(got["run"]) == host | {fresh.removeprefix("/run/")}  # type: ignore[arg-type]
+    assert got["fresh"] == {fresh.removeprefix("/run/"): ["info.json"]}
+    if os.path.islink("/run/shm"):  # a link of the host's, made again
+        assert got["shm"] == os.readlink("/run/shm")
+    assert not os.path.exists(fresh)
 
 
 def test_the_plan_travels_as_json_and_nothing_else_passes_for_one() -> None:
