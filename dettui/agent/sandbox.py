@@ -30,6 +30,9 @@
   capabilities the trial cannot undo a mount, and the state dir, keys and other users' run dirs
   are closed to it by their modes (0700, 0600) as well: a mount is not a boundary against root.
 
+A trial the fork server forks gets the same sandbox made with system calls in its own process
+(`plan`, then `nsetup.enter`), from the same `layout` as the script's arguments.
+
 The sandbox runs with a fixed environment (`stage_environment`: the system's PATH, the
 allocation's marks, the script and its arguments), never the trial's: its setup runs as root,
 and a user's PATH or LD_PRELOAD would run the user's files there. The trial's environment is
