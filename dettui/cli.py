@@ -183,10 +183,14 @@ def _sandbox_args(a: argparse.ArgumentParser) -> None:
                    "sandbox (namespaces) can be made: they can then read the agent's files")
     a.add_argument("--trial-nproc", type=int, metavar="N", help="processes and threads a "
                    "trial's Unix user may have (RLIMIT_NPROC; default 4096, 0: no limit)")
+    a.add_argument("--trial-start", choices=["fork", "fresh"], default=None,
+                   help="fork: Python trials are forked from a server that has imported torch "
+                   "and dettui.core (milliseconds to start); fresh: every trial starts a new "
+                   "interpreter (default: $DETTUI_TRIAL_START, else fork)")
 
 
 def _sandbox_options(args: argparse.Namespace) -> dict[str, Any]:
-    out: dict[str, Any] = {"no_sandbox": args.no_sandbox}
+    out: dict[str, Any] = {"no_sandbox": args.no_sandbox, "trial_start": args.trial_start}
     if args.trial_user:
         out["trial_user"] = args.trial_user
     if args.trial_nproc is not None:

@@ -176,6 +176,7 @@ class StartWork(Message):
     agent_user: AgentUser | None = None  # the owner's linked Unix user; None: the default
     owner_id: int | None = None  # the experiment's owner (an unlinked owner's own uid)
     checkpoint_root: str | None = None  # the master's default checkpoint storage (trusted)
+    fork_server: bool = True  # the pool and the experiment allow a forked start
 
 
 class KillWork(Message):

@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from dettui import paths, retry, telemetry
-from dettui.agent import process, sandbox, spool, trialuser
+from dettui.agent import forkpool, process, sandbox, spool, trialuser
 from dettui.agent.allocation import AllocationRun, ship
 from dettui.auth import token_path
 from dettui.client import Client
@@ -53,6 +53,7 @@ class AgentOptions:
     trial_user: str = trialuser.PER_USER  # a root agent's trials of unlinked owners run as it
     no_sandbox: bool = False  # run trials even where no sandbox can be made (said loudly)
     nproc: int | None = sandbox.DEFAULT_NPROC  # RLIMIT_NPROC of a trial's user; None: none
+    trial_start: str | None = None  # fork or fresh (None: $DETTUI_TRIAL_START, else fork)
 
 
 def _my_name() -> str:
@@ -105,6 +106,7 @@ class Agent:
         self.sandbox_note: str | None = None
         self.reach_problem: str | None = None  # why the default trial user cannot run trials
         self.per_user = options.trial_user == trialuser.PER_USER
+        self.forks: forkpool.Pool | None = None  # fork servers (None: trials start fresh)
 
     async def run(self) -> None:
         process.become_subreaper()
@@ -130,6 +132,13 @@ class Agent:
             self.trial_user = (trialuser.per_user(0) if self.per_user
                                else trialuser.named(self.options.trial_user))
             await asyncio.to_thread(self._check_reach, support)
+        if forkpool.mode(self.options.trial_start) == "fork":
+            marks = {process.AGENT_MARK: self.id, process.INSTANCE_MARK: process.instance()}
+            if process.TEST_MARK in os.environ:
+                marks[process.TEST_MARK] = os.environ[process.TEST_MARK]
+            self.forks = forkpool.Pool(sandbox.stage_environment(marks), self.own_pids)
+            if not (support.root and self.per_user):  # one user runs every trial: warm now
+                self.forks.warm(self.trial_user.uid if self.trial_user is not None else None)
         (self.options.work_root / STARTED).mkdir(exist_ok=True)
         await self._register()
         tasks = [asyncio.create_task(self._report_lost_by_earlier_run()),
@@ -343,7 +352,7 @@ class Agent:
                                 self.options.master_url, self.own_pids,
                                 (*self.options.hidden, token_path().parent),
                                 self.options.exposed, self._trial_user(item),
-                                self.options.nproc)
+                                self.options.nproc, self.forks)
             self.runs[alloc_id] = run
             self._supervisors.add(asyncio.create_task(self._supervise(run)))
         else:
@@ -397,6 +406,8 @@ class Agent:
         await asyncio.gather(*(r.kill("lost") for r in runs), return_exceptions=True)
         if self._supervisors:
             await asyncio.wait(self._supervisors, timeout=15)
+        if self.forks is not None:
+            await self.forks.shutdown()
         with contextlib.suppress(DettuiError):
             await self.client.agent_leave(self.id)
 

@@ -22,6 +22,7 @@ import psutil
 
 from dettui import context, dirfd, lifeline, paths, retry
 from dettui.agent import (
+    forkpool,
     logship,
     process,
     runinfo,
@@ -53,8 +54,10 @@ class AllocationRun:
     def __init__(self, spec: StartWork, client: Client, agent_id: str, work_root: Path,
                  master_url: str, own_pids: set[int], hidden: Sequence[Path] = (),
                  exposed: Sequence[Path] = (), user: TrialUser | None = None,
-                 nproc: int | None = None) -> None:
+                 nproc: int | None = None, forks: forkpool.Pool | None = None) -> None:
         self.spec = spec
+        self.forks = forks  # the agent's fork servers (None: every trial starts fresh)
+        self.way = ""  # how the trial started, for its start line
         self.user = user  # who the trial runs as (None: this process's user)
         self.nproc = nproc
         self.hidden = [*hidden, work_root]  # what the trial must not read
@@ -66,8 +69,11 @@ class AllocationRun:
         self.run_dir = paths.confined(work_root, f"{self.id}.run", where="allocationId")
         self.master_url = master_url
         self.own_pids = own_pids
-        self.proc: asyncio.subprocess.Process | None = None
+        self.proc: asyncio.subprocess.Process | forkpool.Forked | None = None
         self.known: dict[int, psutil.Process] = {}
+        # In the sandbox's PID namespace (its root the namespace's outer process): every
+        # process of the trial is in the root's tree while it lives, and none outlives it.
+        self.contained = False
         self.killed = False
         self.kill_reason = ""
         self.exit_code: int | None = None
@@ -225,6 +231,7 @@ class AllocationRun:
     async def _execute(self) -> None:
         argv = self._argv()
         support = sandbox.probe()
+        self.contained = support.on
         env = self._env(support.on)
         self._check_storage(env)
         if not _runnable(argv[0], self.workdir, env["PATH"]):  # the start's error, as exec's
@@ -242,6 +249,46 @@ class AllocationRun:
         except ValueError as exc:
             raise DettuiError(f"environment.environment_variables: {exc}") from exc
         await asyncio.to_thread(self._hand_over)
+        if not support.on:
+            self._system_line(f"note: {support.note}")
+        self.proc = await self._fork(argv, env, support, mounts)
+        if self.proc is None:
+            self.proc = await self._fresh(argv, env, support, mounts)
+        log.info("%s", self._started())
+        assert self.proc.stdout is not None and self.proc.stderr is not None
+        watcher = asyncio.create_task(self._track_tree())
+        pumps = asyncio.gather(self._pump(self.proc.stdout, "stdout"),
+                               self._pump(self.proc.stderr, "stderr"))
+        # A forked trial's exit comes from its server: waited for, not polled.
+        exited = (asyncio.ensure_future(self.proc.wait())
+                  if isinstance(self.proc, forkpool.Forked) else None)
+        try:
+            # Poll the exit: the pipes may stay open in a leftover background process.
+            while self.proc.returncode is None:
+                if exited is not None:
+                    await asyncio.wait([exited])
+                else:
+                    await asyncio.wait([pumps], timeout=0.1)
+            code = self.proc.returncode
+            try:
+                await asyncio.wait_for(asyncio.shield(pumps), OUTPUT_GRACE)
+            except TimeoutError:
+                await self._end_tree()  # leftovers hold the pipes: they go with the allocation
+                await asyncio.wait_for(pumps, 10.0)
+        finally:
+            watcher.cancel()
+            if exited is not None:
+                exited.cancel()
+            self.own_pids.discard(self.proc.pid)
+        self.exit_code = code if code >= 0 else 128 - code
+        self.reason = "" if code == 0 else ("error" if code > 0 else f"signal {-code}")
+        if code and not self.killed:  # the line a user looks for when a trial dies at once
+            self._system_line(f"the entrypoint exited with code {code}" if code > 0
+                              else f"the entrypoint was ended by signal {-code}")
+
+    async def _fresh(self, argv: list[str], env: dict[str, str], support: sandbox.Support,
+                     mounts: list[runinfo.Mount]) -> asyncio.subprocess.Process:
+        """A new interpreter (or whatever the entrypoint runs) in the sandbox's script."""
         entry = trial_exec.command(sys.executable,
                                    os.path.join(env["DET_RUN_DIR"], trial_exec.FILE_NAME), argv)
         launch = sandbox.wrap(support, entry, env["DET_WORKDIR"], self.hidden, self._kept(env),
@@ -253,40 +300,56 @@ class AllocationRun:
         prefix = lifeline.pdeathsig_prefix()
         if prefix and not os.path.isabs(prefix[0]):
             prefix = ()
-        if not support.on:
-            self._system_line(f"note: {support.note}")
-        self.proc = await asyncio.create_subprocess_exec(
+        proc = await asyncio.create_subprocess_exec(
             *prefix, *launch.argv, cwd=self.workdir, env=stage_env,
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
             start_new_session=True, preexec_fn=None if prefix else lifeline.die_with_parent,
         )
-        self.own_pids.add(self.proc.pid)
-        log.info("%s", self._started())
+        self.own_pids.add(proc.pid)
         log.debug("allocation %s: pid %d runs %s (sandbox arguments: %s)", self.id,
-                  self.proc.pid, launch.argv, stage_env.get(sandbox.ARGS_VAR, "none"))
-        assert self.proc.stdout is not None and self.proc.stderr is not None
-        watcher = asyncio.create_task(self._track_tree())
-        pumps = asyncio.gather(self._pump(self.proc.stdout, "stdout"),
-                               self._pump(self.proc.stderr, "stderr"))
+                  proc.pid, launch.argv, stage_env.get(sandbox.ARGS_VAR, "none"))
+        return proc
+
+    async def _fork(self, argv: list[str], env: dict[str, str], support: sandbox.Support,
+                    mounts: list[runinfo.Mount]) -> forkpool.Forked | None:
+        """The trial forked by the fork server of its user, in the same sandbox (None: it
+        starts fresh, and `way` says why)."""
+        if self.forks is None or not self.spec.fork_server:
+            self.way = ("fresh: the fork server is off for this agent" if self.forks is None
+                        else "fresh: the fork server is off for this experiment or pool")
+            return None
+        if (self.workdir / spec.STARTUP_HOOK).is_file():
+            self.way = f"fresh: {spec.STARTUP_HOOK} runs first"
+            return None
+        run, why = forkpool.python_run(argv, self.workdir, env["PATH"], sys.executable)
+        server = None
+        if run is not None:
+            uid = self.user.uid if self.user is not None else None
+            server = await self.forks.server(uid)
+            if server is None:
+                why = self.forks.failure or "the fork server could not start"
+                run = None
+        home = env.get("HOME")
+        reason = await asyncio.to_thread(forkpool.why_fresh, run, why, env, self.workdir,
+                                         server.info if server else {}, home, os.environ)
+        if reason is not None or server is None or run is None:
+            self.way = f"fresh: {reason or why}"
+            return None
+        plan = sandbox.plan(support, env["DET_WORKDIR"], self.hidden, self._kept(env), mounts,
+                            self.user, self.nproc, self._reach(env, argv[0]))
+        request = {"kind": run.kind, "target": run.target, "args": list(run.args),
+                   "env_file": os.path.join(env["DET_RUN_DIR"], trial_exec.FILE_NAME),
+                   "plan": plan.to_json(), "label": f"trial {self.spec.trial_id}"}
+        started = time.monotonic()
         try:
-            # Poll the exit: the pipes may stay open in a leftover background process.
-            while self.proc.returncode is None:
-                await asyncio.wait([pumps], timeout=0.1)
-            code = self.proc.returncode
-            try:
-                await asyncio.wait_for(asyncio.shield(pumps), OUTPUT_GRACE)
-            except TimeoutError:
-                await self._end_tree()  # leftovers hold the pipes: they go with the allocation
-                await asyncio.wait_for(pumps, 10.0)
-        finally:
-            watcher.cancel()
-            self.own_pids.discard(self.proc.pid)
-        self.exit_code = code if code >= 0 else 128 - code
-        self.reason = "" if code == 0 else ("error" if code > 0 else f"signal {-code}")
-        if code and not self.killed:  # the line a user looks for when a trial dies at once
-            self._system_line(f"the entrypoint exited with code {code}" if code > 0
-                              else f"the entrypoint was ended by signal {-code}")
+            forked = await self.forks.spawn(server, request)
+        except OSError as exc:
+            self.way = f"fresh: the fork server failed ({exc})"
+            return None
+        self.way = (f"forked by fork server {server.proc.pid} in "
+                    f"{(time.monotonic() - started) * 1000:.0f} ms")
+        return forked
 
     def _started(self) -> str:
         """The one line a trial's start logs: `trial 3 allocation 1.a1b2 started: python3
@@ -298,7 +361,7 @@ class AllocationRun:
         slots = len(self.spec.slots)
         user = self.user.name if self.user is not None else _own_user_name()
         return (f"trial {self.spec.trial_id} allocation {self.id} started: {command} "
-                f"({slots} slot{'' if slots == 1 else 's'}, user {user})")
+                f"({slots} slot{'' if slots == 1 else 's'}, user {user}; {self.way})")
 
     def _tensorboard_dir(self, env: dict[str, str]) -> str | None:
         """The trial's TensorBoard directory in the master's storage, made by this agent (root)
@@ -448,7 +511,12 @@ class AllocationRun:
     async def _track_tree(self) -> None:
         """Remember descendants while the root lives, so re-parented ones are found later.
         The first look is after 0.5 s: a root just exec'd has no descendants yet, and the scan
-        of every process costs a few ms of the agent's CPU per trial (`_end_tree` scans too)."""
+        of every process costs a few ms of the agent's CPU per trial (`_end_tree` scans too).
+        In the sandbox's PID namespace nothing can leave the root's tree (its init adopts
+        what is orphaned, and every process in it ends with it): no scan is needed at all,
+        which matters for a forked trial too, whose /proc environ is its server's."""
+        if self.contained:
+            return
         while self.proc is not None and self.proc.returncode is None:
             await asyncio.sleep(0.5)
             if self.proc.returncode is not None:
@@ -460,6 +528,10 @@ class AllocationRun:
     def processes(self) -> list[psutil.Process]:
         """The allocation's processes as last found (its root while it runs, and those
         `_track_tree` found): for sampling, without a scan of /proc."""
+        if self.contained:
+            root = self.proc.pid if self.proc is not None and self.proc.returncode is None \
+                else None
+            return process.tree(root)
         procs = list(self.known.values())
         if self.proc is not None and self.proc.returncode is None \
                 and self.proc.pid not in self.known:
@@ -480,9 +552,11 @@ class AllocationRun:
 
     async def _end_tree(self) -> None:
         root = self.proc.pid if self.proc is not None and self.proc.returncode is None else None
-        procs = await asyncio.to_thread(process.members, root, self.id,
-                                          list(self.known.values()),
-                                          self.agent_id)
+        if self.contained:  # the namespace: the root's tree while it lives, nothing after
+            procs = await asyncio.to_thread(process.tree, root) if root is not None else []
+        else:
+            procs = await asyncio.to_thread(process.members, root, self.id,
+                                            list(self.known.values()), self.agent_id)
         if procs:
             survivors = await asyncio.to_thread(process.terminate, procs, self.own_pids,
                                                 KILL_GRACE)

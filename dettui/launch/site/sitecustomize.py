@@ -131,11 +131,15 @@ def _run_hidden_sitecustomize() -> None:
     spec.loader.exec_module(module)
 
 
-def _main() -> None:
+def _main(hidden: bool = True) -> None:
+    """`hidden`: run the Python's own sitecustomize too (a child of the fork server has run it
+    already, in the server)."""
     if os.environ.get("DET_RUN_DIR"):
         sys.meta_path.insert(0, _RealPackagePatcher())
     _install_alias()
-    _run_hidden_sitecustomize()
+    if hidden:
+        _run_hidden_sitecustomize()
 
 
-_main()
+if __name__ == "sitecustomize":  # loaded by the fork server under another name: it runs this
+    _main()

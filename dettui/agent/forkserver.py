@@ -1,0 +1,453 @@
+"""The fork server: a Python that has already imported torch and dettui.core, and forks each
+trial's process from itself instead of starting a new interpreter.
+
+A fresh trial pays ~0.1 s for the interpreter, the site hook and `import dettui.core`, and
+~1.4 s for `import torch`; a child forked from a process that has done all of that runs the
+trial's first line in a few milliseconds. The agent starts one server per (trial user, Python,
+preload set) when a trial first needs it (`forkpool.py`), as
+`python -E -s -P -u -m dettui.agent.forkserver FD PRELOAD` with the sandbox's fixed
+environment (no user's PATH or LD_PRELOAD: it runs as the agent's user, root on a shared
+machine), talks to it over a SEQPACKET socket (FD), and gives each request the trial's stdin,
+stdout and stderr as file descriptors (SCM_RIGHTS).
+
+The server is single-threaded and never runs a multi-threaded op or touches CUDA, NCCL or gloo
+before forking (PyTorch's rule for fork); it checks that no thread was started by what it
+preloaded. Each child, before anything of the trial's runs: resets every signal, takes the
+trial's stdio, starts a session, becomes the trial's sandbox (`nsetup.enter`: its own mount and
+PID namespaces, the trial's Unix user without capabilities, as a fresh trial gets from
+`sandbox.wrap`), then reads its environment from the file the agent wrote for it
+(`trial_exec`: the server never sees a trial's environment, so no token of one trial stays in
+the memory the next one is forked from), and runs the script or module as `python` would:
+sys.argv, sys.path (the script's directory, PYTHONPATH, then the server's), a `__main__` of its
+own, atexit handlers of its own (the server's are cleared), `random` and numpy reseeded, the
+trial's OMP/MKL thread count, non-daemon threads joined and atexit run at the end, then
+`os._exit` (what a fresh interpreter spends in finalisation, ~0.3 s after torch, is skipped).
+
+A requests: {"id", "kind": "script"|"module", "target", "args", "env_file", "plan", "label"}
+with 3 fds. Replies: {"ready", ...} once; {"id", "pid"} when forked; {"id", "exit": code}
+(negative: the signal that ended it, as asyncio's returncode); {"id", "error": text} when no
+child was made; {"stale": why} when a module it loaded changed on disk (it then refuses new
+requests and the agent starts another server; this one stays until its children end).
+
+Standard library, nsetup and trial_exec only at import: what it preloads is its argument.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import ctypes
+import errno
+import gc
+import importlib
+import importlib.util
+import io
+import json
+import os
+import selectors
+import signal
+import socket
+import struct
+import sys
+import threading
+import traceback
+from collections.abc import Sequence
+from types import ModuleType
+from typing import Any
+
+from dettui.agent import nsetup, trial_exec
+
+MAX_MESSAGE = 1 << 20  # a request: argv and a sandbox plan, never an environment
+SITE_HOOK = "dettui_trial_site"  # the trial's sitecustomize, loaded without running it
+# Variables a fresh interpreter reads at start-up that a forked child cannot honour: a trial
+# whose environment sets one starts fresh (forkpool.why_fresh).
+STARTUP_ONLY = ("PYTHON",)
+HONOURED = {"PYTHONPATH", "PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE", "PYTHONBREAKPOINT"}
+
+
+# --- the server ----------------------------------------------------------------------------
+
+def send(sock: socket.socket, message: dict[str, Any]) -> None:
+    with contextlib.suppress(OSError):
+        sock.send(json.dumps(message).encode())
+
+
+def preload(names: Sequence[str]) -> tuple[list[str], dict[str, str]]:
+    """Import each module (those missing are left out); the names loaded, and why not."""
+    loaded, failed = [], {}
+    for name in names:
+        try:
+            importlib.import_module(name)
+            loaded.append(name)
+        except BaseException as exc:  # noqa: BLE001 - a broken package must not stop the rest
+            failed[name] = f"{type(exc).__name__}: {exc}"[:300]
+    return loaded, failed
+
+
+def load_site_hook(path: str) -> ModuleType | None:
+    """dettui's trial sitecustomize, as a module that has not run (each child runs it)."""
+    spec = importlib.util.spec_from_file_location(SITE_HOOK, path)
+    if spec is None or spec.loader is None:
+        return None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def user_site_possible() -> bool:
+    """Whether a fresh start of this Python would put a user's site-packages on sys.path (the
+    server runs with -s): not in a venv that hides the system's site-packages."""
+    if sys.prefix == sys.base_prefix:
+        return True
+    try:
+        with open(os.path.join(sys.prefix, "pyvenv.cfg"), encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return False
+    for line in lines:
+        key, _, value = line.partition("=")
+        if key.strip() == "include-system-site-packages":
+            return value.strip().lower() == "true"
+    return False
+
+
+def module_files() -> list[str]:
+    """The files the loaded modules came from (what a change on disk makes stale)."""
+    out = []
+    for module in list(sys.modules.values()):
+        path = getattr(module, "__file__", None)
+        if isinstance(path, str) and os.path.isabs(path):
+            out.append(path)
+    return out
+
+
+class Watch:
+    """inotify on the directories the loaded modules came from: any .py, .so or .pth made,
+    changed, moved or removed there makes the server stale (a package upgraded under it)."""
+
+    IN_MODIFY, IN_ATTRIB, IN_MOVED_FROM, IN_MOVED_TO = 0x2, 0x4, 0x40, 0x80
+    IN_CREATE, IN_DELETE, IN_DELETE_SELF, IN_MOVE_SELF = 0x100, 0x200, 0x400, 0x800
+    IN_CLOEXEC, IN_NONBLOCK = 0o2000000, 0o4000
+    MASK = (IN_MODIFY | IN_MOVED_FROM | IN_MOVED_TO | IN_CREATE | IN_DELETE | IN_DELETE_SELF
+            | IN_MOVE_SELF)
+    SUFFIXES = (".py", ".so", ".pth", ".pyd")
+
+    def __init__(self, files: Sequence[str]) -> None:
+        self.fd = -1
+        self.dirs: dict[int, str] = {}
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            fd = int(libc.inotify_init1(self.IN_CLOEXEC | self.IN_NONBLOCK))
+        except (OSError, AttributeError):
+            return
+        if fd < 0:
+            return
+        self.fd = fd
+        for d in sorted({os.path.dirname(f) for f in files}):
+            wd = int(libc.inotify_add_watch(fd, os.fsencode(d), self.MASK))
+            if wd >= 0:
+                self.dirs[wd] = d
+
+    def changed(self) -> str | None:
+        """What changed since the last look (None: nothing that matters)."""
+        try:
+            data = os.read(self.fd, 65536)
+        except (BlockingIOError, InterruptedError):
+            return None
+        offset, why = 0, None
+        while offset + 16 <= len(data):
+            wd, mask, _cookie, size = struct.unpack_from("iIII", data, offset)
+            name = data[offset + 16: offset + 16 + size].split(b"\0", 1)[0].decode(
+                errors="replace")
+            offset += 16 + size
+            where = self.dirs.get(wd, "?")
+            if mask & (self.IN_DELETE_SELF | self.IN_MOVE_SELF):
+                why = why or f"{where} was removed or moved"
+            elif name.endswith(self.SUFFIXES):
+                why = why or f"{os.path.join(where, name)} changed"
+        return why
+
+
+def serve(sock: socket.socket, names: Sequence[str], hook_path: str) -> int:
+    loaded, failed = preload(names)
+    hook = load_site_hook(hook_path) if hook_path else None
+    threads = threading.active_count()
+    gc.collect()
+    gc.freeze()  # what the children share stays shared: no collection writes to its pages
+    top = sorted({n.split(".", 1)[0] for n in sys.modules} - set(sys.builtin_module_names))
+    watch = Watch(module_files())
+    if threads != 1:  # a preloaded module started a thread: forking would copy it dead
+        send(sock, {"ready": False, "error": f"{threads - 1} thread(s) started by the "
+                    f"preloaded modules ({', '.join(loaded)}): children cannot be forked"})
+        return 1
+    send(sock, {"ready": True, "pid": os.getpid(), "python": sys.executable,
+                "version": list(sys.version_info[:3]), "loaded": loaded, "failed": failed,
+                "modules": top, "user_site": user_site_possible(),
+                "watching": len(watch.dirs)})
+    wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    sel = selectors.DefaultSelector()
+    sel.register(sock, selectors.EVENT_READ, "sock")
+    sel.register(wake_r, selectors.EVENT_READ, "child")
+    if watch.fd >= 0:
+        sel.register(watch.fd, selectors.EVENT_READ, "watch")
+    children: dict[int, str] = {}
+    stale: str | None = None
+    closing = False
+    while True:
+        if closing and not children:
+            return 0
+        for key, _ in sel.select():
+            if key.data == "child":
+                with contextlib.suppress(OSError):
+                    os.read(wake_r, 4096)
+                reap(sock, children)
+            elif key.data == "watch":
+                why = watch.changed()
+                if why and stale is None:
+                    stale = why
+                    send(sock, {"stale": why})
+            else:
+                try:
+                    data, fds, _flags, _addr = socket.recv_fds(sock, MAX_MESSAGE, 3)
+                except InterruptedError:
+                    continue
+                except OSError:
+                    data, fds = b"", []
+                if not data:  # the agent closed its end: serve the running ones, then go
+                    closing = True
+                    sel.unregister(sock)
+                    continue
+                request = _parse(data)
+                rid = str(request.get("id", ""))
+                if stale is not None:
+                    _close(fds)
+                    send(sock, {"id": rid, "error": f"stale: {stale}"})
+                elif len(fds) != 3 or not rid:
+                    _close(fds)
+                    send(sock, {"id": rid, "error": "a request needs an id and 3 fds"})
+                else:
+                    pid = spawn(sock, wake_r, wake_w, watch.fd, request, fds, hook)
+                    _close(fds)
+                    children[pid] = rid
+                    send(sock, {"id": rid, "pid": pid})
+        reap(sock, children)
+
+
+def _parse(data: bytes) -> dict[str, Any]:
+    try:
+        value = json.loads(data)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _close(fds: Sequence[int]) -> None:
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+
+
+def reap(sock: socket.socket, children: dict[int, str]) -> None:
+    while children:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        rid = children.pop(pid, None)
+        if rid is not None:
+            send(sock, {"id": rid, "exit": os.waitstatus_to_exitcode(status)})
+
+
+def spawn(sock: socket.socket, wake_r: int, wake_w: int, watch_fd: int,
+          request: dict[str, Any], fds: Sequence[int], hook: ModuleType | None) -> int:
+    pid = os.fork()
+    if pid:
+        return pid
+    code = 1
+    try:  # the child: never returns to the server's loop
+        signal.set_wakeup_fd(-1)
+        for fd in (wake_r, wake_w, watch_fd, sock.fileno()):
+            with contextlib.suppress(OSError):
+                if fd >= 0:
+                    os.close(fd)
+        code = child(request, fds, hook)
+    except SystemExit as exc:
+        code = exit_code(exc)
+    except BaseException:  # noqa: BLE001 - the trial's own failure, shown as python shows it
+        with contextlib.suppress(BaseException):
+            traceback.print_exc()
+        code = 1
+    finally:
+        with contextlib.suppress(BaseException):
+            flush()
+        os._exit(code)
+
+
+def reset_signals() -> None:
+    """Every signal as a new interpreter has it: default, SIGINT raising KeyboardInterrupt,
+    SIGPIPE and SIGXFSZ ignored; none blocked."""
+    for sig in signal.valid_signals():
+        if sig in (signal.SIGKILL, signal.SIGSTOP):
+            continue
+        with contextlib.suppress(OSError, ValueError):
+            signal.signal(sig, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    for name in ("SIGPIPE", "SIGXFSZ"):
+        if hasattr(signal, name):
+            signal.signal(getattr(signal, name), signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_SETMASK, [])
+
+
+def child(request: dict[str, Any], fds: Sequence[int], hook: ModuleType | None) -> int:
+    reset_signals()
+    for target, fd in enumerate(fds):
+        os.dup2(fd, target)
+    _close([fd for fd in fds if fd > 2])
+    os.setsid()
+    plan = request.get("plan")
+    if plan:
+        nsetup.enter(nsetup.Plan.from_json(plan))
+    env_file = str(request.get("env_file", ""))
+    try:
+        env = trial_exec.read(env_file)
+    except OSError as exc:
+        print(f"dettui: cannot read the trial's environment: {exc}", file=sys.stderr)
+        return 126
+    with contextlib.suppress(OSError):
+        os.unlink(env_file)
+    return run(request, env, hook)
+
+
+def run(request: dict[str, Any], env: dict[str, str], hook: ModuleType | None) -> int:
+    """The trial, as `python SCRIPT ARGS` or `python -m MODULE ARGS` would run it here."""
+    import atexit
+    import tempfile
+
+    kind, target = request.get("kind"), str(request.get("target", ""))
+    args = [str(a) for a in request.get("args", [])]
+    os.environ.clear()
+    os.environ.update(env)
+    atexit._clear()
+    tempfile.tempdir = None  # TMPDIR is the trial's
+    sys.dont_write_bytecode = bool(env.get("PYTHONDONTWRITEBYTECODE"))
+    threads_from_environment(env)
+    reseed()
+    extra = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    first = os.getcwd() if kind == "module" else os.path.dirname(os.path.realpath(target))
+    sys.path[:] = [first, *extra, *BASE_PATH]
+    sys.path_importer_cache.clear()
+    importlib.invalidate_caches()
+    if hook is not None:
+        hook._main(hidden=False)
+    main = ModuleType("__main__")
+    main.__dict__["__builtins__"] = builtins
+    sys.modules["__main__"] = main
+    code = 0
+    try:
+        if kind == "module":
+            import runpy
+
+            sys.argv = [target, *args]  # runpy puts the module's file in argv[0]
+            runpy._run_module_as_main(target, alter_argv=True)  # type: ignore[attr-defined]
+        else:
+            sys.argv = [target, *args]
+            main.__dict__.update(__file__=os.path.abspath(target), __cached__=None,
+                                 __spec__=None, __loader__=None, __package__=None)
+            with io.open_code(target) as f:
+                source = f.read()
+            exec(compile(source, target, "exec", dont_inherit=True), main.__dict__)
+    except SystemExit as exc:
+        code = exit_code(exc)
+    except KeyboardInterrupt:
+        traceback.print_exc()
+        finish()
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)  # as python: dies of SIGINT
+        code = 130
+    except BaseException as exc:  # noqa: BLE001 - the trial's failure, shown as python shows it
+        with contextlib.suppress(BaseException):
+            sys.excepthook(type(exc), exc, exc.__traceback__)
+        code = 1
+    finish()
+    return code
+
+
+def finish() -> None:
+    """What an interpreter does at exit before finalisation: join non-daemon threads, run the
+    atexit handlers, flush stdout and stderr."""
+    import atexit
+
+    with contextlib.suppress(BaseException):
+        threading._shutdown()  # type: ignore[attr-defined]
+    with contextlib.suppress(BaseException):
+        atexit._run_exitfuncs()
+    flush()
+
+
+def flush() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(BaseException):
+            if stream is not None:
+                stream.flush()
+
+
+def exit_code(exc: SystemExit) -> int:
+    """As the interpreter: None is 0, an int itself, anything else printed to stderr and 1."""
+    value = exc.code
+    if value is None:
+        return 0
+    if isinstance(value, int):
+        return value & 0xFF
+    with contextlib.suppress(BaseException):
+        print(value, file=sys.stderr)
+    return 1
+
+
+def threads_from_environment(env: dict[str, str]) -> None:
+    """OMP/MKL thread counts are read by the OpenMP runtime when torch loads (in the server):
+    the trial's own applied to torch here, before its first parallel op."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return
+    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        with contextlib.suppress(ValueError, TypeError, RuntimeError):
+            n = int(env.get(name, "").split(",")[0])
+            if n > 0:
+                torch.set_num_threads(n)
+                return
+
+
+def reseed() -> None:
+    """`random` reseeds itself at fork; numpy's global generator is reseeded from the OS."""
+    numpy_random = sys.modules.get("numpy.random")
+    if numpy_random is not None:
+        with contextlib.suppress(BaseException):
+            numpy_random.seed()
+
+
+BASE_PATH: list[str] = []
+
+
+def main(argv: Sequence[str]) -> int:
+    if len(argv) < 1:
+        print("usage: python -m dettui.agent.forkserver FD [PRELOAD,...] [SITE_HOOK]",
+              file=sys.stderr)
+        return 2
+    sock = socket.socket(fileno=int(argv[0]))
+    names = [n for n in (argv[1] if len(argv) > 1 else "").split(",") if n]
+    hook_path = argv[2] if len(argv) > 2 else ""
+    BASE_PATH[:] = [p for p in sys.path if p]
+    try:
+        return serve(sock, names, hook_path)
+    except OSError as exc:
+        if exc.errno != errno.EPIPE:
+            raise
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
