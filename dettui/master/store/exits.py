@@ -292,8 +292,10 @@ def _say_failure(conn: sqlite3.Connection, trial: Trial, exit_code: int | None, 
 def settle(conn: sqlite3.Connection, exp_id: int) -> Experiment | None:
     """Inside a transaction: end the experiment if every trial has ended (its checkpoints then
     wait for GC: `gc_pending`); the experiment if it ended now."""
+    states = trial_store.states_of_experiment(conn, exp_id)
+    if not all(s.is_terminal() for s in states):
+        return None  # a trial runs or waits still (as experiment_outcome says, without a read)
     exp = exp_store.get(conn, exp_id)
-    states = [t.state for t in trial_store.for_experiment(conn, exp_id)]
     outcome = lifecycle.experiment_outcome(exp.state, states, searcher_done=True)
     if outcome is None:
         return None

@@ -45,6 +45,20 @@ def for_experiment(conn: sqlite3.Connection, exp_id: int) -> list[Trial]:
     return [Trial.from_row(r) for r in rows]
 
 
+def ids_of_experiment(conn: sqlite3.Connection, exp_id: int) -> list[int]:
+    """An experiment's trial ids, in order (no record built: GET of an experiment asks for
+    them at every look, and a search's 200th trial was made into 200 records each time)."""
+    rows = conn.execute("SELECT id FROM trials WHERE experiment_id=? ORDER BY id", (exp_id,))
+    return [int(r[0]) for r in rows]
+
+
+def states_of_experiment(conn: sqlite3.Connection, exp_id: int) -> list[TrialState]:
+    """The states an experiment's trials are in, each once (whether it has ended is a
+    question of these, asked at every trial's end)."""
+    rows = conn.execute("SELECT DISTINCT state FROM trials WHERE experiment_id=?", (exp_id,))
+    return [TrialState(r[0]) for r in rows]
+
+
 TRIAL_SORTS = {  # Determined's v1GetExperimentTrialsRequestSortBy -> the column
     "SORT_BY_UNSPECIFIED": "id", "SORT_BY_ID": "id", "SORT_BY_START_TIME": "start_time",
     "SORT_BY_END_TIME": "end_time", "SORT_BY_STATE": "state",

@@ -25,6 +25,6 @@ def extras(conn: sqlite3.Connection, exp: Experiment) -> dict[str, Any]:
     """What Determined's GetExperiment adds to an experiment, read for one experiment only (a
     list would pay it per row): its trials and how long it has run. (Its best trial and its
     checkpoints' count and bytes are kept on the experiment itself.)"""
-    trial_ids = [t.id for t in trial_store.for_experiment(conn, exp.id)]
+    trial_ids = trial_store.ids_of_experiment(conn, exp.id)
     return {"trialIds": trial_ids,
             "duration": shapes.duration(exp.start_time, exp.end_time)}
