@@ -340,7 +340,9 @@ class AllocationRun:
                             self.user, self.nproc, self._reach(env, argv[0]))
         request = {"kind": run.kind, "target": run.target, "args": list(run.args),
                    "env_file": os.path.join(env["DET_RUN_DIR"], trial_exec.FILE_NAME),
-                   "plan": plan.to_json(), "label": f"trial {self.spec.trial_id}"}
+                   "plan": plan.to_json(), "label": f"trial {self.spec.trial_id}",
+                   "marks": {k: v for k, v in self._stage_env().items() if k != "PATH"},
+                   "title": run.title}
         started = time.monotonic()
         try:
             forked = await self.forks.spawn(server, request)

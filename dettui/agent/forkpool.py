@@ -45,11 +45,13 @@ LOADER_VARS = ("LD_PRELOAD", "LD_AUDIT")
 
 @dataclass(frozen=True)
 class Run:
-    """What a forked child runs: `kind` script or module, its target and arguments."""
+    """What a forked child runs: `kind` script or module, its target and arguments, and the
+    command as written (what `ps` shows of it)."""
 
     kind: str
     target: str
     args: tuple[str, ...]
+    title: str = ""
 
 
 def python_run(argv: Sequence[str], workdir: Path, path: str, python: str
@@ -82,12 +84,12 @@ def python_run(argv: Sequence[str], workdir: Path, path: str, python: str
     while rest[:1] == ["-u"]:
         rest = rest[1:]
     if rest[:1] == ["-m"] and len(rest) >= 2:
-        return Run("module", rest[1], tuple(rest[2:])), ""
+        return Run("module", rest[1], tuple(rest[2:]), shlex.join(words)), ""
     if not rest or rest[0].startswith("-"):
         return None, f"python runs with the option {rest[0] if rest else '(none)'}"
     if not (workdir / rest[0]).is_file():
         return None, f"{rest[0]} is not a file of the context"
-    return Run("script", rest[0], tuple(rest[1:])), ""
+    return Run("script", rest[0], tuple(rest[1:]), shlex.join(words)), ""
 
 
 def interpreter(path: str) -> tuple[str, str]:
@@ -293,7 +295,7 @@ class Pool:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         ours.setblocking(False)
         prefix = lifeline.pdeathsig_prefix()
-        env = dict(self.stage_env)
+        env = {**self.stage_env, forkserver.ROOM_VAR: "." * forkserver.ROOM}
         if os.environ.get("LD_LIBRARY_PATH"):
             env["LD_LIBRARY_PATH"] = os.environ["LD_LIBRARY_PATH"]
         hook = os.path.join(sitedir.DIRECTORY, "sitecustomize.py")
@@ -301,7 +303,7 @@ class Pool:
         try:
             proc = await asyncio.create_subprocess_exec(
                 *prefix, sys.executable, "-E", "-s", "-P", "-u", "-m", "dettui.agent.forkserver",
-                str(theirs.fileno()), ",".join(self.preload), hook,
+                str(theirs.fileno()), ",".join(self.preload), hook, " " * forkserver.ROOM,
                 pass_fds=(theirs.fileno(),), cwd="/", env=env,
                 stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
                 start_new_session=True,
@@ -405,8 +407,4 @@ async def _reader(fd: int) -> asyncio.StreamReader:
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader),
                                  os.fdopen(fd, "rb", buffering=0))
     return reader
-
-
-def describe(run: Run) -> str:
-    return shlex.join([run.target if run.kind == "script" else f"-m {run.target}", *run.args])
 

@@ -57,6 +57,8 @@ from typing import Any
 
 from dettui.agent import nsetup, trial_exec
 
+ROOM_VAR = "DETTUI_FORK_ROOM"  # room in the server's environment for a child's marks
+ROOM = 1024  # bytes of it, and of the last argument that makes room for a child's command
 MAX_MESSAGE = 1 << 20  # a request: argv and a sandbox plan, never an environment
 SITE_HOOK = "dettui_trial_site"  # the trial's sitecustomize, loaded without running it
 # Variables a fresh interpreter reads at start-up that a forked child cannot honour: a trial
@@ -302,8 +304,49 @@ def reset_signals() -> None:
     signal.pthread_sigmask(signal.SIG_SETMASK, [])
 
 
+def show_marks(marks: dict[str, str]) -> None:
+    """Make /proc/<pid>/environ of this child show `marks` (the allocation's, by which the
+    agent and `ps e` find a trial's processes) instead of the server's start-up environment:
+    that area is this process's own memory (on its stack), which the agent made room in
+    (ROOM_VAR). The C environment is emptied first, so nothing points into it any more."""
+    for name in list(os.environ):
+        os.unsetenv(name)
+    try:
+        with open("/proc/self/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        start, end = int(fields[47]), int(fields[48])  # env_start, env_end (fields 50, 51)
+    except (OSError, IndexError, ValueError):
+        return
+    data = b"".join(f"{k}={v}".encode() + b"\0" for k, v in marks.items() if "\0" not in k + v)
+    if start <= 0 or end <= start or len(data) >= end - start:
+        return
+    ctypes.memmove(start, data + b"\0" * (end - start - len(data)), end - start)
+
+
+def show_title(title: str) -> None:
+    """Make `ps` (/proc/<pid>/cmdline) show the trial's command instead of the server's: its
+    arguments' area, which the agent made room in (a last argument of spaces), overwritten as
+    setproctitle(3) does (one line, its last byte not NUL)."""
+    try:
+        with open("/proc/self/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        start, end = int(fields[45]), int(fields[46])  # arg_start, arg_end (fields 48, 49)
+    except (OSError, IndexError, ValueError):
+        return
+    size = end - start
+    data = os.fsencode(title.replace("\0", " "))[: max(0, size - 2)] + b"\0"
+    if start <= 0 or size < 2:
+        return
+    ctypes.memmove(start, data + b" " * (size - len(data)), size)
+
+
 def child(request: dict[str, Any], fds: Sequence[int], hook: ModuleType | None) -> int:
     reset_signals()
+    if request.get("title"):
+        show_title(str(request["title"]))
+    marks = request.get("marks")
+    if isinstance(marks, dict):
+        show_marks({str(k): str(v) for k, v in marks.items()})
     for target, fd in enumerate(fds):
         os.dup2(fd, target)
     _close([fd for fd in fds if fd > 2])

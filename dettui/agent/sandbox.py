@@ -122,7 +122,8 @@ open_run() {  # /run is not writable here: a tmpfs over it, its entries bound ba
   for e in "$STAGE"/run/* "$STAGE"/run/.[!.]*; do
     b="/run/${e##*/}"
     if [ -L "$e" ]; then ln -s "$(readlink "$e")" "$b"; continue; fi
-    if [ -d "$e" ]; then [ -e "$b" ] || mkdir "$b"; elif [ -e "$e" ]; then : > "$b"; else continue; fi
+    if [ -d "$e" ]; then [ -e "$b" ] || mkdir "$b"
+    elif [ -e "$e" ]; then : > "$b"; else continue; fi
     mount --rbind "$e" "$b" 2>/dev/null || true
   done
 }
