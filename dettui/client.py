@@ -541,6 +541,15 @@ class Client:
         path = f"/api/v1/trials/{trial_id}/metrics"
         return self._object(await self.request("GET", path, params=params), f"GET {path}")
 
+    async def trial_log_search(self, trial_id: int, text: str, *, limit: int = 100,
+                               newest: bool = False) -> list[dict[str, Any]]:
+        """Up to `limit` of the trial's log lines holding `text` (the newest first with
+        `newest`)."""
+        params = [("follow", "false"), ("searchText", text), ("limit", str(limit)),
+                  ("orderBy", "ORDER_BY_DESC" if newest else "ORDER_BY_ASC")]
+        return [item async for item in self._ndjson(f"/api/v1/trials/{trial_id}/logs",
+                                                    params=params)]
+
     def trial_logs(self, trial_id: int, *, follow: bool = False, ranks: list[int] | None = None,
                    tail: int | None = None) -> AsyncIterator[dict[str, Any]]:
         params: list[tuple[str, str]] = [("follow", str(follow).lower())]

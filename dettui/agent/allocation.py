@@ -47,6 +47,7 @@ SHIP_GRACE = 30.0  # seconds to keep trying to ship the last lines before the ex
 KILL_GRACE = 5.0
 OUTPUT_GRACE = 2.0  # seconds to read the last output after the entrypoint exits
 START_LINE_COMMAND = 200  # characters of the entrypoint the start's log line shows
+STARTED_WORDS = "dettui: trial started "  # the trial log's line saying how it started
 MASTER_PATIENCE = 600.0  # seconds to wait for an unreachable master before giving up a start
 
 
@@ -255,6 +256,7 @@ class AllocationRun:
         if self.proc is None:
             self.proc = await self._fresh(argv, env, support, mounts)
         log.info("%s", self._started())
+        self._system_line(f"{STARTED_WORDS}{self.way}", "INFO")  # `dettui t describe` reads it
         assert self.proc.stdout is not None and self.proc.stderr is not None
         watcher = asyncio.create_task(self._track_tree())
         pumps = asyncio.gather(self._pump(self.proc.stdout, "stdout"),
@@ -565,8 +567,8 @@ class AllocationRun:
             for p in survivors:
                 log.error("allocation %s: process %d survived SIGKILL", self.id, p.pid)
 
-    def _system_line(self, text: str) -> None:
-        self.spool.append(logship.Line(time.time(), "stderr", text + "\n", None, "ERROR"))
+    def _system_line(self, text: str, level: str = "ERROR") -> None:
+        self.spool.append(logship.Line(time.time(), "stderr", text + "\n", None, level))
 
     async def _ship_loop(self) -> None:
         while True:

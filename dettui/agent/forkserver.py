@@ -342,8 +342,10 @@ def show_title(title: str) -> None:
 
 def child(request: dict[str, Any], fds: Sequence[int], hook: ModuleType | None) -> int:
     reset_signals()
-    if request.get("title"):
-        show_title(str(request["title"]))
+    title = str(request.get("title") or "")
+    # the sandbox's outer process keeps the label (as `unshare ... dettui-sandbox trial 3`
+    # does for a fresh trial); the trial itself shows its command
+    show_title(f"dettui-sandbox {request.get('label') or ''}" if request.get("plan") else title)
     marks = request.get("marks")
     if isinstance(marks, dict):
         show_marks({str(k): str(v) for k, v in marks.items()})
@@ -354,6 +356,7 @@ def child(request: dict[str, Any], fds: Sequence[int], hook: ModuleType | None) 
     plan = request.get("plan")
     if plan:
         nsetup.enter(nsetup.Plan.from_json(plan))
+        show_title(title)
     env_file = str(request.get("env_file", ""))
     try:
         env = trial_exec.read(env_file)

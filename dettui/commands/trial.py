@@ -83,11 +83,27 @@ async def describe(c: Client, trial_id: int, *, as_json: bool) -> None:
                  [(t["experimentId"], output.state(t["state"]), t["totalBatchesProcessed"],
                    t["restarts"], output.hparams_text(t["hparams"]),
                    output.metrics_text(t.get("latestValidation")))], record=True)
+    started = await started_line(c, trial_id)
+    if started:
+        output.log_line(f"Started: {started}\n")
     resources = t.get("resources")
     if isinstance(resources, dict):
         at = output.when(str(resources.get("sampledAt") or "")) or "at an unknown time"
         output.table(f"Resources of trial {trial_id}, sampled {output.cell(at)}",
                      ["Resource", "Now", "History (oldest to newest)"], resource_rows(resources))
+
+
+STARTED_WORDS = "dettui: trial started "  # the agent's line (agent/allocation.py)
+
+
+async def started_line(c: Client, trial_id: int) -> str:
+    """How the trial's latest run started, as its agent said in its log: `forked by fork
+    server 812 in 3 ms`, or `fresh: <why>` ("" when no agent said)."""
+    for item in await c.trial_log_search(trial_id, STARTED_WORDS, limit=1, newest=True):
+        text = str(item.get("log") or "")
+        if STARTED_WORDS in text:
+            return text.split(STARTED_WORDS, 1)[1].strip()
+    return ""
 
 
 BLOCKS = " ▁▂▃▄▅▆▇█"

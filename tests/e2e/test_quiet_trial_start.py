@@ -58,7 +58,8 @@ def test_a_trial_start_is_one_short_line(served: Served, tmp_path: Path) -> None
     started = [line for line in log.splitlines() if " started: " in line]
     assert len(started) == 1 and len(started[0]) < SHORT, started
     assert re.search(rf"trial {trial['id']} allocation \S+ started: python3 sleeper.py "
-                     r"\(1 slot, user \S+\)", started[0]), started
+                     r"\(1 slot, user \S+; (forked by fork server \d+ in \d+ ms|fresh: .+)\)",
+                     started[0]), started
     assert "make-rprivate" not in log
     out = until(lambda: served.cli("t", "logs", str(trial["id"])).stdout,
                 "the trial's first line", timeout=30, done=lambda text: "sandbox vars" in text)
