@@ -334,7 +334,8 @@ class AllocationRun:
                 run = None
         home = env.get("HOME")
         reason = await asyncio.to_thread(forkpool.why_fresh, run, why, env, self.workdir,
-                                         server.info if server else {}, home, os.environ)
+                                         server.info if server else {}, home, os.environ,
+                                         self.user)
         if reason is not None or server is None or run is None:
             self.way = f"fresh: {reason or why}"
             return None

@@ -30,17 +30,16 @@ from pathlib import Path
 from typing import Any
 
 from dettui import lifeline
-from dettui.agent import forkserver
-from dettui.launch import sitedir
+from dettui.agent import forkserver, trialuser
+from dettui.agent.trialuser import TrialUser
+from dettui.launch import forkable, sitedir
 
 log = logging.getLogger("dettui.agent.forkpool")
 MODES = ("fork", "fresh")
 MODE_VAR = "DETTUI_TRIAL_START"  # the agent's default; `--trial-start` wins
 READY_TIMEOUT = 300.0  # seconds for a server to import its preload set (torch, on a busy host)
-SHELL_SYNTAX = set("$`\\*?[]{}~;&|<>()!#\n\t")  # a string entrypoint holding any: run by sh
 PRELOAD = ("dettui.core", "dettui.launch.alias", "dettui.launch._determined", "torch",
            "dettui.pytorch")
-LOADER_VARS = ("LD_PRELOAD", "LD_AUDIT")
 
 
 @dataclass(frozen=True)
@@ -54,25 +53,30 @@ class Run:
     title: str = ""
 
 
+def split_run(words: Sequence[str], workdir: Path) -> tuple[Run | None, str]:
+    """`python [-u] SCRIPT ARGS` or `python [-u] -m MODULE ARGS` (words[0] the Python), or why
+    not: another option, or a script that is not a file of the context."""
+    rest = list(words[1:])
+    while rest[:1] == ["-u"]:
+        rest = rest[1:]
+    if rest[:1] == ["-m"] and len(rest) >= 2:
+        return Run("module", rest[1], tuple(rest[2:]), shlex.join(words)), ""
+    if not rest or rest[0].startswith("-"):
+        return None, f"python runs with the option {rest[0] if rest else '(none)'}"
+    script = workdir / rest[0]
+    if not script.is_file():
+        return None, f"{rest[0]} is not a file of the context"
+    if not script.resolve().is_relative_to(workdir.resolve()):
+        return None, f"{rest[0]} lies outside the context"
+    return Run("script", rest[0], tuple(rest[1:]), shlex.join(words)), ""
+
+
 def python_run(argv: Sequence[str], workdir: Path, path: str, python: str
                ) -> tuple[Run | None, str]:
     """The script or module `argv` runs with `python` (the server's), or why it is not that."""
-    words = list(argv)
-    if len(words) >= 3 and words[0] == "sh" and words[1] == "-c":
-        text = words[2]
-        if len(words) > 3:
-            return None, "the entrypoint passes arguments to sh"
-        odd = sorted(set(text) & SHELL_SYNTAX)
-        if odd:
-            return None, f"the entrypoint is a shell line (it holds {''.join(odd)[:8]!r})"
-        try:
-            words = shlex.split(text)
-        except ValueError:
-            return None, "the entrypoint's quotes are unbalanced"
-        if words and "=" in words[0]:
-            return None, "the entrypoint sets a variable first"
-    if not words:
-        return None, "the entrypoint is empty"
+    words, why = forkable.entry_words(argv)
+    if words is None:
+        return None, why
     program = words[0]
     found = (os.path.join(workdir, program) if os.sep in program
              else shutil.which(program, path=os.pathsep.join(
@@ -80,16 +84,7 @@ def python_run(argv: Sequence[str], workdir: Path, path: str, python: str
     if found is None or interpreter(found) != interpreter(python):
         return None, (f"{program} is {found or 'not found'}, not the fork server's Python "
                       f"({python})")
-    rest = words[1:]
-    while rest[:1] == ["-u"]:
-        rest = rest[1:]
-    if rest[:1] == ["-m"] and len(rest) >= 2:
-        return Run("module", rest[1], tuple(rest[2:]), shlex.join(words)), ""
-    if not rest or rest[0].startswith("-"):
-        return None, f"python runs with the option {rest[0] if rest else '(none)'}"
-    if not (workdir / rest[0]).is_file():
-        return None, f"{rest[0]} is not a file of the context"
-    return Run("script", rest[0], tuple(rest[1:]), shlex.join(words)), ""
+    return split_run(words, workdir)
 
 
 def interpreter(path: str) -> tuple[str, str]:
@@ -102,10 +97,15 @@ def interpreter(path: str) -> tuple[str, str]:
     return os.path.realpath(path), os.path.realpath(venv) if venv else ""
 
 
-def shadowing(dirs: Sequence[Path], modules: set[str]) -> str | None:
+def shadowing(dirs: Sequence[Path], modules: set[str],
+              user: TrialUser | None = None) -> str | None:
     """A module in `dirs` (first on the trial's sys.path) that the server has already imported
-    from elsewhere: a fresh interpreter would import this one instead."""
+    from elsewhere: a fresh interpreter would import this one instead. A directory `user`
+    cannot reach is left out (its interpreter could not import from it either), so that
+    nothing is said of what it holds."""
     for d in dirs:
+        if user is not None and trialuser.unreachable(d, user) is not None:
+            continue
         try:
             entries = list(os.scandir(d))
         except OSError:
@@ -119,32 +119,34 @@ def shadowing(dirs: Sequence[Path], modules: set[str]) -> str | None:
                 continue
             if entry.is_file() and name.endswith((".py", ".pyc", ".so")) or \
                     entry.is_dir() and (Path(entry.path) / "__init__.py").exists():
-                return f"{entry.path} would be imported instead of the preloaded {stem}"
+                return f"the trial's own {name} would be imported instead of {stem}"
     return None
 
 
 def why_fresh(run: Run | None, reason: str, env: Mapping[str, str], workdir: Path,
-              info: Mapping[str, Any], home: str | None, agent_env: Mapping[str, str]
-              ) -> str | None:
+              info: Mapping[str, Any], home: str | None, agent_env: Mapping[str, str],
+              user: TrialUser | None = None) -> str | None:
     """Why this trial must start fresh rather than forked (None: it may be forked)."""
     if run is None:
         return reason
-    for name in sorted(env):
-        if name.startswith(forkserver.STARTUP_ONLY) and name not in forkserver.HONOURED:
-            return f"{name} is set (read only when an interpreter starts)"
-        if name in LOADER_VARS and env[name]:
-            return f"{name} is set"
-    if env.get("LD_LIBRARY_PATH", "") != agent_env.get("LD_LIBRARY_PATH", ""):
-        return "LD_LIBRARY_PATH differs from the agent's"
+    why = forkable.env_reason(env, agent_env)
+    if why is not None:
+        return why
     first = workdir if run.kind == "module" else (workdir / run.target).resolve().parent
-    extra = [Path(p) for p in env.get("PYTHONPATH", "").split(os.pathsep)
-             if p and os.path.realpath(p) != os.path.realpath(sitedir.DIRECTORY)]
+    seen_as = env.get("DET_WORKDIR") or str(workdir)  # the work dir as the trial sees it
+    extra = []
+    for p in env.get("PYTHONPATH", "").split(os.pathsep):
+        if not p or os.path.realpath(p) == os.path.realpath(sitedir.DIRECTORY):
+            continue
+        if p == seen_as or p.startswith(seen_as.rstrip("/") + "/"):
+            p = str(workdir) + p[len(seen_as.rstrip("/")):]
+        extra.append(workdir / p)  # a relative entry is the work dir's (an absolute one wins)
     if info.get("user_site") and home:
         v = info.get("version", [3, 0])
         site = Path(home, ".local", "lib", f"python{v[0]}.{v[1]}", "site-packages")
         if site.is_dir():
             return f"{site} may hold other packages"
-    return shadowing([first, *extra], set(info.get("modules", ())))
+    return shadowing([first, *extra], set(info.get("modules", ())), user)
 
 
 def mode(option: str | None) -> str:

@@ -61,10 +61,6 @@ ROOM_VAR = "DETTUI_FORK_ROOM"  # room in the server's environment for a child's 
 ROOM = 1024  # bytes of it, and of the last argument that makes room for a child's command
 MAX_MESSAGE = 1 << 20  # a request: argv and a sandbox plan, never an environment
 SITE_HOOK = "dettui_trial_site"  # the trial's sitecustomize, loaded without running it
-# Variables a fresh interpreter reads at start-up that a forked child cannot honour: a trial
-# whose environment sets one starts fresh (forkpool.why_fresh).
-STARTUP_ONLY = ("PYTHON",)
-HONOURED = {"PYTHONPATH", "PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE", "PYTHONBREAKPOINT"}
 
 
 # --- the server ----------------------------------------------------------------------------

@@ -128,7 +128,8 @@ async def _dry_run(c: Client, cfg: Any, files: list[dict[str, Any]]) -> int:
         agents = []
     seed = int((conf.get("reproducibility") or {}).get("experiment_seed") or 0)
     try:
-        nodes, note = dryrun.plan(conf, agents, sample_single(cfg.hyperparameters, seed))
+        nodes, note = dryrun.plan(conf, agents, sample_single(cfg.hyperparameters, seed),
+                                  [str(f["path"]) for f in files])
     except LaunchArgsError as exc:
         raise DettuiError(f"entrypoint: {exc}") from exc
     size = context.size_of(files)

@@ -235,6 +235,9 @@ class Environment(Strict):
     pod_spec: dict[str, Any] | None = None
     add_capabilities: list[str] = Field(default_factory=list)
     drop_capabilities: list[str] = Field(default_factory=list)
+    # dettui's: false starts every trial of the experiment as a fresh interpreter, never
+    # forked from the agent's fork server (its Python state is then exactly a new process's)
+    fork_server: bool = True
 
     @field_validator("environment_variables")
     @classmethod

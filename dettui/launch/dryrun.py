@@ -8,12 +8,13 @@ launcher, like the launcher itself: the exact torchrun command and environment p
 from __future__ import annotations
 
 import json
+import posixpath
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from dettui.launch import spec
+from dettui.launch import forkable, spec
 
 LAUNCHERS = {"dettui.launch.torch_distributed", "determined.launch.torch_distributed"}
 
@@ -33,6 +34,56 @@ class NodePlan:
     entrypoint: list[str]
     env: dict[str, str]
     launcher: spec.Command | None
+    start: str = ""  # forked by the agent's fork server, or fresh and why (start_way)
+
+
+# What an agent's fork server has imported besides the standard library (forkable.PRELOAD)
+PRELOADED = {"torch", "numpy", "dettui", "determined", "typing_extensions"}
+
+
+def start_way(config: dict[str, Any], files: Sequence[str]) -> str:
+    """How an agent would start the trial: forked from its fork server, or a fresh
+    interpreter and why (as far as the config and the context's files tell; the agent's
+    Python and what it preloaded decide the rest, and its start line says)."""
+    import sys
+
+    environment = config.get("environment") or {}
+    if environment.get("fork_server") is False:
+        return "fresh: environment.fork_server is false"
+    if spec.STARTUP_HOOK in files:
+        return f"fresh: {spec.STARTUP_HOOK} runs first"
+    words, why = forkable.entry_words(spec.entrypoint_argv(config.get("entrypoint") or ""))
+    if words is None:
+        return f"fresh: {why}"
+    if spec.PYTHON_NAME.fullmatch(words[0].rsplit("/", 1)[-1]) is None:
+        return f"fresh: the entrypoint runs {words[0]}, not Python"
+    rest = [w for w in words[1:] if w != "-u"]
+    if not rest or rest[0].startswith("-") and rest[0] != "-m":
+        return f"fresh: python runs with the option {rest[0] if rest else '(none)'}"
+    if rest[0] != "-m" and rest[0] not in files:
+        return f"fresh: {rest[0]} is not a file of the context"
+    env = _variables(environment.get("environment_variables"))
+    why = forkable.env_reason(env, {"LD_LIBRARY_PATH": env.get("LD_LIBRARY_PATH", "")})
+    if why is not None:
+        return f"fresh: {why}"
+    where = "" if rest[0] == "-m" else posixpath.dirname(rest[0])
+    names = {posixpath.relpath(f, where or ".").split("/", 1)[0] for f in files
+             if not where or f.startswith(where + "/")}
+    preloaded = set(sys.stdlib_module_names) | PRELOADED
+    for name in sorted(names):
+        stem = name.split(".", 1)[0]
+        if stem in preloaded and (name.endswith((".py", ".so", ".pyc"))
+                                  or f"{posixpath.join(where, name)}/__init__.py" in files):
+            return f"fresh: the context's {name} would be imported instead of {stem}"
+    note = " (if the agent's python3 is its fork server's)" if "PATH" in env or \
+        words[0].startswith("/") else ""
+    return f"forked by the agent's fork server{note}; fresh with --trial-start fresh"
+
+
+def _variables(value: Any) -> dict[str, str]:
+    items = value if isinstance(value, list) else [
+        i for v in (value or {}).values() for i in (v or [])] if isinstance(value, dict) else []
+    return dict(str(i).partition("=")[::2] for i in items if "=" in str(i))
 
 
 def place(slots: int, agents: Sequence[AgentView]) -> tuple[list[tuple[AgentView, int]], str]:
@@ -66,7 +117,8 @@ def _launcher_args(argv: list[str]) -> list[str] | None:
 
 
 def plan(config: dict[str, Any], agents: Sequence[AgentView],
-         hparams: dict[str, Any] | None = None) -> tuple[list[NodePlan], str]:
+         hparams: dict[str, Any] | None = None, files: Sequence[str] = ()
+         ) -> tuple[list[NodePlan], str]:
     from dettui.launch import torch_distributed
 
     slots = int((config.get("resources") or {}).get("slots_per_trial", 1))
@@ -85,7 +137,8 @@ def plan(config: dict[str, Any], agents: Sequence[AgentView],
         args = _launcher_args(argv)
         if args is not None:
             launcher = torch_distributed.build(args, env)
-        nodes.append(NodePlan(rank, agent.id, list(range(n)), argv, env, launcher))
+        nodes.append(NodePlan(rank, agent.id, list(range(n)), argv, env, launcher,
+                              start_way(config, files)))
     return nodes, note
 
 
@@ -96,6 +149,8 @@ def render(nodes: list[NodePlan], note: str) -> str:
     for node in nodes:
         lines.append(f"node {node.node_rank}: agent {node.agent}, slots {node.slot_ids}")
         lines.append(f"  entrypoint: {shlex.join(node.entrypoint)}")
+        if node.start:
+            lines.append(f"  start: {node.start}")
         lines.append("  environment (besides DET_MASTER, DET_SESSION_TOKEN, "
                      "DET_EXPERIMENT_CONFIG, DET_TRIAL_ID...):")
         lines += [f"    {k}={v}" for k, v in sorted(node.env.items())]

@@ -47,6 +47,7 @@ class MasterSettings:
     preemption_timeout: float = 3600.0  # seconds a preempted trial has to checkpoint and exit
     session_lifetime: float = 7 * 24 * 3600.0  # seconds a login lasts (Determined: 7 days)
     slurm: dict[str, SlurmPool] = field(default_factory=dict)  # pools backed by Slurm
+    fresh_pools: frozenset[str] = frozenset()  # pools whose trials never fork (fork_server)
     db_url: str | None = None  # postgresql://USER@HOST:PORT/DB; None: SQLite in the state dir
     # bytes of checkpoint storage (checkpoints holding files) an experiment, and all of a
     # user's experiments together, may use; None: no quota (store.checkpoint_quota)
@@ -149,6 +150,8 @@ class PoolConfig(_Strict):
     description: str = ""
     scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
     provider: SlurmProviderConfig | None = None  # none: dettui agents
+    # false: every trial in this pool starts a fresh interpreter (no fork server)
+    fork_server: bool = True
 
 
 def _size(value: Any) -> int | None:
@@ -223,6 +226,7 @@ def settings_from(cfg: MasterConfig, **overrides: Any) -> dict[str, Any]:
     out["policies"] = policies_of(cfg, bool(overrides.pop("preemption", False)))
     out["default_pool"] = cfg.default_compute_pool or next(iter(out["policies"]))
     out["slurm"] = slurm_pools(cfg)
+    out["fresh_pools"] = frozenset(p.pool_name for p in cfg.resource_pools if not p.fork_server)
     out["checkpoint_quota"] = cfg.checkpoint_storage_quota
     out["checkpoint_quota_per_user"] = cfg.checkpoint_storage_quota_per_user
     out.update({k: v for k, v in overrides.items() if v is not None})

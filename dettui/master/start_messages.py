@@ -82,7 +82,8 @@ def build_start(
         experiment_id=exp.id, run_id=alloc.run_id, slots=my_slots, node_rank=node_rank,
         cuda_devices=cuda, entrypoint=exp.conf.entrypoint, env=env, session_token=token,
         owner_id=exp.owner_id, checkpoint_root=str(settings.checkpoint_root),
-        agent_user=agent_user(owner))
+        agent_user=agent_user(owner),
+        fork_server=agent.pool not in settings.fresh_pools and exp.conf.environment.fork_server)
 
 
 def agent_user(owner: User | None) -> AgentUser | None:

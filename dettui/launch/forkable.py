@@ -1,0 +1,49 @@
+"""Which trials a fork server may start: the parts of that decision that need no agent (the
+entrypoint's shape, the environment), shared by the agent (agent/forkpool.py) and the dry run
+(launch/dryrun.py). Pure: standard library only."""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping, Sequence
+
+SHELL_SYNTAX = set("$`\\*?[]{}~;&|<>()!#\n\t")  # a string entrypoint holding any: run by sh
+# Variables a fresh interpreter reads at start-up that a forked child cannot honour: a trial
+# whose environment sets one starts fresh.
+STARTUP_ONLY = ("PYTHON",)
+HONOURED = {"PYTHONPATH", "PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE", "PYTHONBREAKPOINT"}
+LOADER_VARS = ("LD_PRELOAD", "LD_AUDIT")
+
+
+def entry_words(argv: Sequence[str]) -> tuple[list[str] | None, str]:
+    """The words of a simple command `argv` runs (a `sh -c` line without shell syntax, or a
+    list), or why it is not one."""
+    words = list(argv)
+    if len(words) >= 3 and words[0] == "sh" and words[1] == "-c":
+        text = words[2]
+        if len(words) > 3:
+            return None, "the entrypoint passes arguments to sh"
+        odd = sorted(set(text) & SHELL_SYNTAX)
+        if odd:
+            return None, f"the entrypoint is a shell line (it holds {''.join(odd)[:8]!r})"
+        try:
+            words = shlex.split(text)
+        except ValueError:
+            return None, "the entrypoint's quotes are unbalanced"
+        if words and "=" in words[0]:
+            return None, "the entrypoint sets a variable first"
+    if not words:
+        return None, "the entrypoint is empty"
+    return words, ""
+
+
+def env_reason(env: Mapping[str, str], agent_env: Mapping[str, str]) -> str | None:
+    """A variable of the trial's environment that only a new interpreter can honour."""
+    for name in sorted(env):
+        if name.startswith(STARTUP_ONLY) and name not in HONOURED:
+            return f"{name} is set (read only when an interpreter starts)"
+        if name in LOADER_VARS and env[name]:
+            return f"{name} is set"
+    if env.get("LD_LIBRARY_PATH", "") != agent_env.get("LD_LIBRARY_PATH", ""):
+        return "LD_LIBRARY_PATH differs from the agent's"
+    return None
