@@ -19,7 +19,6 @@ import itertools
 import json
 import logging
 import os
-import shlex
 import shutil
 import socket
 import sys
@@ -42,37 +41,8 @@ PRELOAD = ("dettui.core", "dettui.launch.alias", "dettui.launch._determined", "t
            "dettui.pytorch")
 
 
-@dataclass(frozen=True)
-class Run:
-    """What a forked child runs: `kind` script or module, its target and arguments, and the
-    command as written (what `ps` shows of it)."""
-
-    kind: str
-    target: str
-    args: tuple[str, ...]
-    title: str = ""
-
-
-def split_run(words: Sequence[str], workdir: Path) -> tuple[Run | None, str]:
-    """`python [-u] SCRIPT ARGS` or `python [-u] -m MODULE ARGS` (words[0] the Python), or why
-    not: another option, or a script that is not a file of the context."""
-    rest = list(words[1:])
-    while rest[:1] == ["-u"]:
-        rest = rest[1:]
-    if rest[:1] == ["-m"] and len(rest) >= 2:
-        return Run("module", rest[1], tuple(rest[2:]), shlex.join(words)), ""
-    if not rest or rest[0].startswith("-"):
-        return None, f"python runs with the option {rest[0] if rest else '(none)'}"
-    script = workdir / rest[0]
-    if not script.is_file():
-        return None, f"{rest[0]} is not a file of the context"
-    if not script.resolve().is_relative_to(workdir.resolve()):
-        return None, f"{rest[0]} lies outside the context"
-    return Run("script", rest[0], tuple(rest[1:]), shlex.join(words)), ""
-
-
 def python_run(argv: Sequence[str], workdir: Path, path: str, python: str
-               ) -> tuple[Run | None, str]:
+               ) -> tuple[forkable.Run | None, str]:
     """The script or module `argv` runs with `python` (the server's), or why it is not that."""
     words, why = forkable.entry_words(argv)
     if words is None:
@@ -84,7 +54,7 @@ def python_run(argv: Sequence[str], workdir: Path, path: str, python: str
     if found is None or interpreter(found) != interpreter(python):
         return None, (f"{program} is {found or 'not found'}, not the fork server's Python "
                       f"({python})")
-    return split_run(words, workdir)
+    return forkable.split_run(words, workdir)
 
 
 def interpreter(path: str) -> tuple[str, str]:
@@ -123,7 +93,7 @@ def shadowing(dirs: Sequence[Path], modules: set[str],
     return None
 
 
-def why_fresh(run: Run | None, reason: str, env: Mapping[str, str], workdir: Path,
+def why_fresh(run: forkable.Run | None, reason: str, env: Mapping[str, str], workdir: Path,
               info: Mapping[str, Any], home: str | None, agent_env: Mapping[str, str],
               user: TrialUser | None = None) -> str | None:
     """Why this trial must start fresh rather than forked (None: it may be forked)."""

@@ -34,14 +34,12 @@ Standard library, nsetup and trial_exec only at import: what it preloads is its 
 
 from __future__ import annotations
 
-import builtins
 import contextlib
 import ctypes
 import errno
 import gc
 import importlib
 import importlib.util
-import io
 import json
 import os
 import selectors
@@ -56,6 +54,7 @@ from types import ModuleType
 from typing import Any
 
 from dettui.agent import nsetup, trial_exec
+from dettui.launch import inproc
 
 ROOM_VAR = "DETTUI_FORK_ROOM"  # room in the server's environment for a child's marks
 ROOM = 1024  # bytes of it, and of the last argument that makes room for a child's command
@@ -274,30 +273,15 @@ def spawn(sock: socket.socket, wake_r: int, wake_w: int, watch_fd: int,
                     os.close(fd)
         code = child(request, fds, hook)
     except SystemExit as exc:
-        code = exit_code(exc)
+        code = inproc.exit_code(exc)
     except BaseException:  # noqa: BLE001 - the trial's own failure, shown as python shows it
         with contextlib.suppress(BaseException):
             traceback.print_exc()
         code = 1
     finally:
         with contextlib.suppress(BaseException):
-            flush()
+            inproc.flush()
         os._exit(code)
-
-
-def reset_signals() -> None:
-    """Every signal as a new interpreter has it: default, SIGINT raising KeyboardInterrupt,
-    SIGPIPE and SIGXFSZ ignored; none blocked."""
-    for sig in signal.valid_signals():
-        if sig in (signal.SIGKILL, signal.SIGSTOP):
-            continue
-        with contextlib.suppress(OSError, ValueError):
-            signal.signal(sig, signal.SIG_DFL)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    for name in ("SIGPIPE", "SIGXFSZ"):
-        if hasattr(signal, name):
-            signal.signal(getattr(signal, name), signal.SIG_IGN)
-    signal.pthread_sigmask(signal.SIG_SETMASK, [])
 
 
 def show_marks(marks: dict[str, str]) -> None:
@@ -337,7 +321,7 @@ def show_title(title: str) -> None:
 
 
 def child(request: dict[str, Any], fds: Sequence[int], hook: ModuleType | None) -> int:
-    reset_signals()
+    inproc.reset_signals()
     title = str(request.get("title") or "")
     # the sandbox's outer process keeps the label (as `unshare ... dettui-sandbox trial 3`
     # does for a fresh trial); the trial itself shows its command
@@ -361,117 +345,7 @@ def child(request: dict[str, Any], fds: Sequence[int], hook: ModuleType | None) 
         return 126
     with contextlib.suppress(OSError):
         os.unlink(env_file)
-    return run(request, env, hook)
-
-
-def run(request: dict[str, Any], env: dict[str, str], hook: ModuleType | None) -> int:
-    """The trial, as `python SCRIPT ARGS` or `python -m MODULE ARGS` would run it here."""
-    import atexit
-    import tempfile
-
-    kind, target = request.get("kind"), str(request.get("target", ""))
-    args = [str(a) for a in request.get("args", [])]
-    os.environ.clear()
-    os.environ.update(env)
-    atexit._clear()
-    tempfile.tempdir = None  # TMPDIR is the trial's
-    sys.dont_write_bytecode = bool(env.get("PYTHONDONTWRITEBYTECODE"))
-    threads_from_environment(env)
-    reseed()
-    extra = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-    first = os.getcwd() if kind == "module" else os.path.dirname(os.path.realpath(target))
-    sys.path[:] = [first, *extra, *BASE_PATH]
-    sys.path_importer_cache.clear()
-    importlib.invalidate_caches()
-    if hook is not None:
-        hook._main(hidden=False)
-    main = ModuleType("__main__")
-    main.__dict__["__builtins__"] = builtins
-    sys.modules["__main__"] = main
-    code = 0
-    try:
-        if kind == "module":
-            import runpy
-
-            sys.argv = [target, *args]  # runpy puts the module's file in argv[0]
-            runpy._run_module_as_main(target, alter_argv=True)  # type: ignore[attr-defined]
-        else:
-            sys.argv = [target, *args]
-            main.__dict__.update(__file__=os.path.abspath(target), __cached__=None,
-                                 __spec__=None, __loader__=None, __package__=None)
-            with io.open_code(target) as f:
-                source = f.read()
-            exec(compile(source, target, "exec", dont_inherit=True), main.__dict__)
-    except SystemExit as exc:
-        code = exit_code(exc)
-    except KeyboardInterrupt:
-        traceback.print_exc()
-        finish()
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGINT)  # as python: dies of SIGINT
-        code = 130
-    except BaseException as exc:  # noqa: BLE001 - the trial's failure, shown as python shows it
-        with contextlib.suppress(BaseException):
-            sys.excepthook(type(exc), exc, exc.__traceback__)
-        code = 1
-    finish()
-    return code
-
-
-def finish() -> None:
-    """What an interpreter does at exit before finalisation: join non-daemon threads, run the
-    atexit handlers, flush stdout and stderr."""
-    import atexit
-
-    with contextlib.suppress(BaseException):
-        threading._shutdown()  # type: ignore[attr-defined]
-    with contextlib.suppress(BaseException):
-        atexit._run_exitfuncs()
-    flush()
-
-
-def flush() -> None:
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(BaseException):
-            if stream is not None:
-                stream.flush()
-
-
-def exit_code(exc: SystemExit) -> int:
-    """As the interpreter: None is 0, an int itself, anything else printed to stderr and 1."""
-    value = exc.code
-    if value is None:
-        return 0
-    if isinstance(value, int):
-        return value & 0xFF
-    with contextlib.suppress(BaseException):
-        print(value, file=sys.stderr)
-    return 1
-
-
-def threads_from_environment(env: dict[str, str]) -> None:
-    """OMP/MKL thread counts are read by the OpenMP runtime when torch loads (in the server):
-    the trial's own applied to torch here, before its first parallel op."""
-    torch = sys.modules.get("torch")
-    if torch is None:
-        return
-    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-        with contextlib.suppress(ValueError, TypeError, RuntimeError):
-            n = int(env.get(name, "").split(",")[0])
-            if n > 0:
-                torch.set_num_threads(n)
-                return
-
-
-def reseed() -> None:
-    """`random` reseeds itself at fork; numpy's global generator is reseeded from the OS."""
-    numpy_random = sys.modules.get("numpy.random")
-    if numpy_random is not None:
-        with contextlib.suppress(BaseException):
-            numpy_random.seed()
-
-
-BASE_PATH: list[str] = []
+    return inproc.run(request, env, hook)
 
 
 def main(argv: Sequence[str]) -> int:
@@ -482,7 +356,7 @@ def main(argv: Sequence[str]) -> int:
     sock = socket.socket(fileno=int(argv[0]))
     names = [n for n in (argv[1] if len(argv) > 1 else "").split(",") if n]
     hook_path = argv[2] if len(argv) > 2 else ""
-    BASE_PATH[:] = [p for p in sys.path if p]
+    inproc.BASE_PATH[:] = [p for p in sys.path if p]
     try:
         return serve(sock, names, hook_path)
     except OSError as exc:

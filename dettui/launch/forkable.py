@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 
 SHELL_SYNTAX = set("$`\\*?[]{}~;&|<>()!#\n\t")  # a string entrypoint holding any: run by sh
 # Variables a fresh interpreter reads at start-up that a forked child cannot honour: a trial
@@ -13,6 +15,17 @@ SHELL_SYNTAX = set("$`\\*?[]{}~;&|<>()!#\n\t")  # a string entrypoint holding an
 STARTUP_ONLY = ("PYTHON",)
 HONOURED = {"PYTHONPATH", "PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE", "PYTHONBREAKPOINT"}
 LOADER_VARS = ("LD_PRELOAD", "LD_AUDIT")
+
+
+@dataclass(frozen=True)
+class Run:
+    """What a forked child runs: `kind` script or module, its target and arguments, and the
+    command as written (what `ps` shows of it)."""
+
+    kind: str
+    target: str
+    args: tuple[str, ...]
+    title: str = ""
 
 
 def entry_words(argv: Sequence[str]) -> tuple[list[str] | None, str]:
@@ -47,3 +60,21 @@ def env_reason(env: Mapping[str, str], agent_env: Mapping[str, str]) -> str | No
     if env.get("LD_LIBRARY_PATH", "") != agent_env.get("LD_LIBRARY_PATH", ""):
         return "LD_LIBRARY_PATH differs from the agent's"
     return None
+
+
+def split_run(words: Sequence[str], workdir: Path) -> tuple[Run | None, str]:
+    """`python [-u] SCRIPT ARGS` or `python [-u] -m MODULE ARGS` (words[0] the Python), or why
+    not: another option, or a script that is not a file of the context."""
+    rest = list(words[1:])
+    while rest[:1] == ["-u"]:
+        rest = rest[1:]
+    if rest[:1] == ["-m"] and len(rest) >= 2:
+        return Run("module", rest[1], tuple(rest[2:]), shlex.join(words)), ""
+    if not rest or rest[0].startswith("-"):
+        return None, f"python runs with the option {rest[0] if rest else '(none)'}"
+    script = workdir / rest[0]
+    if not script.is_file():
+        return None, f"{rest[0]} is not a file of the context"
+    if not script.resolve().is_relative_to(workdir.resolve()):
+        return None, f"{rest[0]} lies outside the context"
+    return Run("script", rest[0], tuple(rest[1:]), shlex.join(words)), ""

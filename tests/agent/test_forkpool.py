@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from dettui.agent import forkpool, forkserver
+from dettui.launch import inproc
 
 PYTHON = sys.executable
 PATH = os.path.dirname(PYTHON)
@@ -306,6 +307,6 @@ def test_a_watched_directory_moved_away_makes_the_server_stale(tmp_path: Path) -
 ])
 def test_a_system_exit_ends_the_child_as_python_would(
         capsys: pytest.CaptureFixture[str], value: object, code: int, printed: str) -> None:
-    assert forkserver.exit_code(SystemExit(value)) == code
+    assert inproc.exit_code(SystemExit(value)) == code
     out = capsys.readouterr()
     assert out.err == printed and out.out == ""
