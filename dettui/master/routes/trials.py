@@ -26,6 +26,8 @@ from dettui.master.http.openapi import op
 from dettui.master.http.wire import (
     STREAM_CHUNK,
     b64_response,
+    b64_small,
+    blob_response,
     encode_metrics,
     json_bytes,
     json_items,
@@ -42,7 +44,7 @@ from dettui.master.store import experiments as exp_store
 from dettui.master.store import metrics as metric_store
 from dettui.master.store import trials as trial_store
 from dettui.master.store.page import Page
-from dettui.master.store.records import Checkpoint, Metric
+from dettui.master.store.records import Checkpoint, Metric, Trial
 from dettui.master.views.trials import trial_views
 from dettui.models import CheckpointState
 
@@ -231,16 +233,31 @@ async def kill_trial(request: web.Request) -> web.Response:
 @task_route
 @agent_too
 async def context_directory(request: web.Request) -> web.Response:
-    """A task's model definition: for the task itself, users, and agents running it."""
-    db = request.app[appkeys.DB]
-    trial = await db.read(trial_store.by_task_id, request.match_info["taskId"])
-    check_trial(request, trial.id)
+    """A task's model definition: for the task itself, users, and agents running it. One read
+    (every trial's agent asks at its start): the trial, whether the asking agent runs it, and
+    the context, a small one encoded there too; nothing is answered before the checks."""
     agent = principal(request).agent
-    if agent is not None and not any(
-            agent.agent_id in a.agents for a in await db.read(trial_store.live_allocations)
-            if a.trial_id == trial.id):
+    trial, runs_it, body, data = await request.app[appkeys.DB].read(
+        _context, request.match_info["taskId"], agent is not None,
+        agent.agent_id if agent is not None else None)
+    check_trial(request, trial.id)
+    if not runs_it:
+        assert agent is not None
         raise PermissionDenied(f"task {trial.task_id} does not run on agent {agent.agent_id}")
-    return await b64_response("b64Tgz", await db.read(exp_store.context, trial.experiment_id))
+    return blob_response(body) if body is not None else await b64_response("b64Tgz", data)
+
+
+def _context(conn: Any, task_id: str, by_agent: bool, agent_id: str | None,
+             ) -> tuple[Trial, bool, bytes | None, bytes | None]:
+    """The task's trial; unless an agent asks (`by_agent`), True, else whether its id (None:
+    its credential is not bound to one) has a part of one of the trial's live allocations;
+    the context as the answer when small (`b64_small`), else as read."""
+    trial = trial_store.by_task_id(conn, task_id)
+    runs_it = not by_agent or any(
+        agent_id in a.agents for a in trial_store.live_allocations_of_trial(conn, trial.id))
+    data = exp_store.context(conn, trial.experiment_id)
+    body = b64_small("b64Tgz", data)
+    return trial, runs_it, body, data if body is None else None
 
 
 routes.get("/api/v1/tasks/{taskId}/context_directory")(context_directory)

@@ -307,6 +307,13 @@ def slots_in_use(conn: sqlite3.Connection) -> dict[str, dict[int, str]]:
 _PLAIN_ID = re.compile(r"[A-Za-z0-9._:@-]+")
 
 
+def live_allocations_of_trial(conn: sqlite3.Connection, trial_id: int) -> list[Allocation]:
+    """The trial's live allocations (at most one, but for a moment at a restart)."""
+    rows = conn.execute(f"{FROM_ALLOCATIONS} WHERE trial_id=? AND state != ?",
+                        (trial_id, AllocationState.EXITED.value))
+    return [Allocation.from_row(r) for r in rows]
+
+
 def live_allocations_in(conn: sqlite3.Connection, alloc_ids: list[str]) -> list[Allocation]:
     """Those of `alloc_ids` that are live."""
     out: list[Allocation] = []
