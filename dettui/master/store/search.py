@@ -15,6 +15,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from dettui import jsonfast
 from dettui.config.schema import ExperimentSchema
 from dettui.master import searcher as search
 from dettui.master.effects import Effects, experiment_changed, notify
@@ -57,7 +58,7 @@ def _state(conn: sqlite3.Connection,
            exp_id: int) -> tuple[dict[str, Any] | None, dict[str, Any]]:
     """The searcher's stored state, and what of it is ours: steps seen, ends applied."""
     row = conn.execute("SELECT searcher_state FROM experiments WHERE id=?", (exp_id,)).fetchone()
-    state = json.loads(row[0]) if row and row[0] else None
+    state = jsonfast.loads(row[0]) if row and row[0] else None  # at every validation and end
     extra = {SEEN: dict((state or {}).get(SEEN, {})), ENDED: list((state or {}).get(ENDED, []))}
     return state, extra
 
