@@ -183,6 +183,9 @@ class AllocationRun:
             process.INSTANCE_MARK: process.instance(),
             "PATH": self._path(env.get("PATH", "")),
         })
+        # a launcher in the trial forks its workers as the agent forks trials (forked_workers)
+        env["DETTUI_WORKER_START"] = ("fork" if self.forks is not None and self.spec.fork_server
+                                      else "fresh")
         cuda = self.spec.cuda_devices
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(d) for d in cuda)
         return env

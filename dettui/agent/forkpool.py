@@ -51,20 +51,10 @@ def python_run(argv: Sequence[str], workdir: Path, path: str, python: str
     found = (os.path.join(workdir, program) if os.sep in program
              else shutil.which(program, path=os.pathsep.join(
                  str(workdir / d) for d in path.split(os.pathsep))))
-    if found is None or interpreter(found) != interpreter(python):
+    if found is None or forkable.interpreter(found) != forkable.interpreter(python):
         return None, (f"{program} is {found or 'not found'}, not the fork server's Python "
                       f"({python})")
     return forkable.split_run(words, workdir)
-
-
-def interpreter(path: str) -> tuple[str, str]:
-    """What a Python executable runs as: its real binary, and the venv it starts in (the
-    directory holding pyvenv.cfg next to it or above it, as the interpreter looks; "" none).
-    A venv's python is a link to the system's: the same binary, other packages."""
-    where = os.path.dirname(os.path.abspath(path))
-    venv = next((d for d in (where, os.path.dirname(where))
-                 if os.path.isfile(os.path.join(d, "pyvenv.cfg"))), "")
-    return os.path.realpath(path), os.path.realpath(venv) if venv else ""
 
 
 def shadowing(dirs: Sequence[Path], modules: set[str],

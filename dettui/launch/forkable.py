@@ -4,6 +4,7 @@ entrypoint's shape, the environment), shared by the agent (agent/forkpool.py) an
 
 from __future__ import annotations
 
+import os
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -78,3 +79,13 @@ def split_run(words: Sequence[str], workdir: Path) -> tuple[Run | None, str]:
     if not script.resolve().is_relative_to(workdir.resolve()):
         return None, f"{rest[0]} lies outside the context"
     return Run("script", rest[0], tuple(rest[1:]), shlex.join(words)), ""
+
+
+def interpreter(path: str) -> tuple[str, str]:
+    """What a Python executable runs as: its real binary, and the venv it starts in (the
+    directory holding pyvenv.cfg next to it or above it, as the interpreter looks; "" none).
+    A venv's python is a link to the system's: the same binary, other packages."""
+    where = os.path.dirname(os.path.abspath(path))
+    venv = next((d for d in (where, os.path.dirname(where))
+                 if os.path.isfile(os.path.join(d, "pyvenv.cfg"))), "")
+    return os.path.realpath(path), os.path.realpath(venv) if venv else ""

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import psutil
 
-from dettui.launch import spec
+from dettui.launch import forked_workers, spec
 from dettui.launch.worker import LAUNCH_DIR, LAUNCHER_PID
 
 GRACE = 5.0
@@ -177,7 +177,13 @@ def main(argv: list[str] | None = None) -> int:
     if dry_run:
         print(cmd.render())
         return 0
-    return supervise(cmd, spec.Topology.from_env(env).nproc)
+    topo = spec.Topology.from_env(env)
+    overrides, rest = spec.split_overrides(args)
+    run = forked_workers.eligible(overrides, spec.script_of(rest, python=sys.executable), topo,
+                                  env)
+    if run is not None:
+        return forked_workers.supervise(run, topo.nproc, topo.port, cmd.env)
+    return supervise(cmd, topo.nproc)
 
 
 if __name__ == "__main__":

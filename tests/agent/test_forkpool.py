@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from dettui.agent import forkpool, forkserver
-from dettui.launch import inproc
+from dettui.launch import forkable, inproc
 
 PYTHON = sys.executable
 PATH = os.path.dirname(PYTHON)
@@ -38,7 +38,7 @@ def shadows(why: str | None, name: str, module: str) -> bool:
         and why.endswith(f" {module}")
 
 
-def run_of(argv: list[str], work: Path, path: str = PATH) -> tuple[forkpool.Run | None, str]:
+def run_of(argv: list[str], work: Path, path: str = PATH) -> tuple[forkable.Run | None, str]:
     return forkpool.python_run(argv, work, path, PYTHON)
 
 
@@ -107,17 +107,17 @@ def test_a_venvs_python_is_not_the_system_python_with_the_same_binary(tmp_path: 
     plain.mkdir()
     (plain / "python3").symlink_to(binary)
     plain = plain / "python3"
-    assert forkpool.interpreter(str(one))[0] == forkpool.interpreter(str(plain))[0] == binary
-    assert forkpool.interpreter(str(plain)) == (binary, "")
-    assert forkpool.interpreter(str(one)) == (binary, str((tmp_path / "one").resolve()))
-    assert forkpool.interpreter(str(one)) != forkpool.interpreter(str(two))
-    assert forkpool.interpreter(str(one)) != forkpool.interpreter(str(plain))
+    assert forkable.interpreter(str(one))[0] == forkable.interpreter(str(plain))[0] == binary
+    assert forkable.interpreter(str(plain)) == (binary, "")
+    assert forkable.interpreter(str(one)) == (binary, str((tmp_path / "one").resolve()))
+    assert forkable.interpreter(str(one)) != forkable.interpreter(str(two))
+    assert forkable.interpreter(str(one)) != forkable.interpreter(str(plain))
     # pyvenv.cfg next to the python (a venv made with --copies on some systems) counts too
     flat = tmp_path / "flat"
     flat.mkdir()
     (flat / "pyvenv.cfg").write_text("home = /usr/bin\n")
     (flat / "python3").symlink_to(binary)
-    assert forkpool.interpreter(str(flat / "python3"))[1] == str(flat.resolve())
+    assert forkable.interpreter(str(flat / "python3"))[1] == str(flat.resolve())
 
 
 def test_python3_of_another_venv_on_the_trials_path_starts_fresh(work: Path,
