@@ -13,7 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from dettui.launch import spec
+from dettui.launch import forked_workers, spec
 from tests.conftest import RUN
 
 pytestmark = pytest.mark.slow
@@ -23,6 +23,14 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+@pytest.fixture(params=["fork", "fresh"])
+def worker_start(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The launcher both ways: workers forked from itself (as under an agent that forks
+    trials) and started by torchrun."""
+    monkeypatch.setenv(forked_workers.WORKER_START, request.param)
+    return str(request.param)
 
 
 def launch(tmp_path: Path, script: str, *extra: str,
@@ -46,7 +54,7 @@ def leftovers(tag: str) -> list[int]:
     return out
 
 
-def test_two_gloo_workers_allreduce(tmp_path: Path) -> None:
+def test_two_gloo_workers_allreduce(tmp_path: Path, worker_start: str) -> None:
     res = launch(tmp_path, """
         import torch, torch.distributed as dist
         dist.init_process_group("gloo")
@@ -60,7 +68,7 @@ def test_two_gloo_workers_allreduce(tmp_path: Path) -> None:
     assert "[rank=1] sum 3 world 2" in res.stdout
 
 
-def test_one_failing_worker_ends_the_rest_with_its_code(tmp_path: Path) -> None:
+def test_one_failing_worker_ends_the_rest_with_its_code(tmp_path: Path, worker_start: str) -> None:
     t0 = time.monotonic()
     res = launch(tmp_path, """
         import os, sys, time
@@ -124,7 +132,7 @@ def test_entrypoints_written_for_determined_run_through_ours(
     assert spec.entrypoint_argv(entrypoint, python="py") == argv
 
 
-def test_sigkill_of_the_launcher_leaves_no_worker(tmp_path: Path) -> None:
+def test_sigkill_of_the_launcher_leaves_no_worker(tmp_path: Path, worker_start: str) -> None:
     """torchrun starts workers in sessions of their own; each worker watches the launcher."""
     (tmp_path / "w.py").write_text("import time\nprint('ready', flush=True)\ntime.sleep(600)\n")
     tag = f"test-{RUN}-{tmp_path.name}"
@@ -137,7 +145,10 @@ def test_sigkill_of_the_launcher_leaves_no_worker(tmp_path: Path) -> None:
     ready = [proc.stdout.readline() for _ in range(2)]
     assert all("ready" in line for line in ready), ready
     workers = [p for p in leftovers(tag) if p != proc.pid]
-    assert len(workers) >= 3, "torchrun and two workers"
+    assert len(workers) >= (2 if worker_start == "fork" else 3), "(torchrun and) two workers"
+    lines = [" ".join(psutil.Process(p).cmdline()) for p in workers]
+    assert any("torch.distributed.run" in line for line in lines) == (worker_start == "fresh"), \
+        lines
     proc.kill()
     proc.wait(5)
     deadline = time.monotonic() + 10
@@ -157,7 +168,7 @@ def test_the_topology_the_master_writes_is_the_one_the_launcher_reads() -> None:
 
 
 def test_a_stopped_launcher_does_not_wait_for_a_failure_that_is_not_coming(
-        tmp_path: Path) -> None:
+        tmp_path: Path, worker_start: str) -> None:
     """SIGTERM from outside (the agent killing one node of a trial whose other node failed):
     the workers' signal codes have no other cause to wait for, so the launcher ends at once
     instead of after SIGNAL_WAIT (set to 120 s here, so waiting could not go unnoticed)."""
