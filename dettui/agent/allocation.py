@@ -329,8 +329,8 @@ class AllocationRun:
             return None
         run, why = forkpool.python_run(argv, self.workdir, env["PATH"], sys.executable)
         server = None
+        uid = self.user.uid if self.user is not None else None
         if run is not None:
-            uid = self.user.uid if self.user is not None else None
             server = await self.forks.server(uid)
             if server is None:
                 why = self.forks.failure or "the fork server could not start"
@@ -353,8 +353,17 @@ class AllocationRun:
         try:
             forked = await self.forks.spawn(server, request)
         except OSError as exc:
-            self.way = f"fresh: the fork server failed ({exc})"
-            return None
+            # changed on disk just now: the next server is a fresh import of what changed
+            again = await self.forks.server(uid) if server.stale else None
+            if again is None:
+                self.way = f"fresh: the fork server failed ({exc})"
+                return None
+            server = again
+            try:
+                forked = await self.forks.spawn(server, request)
+            except OSError as exc2:
+                self.way = f"fresh: the fork server failed ({exc2})"
+                return None
         self.way = (f"forked by fork server {server.proc.pid} in "
                     f"{(time.monotonic() - started) * 1000:.0f} ms")
         return forked

@@ -36,6 +36,7 @@ from dettui.launch import forkable, sitedir
 log = logging.getLogger("dettui.agent.forkpool")
 MODES = ("fork", "fresh")
 MODE_VAR = "DETTUI_TRIAL_START"  # the agent's default; `--trial-start` wins
+IDLE_SECONDS = 900.0  # a server no trial used for this long ends at the next trial's start
 READY_TIMEOUT = 300.0  # seconds for a server to import its preload set (torch, on a busy host)
 PRELOAD = ("dettui.core", "dettui.launch.alias", "dettui.launch._determined", "torch",
            "dettui.pytorch")
@@ -192,6 +193,8 @@ class Server:
             if fut is not None and not fut.done():
                 fut.set_result(int(msg["pid"]))
         elif "error" in msg:
+            if str(msg["error"]).startswith("stale"):
+                self.stale = self.stale or str(msg["error"])
             fut = self.pids.pop(rid, None)
             if fut is not None and not fut.done():
                 fut.set_exception(OSError(str(msg["error"])))
@@ -213,7 +216,9 @@ class Pool:
     """The agent's fork servers, started when a trial first needs one."""
 
     def __init__(self, stage_env: Mapping[str, str], own_pids: set[int],
-                 preload: Sequence[str] = PRELOAD) -> None:
+                 preload: Sequence[str] = PRELOAD, clock: Any = time.monotonic) -> None:
+        self.clock = clock
+        self.used: dict[tuple[Any, ...], float] = {}  # when each server last forked a trial
         self.stage_env = dict(stage_env)
         self.own_pids = own_pids
         self.preload = tuple(preload)
@@ -230,6 +235,8 @@ class Pool:
         """A ready server for trials of `uid`, started now if there is none (None: it could
         not start; `failure` says why)."""
         key = self.key(uid)
+        self.used[key] = self.clock()
+        self._retire_idle()
         current = self.servers.get(key)
         if current is not None and current.usable:
             return current
@@ -248,6 +255,14 @@ class Pool:
         if server is not None:
             self.servers[key] = server
         return server
+
+    def _retire_idle(self) -> None:
+        """Servers of users whose trials stopped coming end (each holds torch's memory)."""
+        now = self.clock()
+        for key, server in list(self.servers.items()):
+            if now - self.used.get(key, now) > IDLE_SECONDS and not server.running:
+                del self.servers[key]
+                self.retire(server)
 
     def warm(self, uid: int | None) -> None:
         """Start the server for `uid` in the background (the agent's default trial user)."""

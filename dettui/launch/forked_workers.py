@@ -86,6 +86,7 @@ def _child(run: forkable.Run, env: dict[str, str], out_w: int, err_w: int,
         os.dup2(null, 0)
         os.dup2(out_w, 1)
         os.dup2(err_w, 2)
+        os.closerange(3, 1 << 20)  # as subprocess's close_fds: the launcher's pipes stay its
         base = [p for p in sys.path[1:] if p]
         code = inproc.run({"kind": run.kind, "target": run.target, "args": list(run.args)},
                           env, None, base)
