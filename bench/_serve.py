@@ -8,6 +8,7 @@ it imports torch), so every bench runs one trial of the same user before it time
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import statistics
 import subprocess
@@ -50,6 +51,17 @@ class Serve:
         """CPU seconds (user + system) the serve process (master + embedded agent) has used."""
         t = self._ps.cpu_times()
         return float(t.user + t.system)
+
+    def tree_cpu(self) -> float:
+        """CPU seconds of the serve process and everything under it: each live process's own
+        time and its waited-for children's (a trial's, once reaped by the agent or by the
+        fork server, is in its parent's)."""
+        total = 0.0
+        for p in [self._ps, *self._ps.children(recursive=True)]:
+            with contextlib.suppress(psutil.Error):
+                t = p.cpu_times()
+                total += t.user + t.system + t.children_user + t.children_system
+        return total
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -103,6 +115,12 @@ def ms(xs: Sequence[float]) -> str:
     """median (min-max) in ms."""
     return (f"{statistics.median(xs) * 1000:7.1f} ms  ({min(xs) * 1000:.0f}-"
             f"{max(xs) * 1000:.0f})")
+
+
+def busy() -> float:
+    """CPU seconds the whole machine has been busy (every process, every core)."""
+    t = psutil.cpu_times()
+    return float(sum(t) - t.idle - getattr(t, "iowait", 0.0))
 
 
 def load() -> str:

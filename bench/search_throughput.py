@@ -23,10 +23,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import statistics
 import sys
 import tempfile
 import textwrap
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -69,28 +71,47 @@ def dettui_side(trials: int, way: str = "fork") -> dict[str, Any]:
 
 async def _run_search(serve: Any, ctx_dir: Path, trials: int, client_cls: Any,
                       context: Any) -> dict[str, Any]:
-    from _serve import log_lines, ready, start_way
+    from _serve import busy, fork_ms, log_lines, ready, start_way
 
     async with client_cls(serve.url) as c:
         await ready(c)
         files = context.pack(ctx_dir)
         await _search(c, files, 1)  # warm-up: the fork server of this user imports torch
-        cpu0 = serve.cpu()
+        cpu0, tree0, busy0 = serve.cpu(), serve.tree_cpu(), busy()
         t0 = time.perf_counter()
         exp_id, state = await _search(c, files, trials)
         seconds = time.perf_counter() - t0
-        cpu = serve.cpu() - cpu0
+        cpu, tree = serve.cpu() - cpu0, serve.tree_cpu() - tree0
+        machine = busy() - busy0
         done = [t for t in await c.trials(exp_id) if t["state"] == "STATE_COMPLETED"]
         ways: dict[str, int] = {}
         why: set[str] = set()
+        held: list[float] = []  # each run's allocation, start to end (seconds)
+        forks: list[float] = []
         for t in done:
             way = start_way(await log_lines(c, int(t["id"])))
+            if (f := fork_ms(way)) is not None:
+                forks.append(f)
+            task = (await c.request("GET", f"/api/v1/tasks/{t['taskId']}"))["task"]
+            held += [_seconds(a["endTime"]) - _seconds(a["startTime"])
+                     for a in task["allocations"] if a.get("endTime") and a.get("startTime")]
             key = way.split(":")[0].split(" ")[0]  # forked / fresh / ?
             ways[key] = ways.get(key, 0) + 1
             if key == "fresh":
                 why.add(way)
         return {"seconds": seconds, "completed": len(done), "state": state,
-                "cpu_per_trial": cpu / trials, "ways": ways, "why": sorted(why)}
+                "cpu_per_trial": cpu / trials, "tree_per_trial": tree / trials,
+                "machine_per_trial": machine / trials, "ways": ways, "why": sorted(why),
+                "held": statistics.median(held) if held else 0.0,
+                "occupied": sum(held) / (2 * seconds),
+                "fork_ms": statistics.median(forks) if forks else None}
+
+
+def _seconds(stamp: Any) -> float:
+    """An API time (RFC 3339 text, or Unix seconds) as Unix seconds."""
+    if isinstance(stamp, int | float):
+        return float(stamp)
+    return datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).timestamp()
 
 
 async def _search(c: Any, files: Any, trials: int) -> tuple[int, str]:
@@ -180,6 +201,16 @@ def main() -> None:
                           f"{rates[w] / theirs_rate:.1f}x", "", "", "")
     Console(width=140).print(table)
     for w, r in ours.items():
+        print(f"dettui {w}: CPU a trial: serve {r['cpu_per_trial'] * 1000:.1f} ms, serve and "
+              f"everything under it (agent, fork server, trials) "
+              f"{r['tree_per_trial'] * 1000:.1f} ms, the whole machine (every process, this "
+              f"bench's polling and other users included) {r['machine_per_trial'] * 1000:.1f} "
+              f"ms; 2 cores at that CPU a trial: at most "
+              f"{2 / max(r['tree_per_trial'], 1e-9):.0f} trials/s")
+        print(f"dettui {w}: a run holds its slot {r['held'] * 1000:.0f} ms (median, allocation "
+              f"start to end); slots held {r['occupied'] * 100:.0f}% of the time"
+              + (f"; the fork itself {r['fork_ms']:.0f} ms (median of the start lines)"
+                 if r["fork_ms"] is not None else ""))
         for why in r["why"]:
             print(f"dettui {w}: {why}")
     complete = all(r["completed"] == n for r in ours.values())
