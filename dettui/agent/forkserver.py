@@ -58,6 +58,7 @@ from dettui.launch import inproc
 
 ROOM_VAR = "DETTUI_FORK_ROOM"  # room in the server's environment for a child's marks
 ROOM = 1024  # bytes of it, and of the last argument that makes room for a child's command
+PR_SET_DUMPABLE = 4
 MAX_MESSAGE = 1 << 20  # a request: argv and a sandbox plan, never an environment
 MAX_FD = 1 << 20  # closerange's end: Linux's close_range(2) makes it one system call
 SITE_HOOK = "dettui_trial_site"  # the trial's sitecustomize, loaded without running it
@@ -299,9 +300,12 @@ def show_marks(marks: dict[str, str]) -> None:
     except (OSError, IndexError, ValueError):
         return
     data = b"".join(f"{k}={v}".encode() + b"\0" for k, v in marks.items() if "\0" not in k + v)
-    if start <= 0 or end <= start or len(data) >= end - start:
+    room = f"{ROOM_VAR}=".encode()
+    if start <= 0 or end <= start or len(data) + len(room) + 1 >= end - start:
         return
-    ctypes.memmove(start, data + b"\0" * (end - start - len(data)), end - start)
+    # the rest is one variable (the room), not NULs a reader would take for empty entries
+    rest = end - start - len(data) - len(room) - 1
+    ctypes.memmove(start, data + room + b"." * rest + b"\0", end - start)
 
 
 def show_title(title: str) -> None:
@@ -340,6 +344,11 @@ def child(request: dict[str, Any], fds: Sequence[int], hook: ModuleType | None) 
     if plan:
         nsetup.enter(nsetup.Plan.from_json(plan))
         show_title(title)
+        # A change of user leaves a process undumpable until it execs (a fresh trial does):
+        # its own /proc/self/environ unreadable, its user unable to py-spy or ptrace it. The
+        # server's memory it holds keeps no secret (no trial's environment ever reaches it).
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
     env_file = str(request.get("env_file", ""))
     try:
         env = trial_exec.read(env_file)
