@@ -13,7 +13,7 @@ DET_STAMP := $(DET_VENV)/.installed-stamp
 # pyproject keeps a range (torch>=2.3) for real users.
 TORCH_PIN := torch==2.13.0
 
-.PHONY: slurm-packages postgres-packages run serve test test-fast lint bench bench-search bench-scale clean
+.PHONY: slurm-packages postgres-packages run serve test test-fast lint bench bench-search bench-scale bench-restart bench-start clean
 
 $(STAMP): pyproject.toml setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -80,6 +80,7 @@ BENCH_STAMP := $(BENCH_VENV)/.installed-stamp
 
 bench: $(STAMP)
 	$(PY) bench/submit_latency.py
+	$(PY) bench/restart_latency.py
 	$(PY) bench/scheduler.py
 	$(PY) bench/launcher_teardown.py
 	$(PY) bench/checkpoint.py
@@ -96,6 +97,17 @@ $(BENCH_STAMP): pyproject.toml
 
 bench-search: $(BENCH_STAMP)
 	$(BENCH_VENV)/bin/python bench/search_throughput.py
+
+# A torch trial preempted and resumed, forked from the fork server and fresh.
+bench-restart: $(STAMP)
+	$(PY) bench/restart_latency.py
+
+# Issue 34's three figures, each with its trials forked and fresh side by side: search
+# throughput (with Ray Tune), a torch script's first metric after create, restart after preemption.
+bench-start: $(BENCH_STAMP)
+	$(BENCH_VENV)/bin/python bench/search_throughput.py
+	$(PY) bench/submit_latency.py
+	$(PY) bench/restart_latency.py
 
 # MLflow's tracking server only for the ingest comparison, in its own venv like Ray Tune.
 MLFLOW_VENV := bench/.venv-mlflow
