@@ -42,12 +42,18 @@ def _run(served: Served, tmp_path: Path, name: str, exp_id: int) -> int:
     return pids[-1]
 
 
-def test_a_changed_module_restarts_the_fork_server(served: Served, tmp_path: Path) -> None:
-    first = _run(served, tmp_path, "before", 1)
-    # the same bytes written again: a change as inotify sees it (the module stays as it is)
-    module = Path(alias.__file__)
-    module.write_bytes(module.read_bytes())
-    second = _run(served, tmp_path, "after", 2)
+def test_a_changed_module_restarts_the_fork_server(tmp_path: Path) -> None:
+    served = Served(tmp_path / "state", tmp_path / "config",
+                    extra=["--agent-slots", "1", "--trial-start", "fork"])
+    served.start()
+    try:
+        first = _run(served, tmp_path, "before", 1)
+        # the same bytes written again: a change as inotify sees it (the module stays as is)
+        module = Path(alias.__file__)
+        module.write_bytes(module.read_bytes())
+        second = _run(served, tmp_path, "after", 2)
+    finally:
+        served.stop()
     assert second != first, "the trial after the change was forked by the old server"
     until(lambda: not psutil.pid_exists(first) or psutil.Process(first).status()
           == psutil.STATUS_ZOMBIE, "the old server to end", timeout=30)
