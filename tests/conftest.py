@@ -270,3 +270,33 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.write_line(f"{reason} ({len(nodeids)}):")
         for nodeid in sorted(nodeids):
             terminalreporter.write_line(f"  {nodeid}")
+
+
+# --- trials started both ways (issue 34) ---------------------------------------------------
+# A test marked `both_ways` runs twice, its id ending in [fork] or [fresh]: with
+# DETTUI_TRIAL_START set so that every agent it starts (Served's local agent, start_agent, an
+# in-process Agent) forks Python trials from its fork server, or starts each fresh.
+TRIAL_STARTS = ("fork", "fresh")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "both_ways: run the test with trials forked by the fork server and fresh "
+                   "(DETTUI_TRIAL_START=fork|fresh), its id saying which")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if metafunc.definition.get_closest_marker("both_ways") is not None \
+            and "trial_start" in metafunc.fixturenames:
+        metafunc.parametrize("trial_start", TRIAL_STARTS, indirect=True)
+
+
+@pytest.fixture(autouse=True)
+def trial_start(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str | None:
+    """The way this test's agents start trials ("fork" or "fresh") when it is marked
+    `both_ways`, set before any master or agent of the test starts (an autouse fixture comes
+    first in its scope); None, and the environment untouched, for any other test."""
+    way = getattr(request, "param", None)
+    if way is not None:
+        monkeypatch.setenv("DETTUI_TRIAL_START", str(way))
+    return way
