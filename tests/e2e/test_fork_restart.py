@@ -52,8 +52,8 @@ def test_a_changed_module_restarts_the_fork_server(tmp_path: Path) -> None:
         module = Path(alias.__file__)
         module.write_bytes(module.read_bytes())
         second = _run(served, tmp_path, "after", 2)
+        assert second != first, "the trial after the change was forked by the old server"
+        until(lambda: not psutil.pid_exists(first) or psutil.Process(first).status()
+              == psutil.STATUS_ZOMBIE, "the old server to end", timeout=30)
     finally:
         served.stop()
-    assert second != first, "the trial after the change was forked by the old server"
-    until(lambda: not psutil.pid_exists(first) or psutil.Process(first).status()
-          == psutil.STATUS_ZOMBIE, "the old server to end", timeout=30)
