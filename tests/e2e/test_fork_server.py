@@ -517,3 +517,35 @@ def test_a_paused_trial_checkpoints_exits_and_resumes_the_same_way(
     ways = [w for _, w in start_lines(s)[trial]]
     assert len(ways) == 2, ways
     assert all(w.startswith("forked" if way == "fork" else "fresh") for w in ways), ways
+
+
+# --- the suite's both_ways marker reaches every agent a test starts -------------------------
+
+def _way_said(s: Served, folder: Path, trial_start: str) -> None:
+    exp = submit(s, folder, "python3 train.py", {"train.py": SIMPLE})
+    assert ended(s, [exp]) == {exp: "STATE_COMPLETED"}
+    [trial] = trial_ids(s, exp)
+    said = [ln for ln in logs(s, trial).splitlines() if "dettui: trial started " in ln]
+    assert len(said) == 1, said
+    if trial_start == "fork":
+        assert FORKED.search(said[0]), said
+    else:
+        assert "trial started fresh: the fork server is off for this agent" in said[0], said
+
+
+@pytest.mark.both_ways
+def test_both_ways_reaches_the_served_agent(served: Served, tmp_path: Path,
+                                            trial_start: str) -> None:
+    _way_said(served, tmp_path / "served", trial_start)
+
+
+@pytest.mark.both_ways
+def test_both_ways_reaches_a_started_agent(headless: Served, tmp_path: Path,
+                                           trial_start: str) -> None:
+    agent = start_agent(headless, tmp_path, "--id", "started")
+    try:
+        headless.wait_for_agents(1)
+        _way_said(headless, tmp_path / "started", trial_start)
+    finally:
+        agent.terminate()
+        agent.wait(30)
