@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -104,6 +105,24 @@ def start_way(lines: Sequence[dict[str, Any]]) -> str:
         if m:
             found = m.group(1).strip()
     return found
+
+
+def stamp(line: dict[str, Any]) -> float:
+    """A log line's timestamp (the master's for its own lines, the agent's for a trial's)."""
+    return datetime.fromisoformat(str(line["timestamp"]).replace("Z", "+00:00")).timestamp()
+
+
+def stages(lines: Sequence[dict[str, Any]], since: float) -> dict[str, float]:
+    """Seconds from `since` to the master's `— attempt N of trial` line (the run scheduled)
+    and to the agent's `trial started` line (its context, sandbox and fork or exec done),
+    where those lines are in `lines` (the last of each)."""
+    out: dict[str, float] = {}
+    for line in lines:
+        if text(line).startswith("— attempt "):
+            out["scheduled"] = stamp(line) - since
+        elif START_RE.search(text(line)):
+            out["started"] = stamp(line) - since
+    return out
 
 
 def fork_ms(way: str) -> float | None:

@@ -36,7 +36,18 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _serve import WAYS, Serve, fork_ms, load, log_lines, ms, ready, start_way, text  # noqa: E402
+from _serve import (  # noqa: E402
+    WAYS,
+    Serve,
+    fork_ms,
+    load,
+    log_lines,
+    ms,
+    ready,
+    stages,
+    start_way,
+    text,
+)
 
 from dettui import context  # noqa: E402
 from dettui.client import Client  # noqa: E402
@@ -128,7 +139,8 @@ class Probe:
             self.seen = []
         first = await self.stamp("first")
         ready_at = await self.stamp("ready")
-        return {"first": first - since, "ready": ready_at - since, "way": start_way(self.seen)}
+        return {"first": first - since, "ready": ready_at - since, "way": start_way(self.seen),
+                **stages(self.seen, since)}
 
     async def end(self) -> None:
         await self.c.experiment_action(self.exp_id, "kill")
@@ -191,6 +203,10 @@ def main() -> None:
             rs = out[w][kind]
             print(f"  {kind:7} {w:5}: {since} -> first line {ms([r['first'] for r in rs])}"
                   f",  -> ready (torch imported) {ms([r['ready'] for r in rs])}")
+            for key, what in (("scheduled", "the master's attempt line"),
+                              ("started", "the agent's start line")):
+                if got := [r[key] for r in rs if key in r]:
+                    print(f"  {kind:7} {w:5}:   of which {since} -> {what}: {ms(got)}")
         if len(ways) == 2:
             fk = statistics.median(r["ready"] for r in out["fork"][kind])
             fr = statistics.median(r["ready"] for r in out["fresh"][kind])

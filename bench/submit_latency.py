@@ -31,7 +31,17 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _serve import WAYS, Serve, fork_ms, load, log_lines, ms, ready, start_way  # noqa: E402
+from _serve import (  # noqa: E402
+    WAYS,
+    Serve,
+    fork_ms,
+    load,
+    log_lines,
+    ms,
+    ready,
+    stages,
+    start_way,
+)
 
 from dettui import context  # noqa: E402
 from dettui.client import Client  # noqa: E402
@@ -109,13 +119,13 @@ async def through(c: Client, files: list[dict[str, Any]], config: str) -> dict[s
         await asyncio.sleep(0.02)
     if exp["state"] != "STATE_COMPLETED":
         raise RuntimeError(f"experiment {exp_id} ended {exp['state']}")
-    way = "?"
+    way, lines = "?", []
     for _ in range(100):  # the start line may be shipped after the experiment ended
-        if (way := start_way(await log_lines(c, trial_id))) != "?":
+        if (way := start_way(lines := await log_lines(c, trial_id))) != "?":
             break
         await asyncio.sleep(0.02)
     return {"report": reported - t_ret, "stored": t_stored - t_ret,
-            "stored_from_call": t_stored - t_call, "way": way}
+            "stored_from_call": t_stored - t_call, "way": way, **stages(lines, t_ret)}
 
 
 async def rounds(serves: dict[str, Serve], ctx: Path, runs: int) -> dict[str, Any]:
@@ -176,6 +186,10 @@ def main() -> None:
         forks = [f for r in rs if (f := fork_ms(r["way"])) is not None]
         print(f"  dettui {w:5}: create returned -> reportTime:       {ms(rep)}   "
               f"ratio to alone {statistics.median(rep) / a:.2f}x")
+        for key, what in (("scheduled", "master's attempt line"),
+                          ("started", "agent's start line")):
+            if got := [r[key] for r in rs if key in r]:
+                print(f"  dettui {w:5}: create returned -> {what + ':':23}{ms(got)}")
         print(f"  dettui {w:5}: create returned -> metric stored:    "
               f"{ms([r['stored'] for r in rs])}")
         print(f"  dettui {w:5}: create called -> metric stored:      "
