@@ -93,22 +93,25 @@ class ConnectedAgents:
             self._lost[agent_id] = lost
         return link
 
-    def views(self, live: list[Allocation]) -> list[scheduler.AgentView]:
-        """The agents as the scheduler sees them, with the slots `live` allocations hold."""
-        used: dict[str, set[int]] = {}
-        for alloc in live:
-            for agent_id, slots in alloc.parts:
-                used.setdefault(agent_id, set()).update(slots)
-        return [
-            scheduler.AgentView(
-                id=link.agent.id, pool=link.agent.pool,
-                slot_ids=tuple(int(s["id"]) for s in link.agent.slots
-                               if int(s["id"]) not in link.agent.disabled_slots),
-                used=frozenset(used.get(link.agent.id, ())),
-                enabled=link.agent.enabled and not link.draining and not link.agent.draining)
-            for link in self._links.values()
-        ]
-
     def wake_all(self) -> None:
         for link in self._links.values():
             link.wake.set()
+
+
+def views(links: list[AgentLink], live: list[Allocation]) -> list[scheduler.AgentView]:
+    """These agents as the scheduler sees them, with the slots `live` allocations hold (from
+    a list of links taken on the event loop, so a scheduling pass may build them where it
+    reads the store)."""
+    used: dict[str, set[int]] = {}
+    for alloc in live:
+        for agent_id, slots in alloc.parts:
+            used.setdefault(agent_id, set()).update(slots)
+    return [
+        scheduler.AgentView(
+            id=link.agent.id, pool=link.agent.pool,
+            slot_ids=tuple(int(s["id"]) for s in link.agent.slots
+                           if int(s["id"]) not in link.agent.disabled_slots),
+            used=frozenset(used.get(link.agent.id, ())),
+            enabled=link.agent.enabled and not link.draining and not link.agent.draining)
+        for link in links
+    ]

@@ -19,6 +19,7 @@ from typing import Any, TypeVar, overload
 from dettui.master import checkpoint_gc, lifecycle
 from dettui.master.clock import SYSTEM, Clock
 from dettui.master.cluster.connections import AgentLink, ConnectedAgents, kill_message
+from dettui.master.cluster.connections import views as agent_views
 from dettui.master.effects import Done, Effects, Kill
 from dettui.master.notifier import Notifier
 from dettui.master.settings import MasterSettings
@@ -29,7 +30,7 @@ from dettui.master.store.records import Agent, Allocation
 from dettui.master.tokens import Mint
 from dettui.protocol import StartWork
 
-__all__ = ["AgentLink", "ConnectedAgents", "Dispatcher", "kill_message"]
+__all__ = ["AgentLink", "ConnectedAgents", "Dispatcher", "agent_views", "kill_message"]
 log = logging.getLogger("dettui.master.cluster")
 T = TypeVar("T")
 

@@ -19,9 +19,10 @@ import time
 from bisect import bisect_left, insort
 from collections import Counter
 from collections.abc import Callable, Collection, Iterator, Mapping
+from typing import Any
 
 from dettui.master import offload, scheduler
-from dettui.master.cluster.dispatcher import Dispatcher
+from dettui.master.cluster.dispatcher import AgentLink, Dispatcher, agent_views
 from dettui.master.store import queue_reads
 from dettui.master.store import trials as trial_store
 from dettui.master.store.records import Allocation, Job
@@ -141,17 +142,11 @@ class Scheduling:
         if not self.watching:
             self.watch = await self.db.run(queue_reads.watch)
             self.watching = True
-        live, experiment_of = await self.db.run(queue_reads.running, self.watch)
-        agents = self.dispatcher.agents.views(live)
-        # No pass starts more trials of a job than there are free slots (plus one, to learn
-        # whether the rest fit): the others are counted, not read.
-        per_job = sum(len(a.free) for a in agents if a.enabled) + 1
         now = self.clock.monotonic()
-        also, limit, whole = self.waiting.wants(per_job, now)
-        if self.watch is None:  # nothing marks changes (PostgreSQL): read it all, no more
-            limit = per_job
+        links = list(self.dispatcher.agents)
         try:
-            read = await self.db.run(queue_reads.read, self.watch, also, limit, whole)
+            live, experiment_of, agents, per_job, read = await self.db.run(
+                self._survey, self.watch, links, now)
             # Applying a read and planning are CPU work that grows with what changed and with
             # the requests (10,000 jobs: 0.4 s): on the CPU pool, so the loop keeps answering
             # requests and heartbeats meanwhile.
@@ -180,6 +175,23 @@ class Scheduling:
         if decision.start:
             await self._start(list(decision.start),
                               {a.key: self.waiting.experiment_of[a.key] for a in decision.start})
+
+    def _survey(self, conn: Any, watch: queue_reads.Watch | None, links: list[AgentLink],
+                now: float) -> tuple[list[Allocation], dict[int, int],
+                                     list[scheduler.AgentView], int, queue_reads.Read]:
+        """On the store thread, in one call (a trial's exit waits on each hop of its pass):
+        the live allocations and their experiments, the agents as the scheduler sees them,
+        how many trials of a job the pass may start, and the queue's changes (`read`)."""
+        live, experiment_of = queue_reads.running(conn, watch)
+        agents = agent_views(links, live)
+        # No pass starts more trials of a job than there are free slots (plus one, to learn
+        # whether the rest fit): the others are counted, not read.
+        per_job = sum(len(a.free) for a in agents if a.enabled) + 1
+        also, limit, whole = self.waiting.wants(per_job, now)
+        if watch is None:  # nothing marks changes (PostgreSQL): read it all, no more
+            limit = per_job
+        return live, experiment_of, agents, per_job, queue_reads.read(conn, watch, also, limit,
+                                                                      whole)
 
     def _plan(self, read: queue_reads.Read, now: float, per_job: int, live: list[Allocation],
               experiment_of: dict[int, int], agents: list[scheduler.AgentView],
