@@ -113,16 +113,27 @@ def stamp(line: dict[str, Any]) -> float:
 
 
 def stages(lines: Sequence[dict[str, Any]], since: float) -> dict[str, float]:
-    """Seconds from `since` to the master's `— attempt N of trial` line (the run scheduled)
-    and to the agent's `trial started` line (its context, sandbox and fork or exec done),
-    where those lines are in `lines` (the last of each)."""
+    """Seconds from `since` to the master's `— attempt N of trial` line (the run scheduled),
+    to the agent's `trial started` line (its context, sandbox and fork or exec done) and to
+    the script's own `first <time.time()>` line, where those lines are in `lines` (the last of
+    each)."""
     out: dict[str, float] = {}
     for line in lines:
         if text(line).startswith("— attempt "):
             out["scheduled"] = stamp(line) - since
         elif START_RE.search(text(line)):
             out["started"] = stamp(line) - since
+        elif text(line).startswith("first "):  # the script's own first statement's stamp
+            out["script"] = float(text(line).split()[1]) - since
     return out
+
+
+def servers(ways: Sequence[str]) -> str:
+    """How many fork servers forked these trials, said when more than one (a server is replaced
+    when a module it loaded changes on disk: the next trial waits for the new one's imports)."""
+    pids = {m.group(1) for w in ways if (m := re.search(r"fork server (\d+)", w))}
+    return (f"; {len(pids)} fork servers (one replaced: a module changed on disk?)"
+            if len(pids) > 1 else "")
 
 
 def fork_ms(way: str) -> float | None:

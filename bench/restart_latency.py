@@ -44,6 +44,7 @@ from _serve import (  # noqa: E402
     log_lines,
     ms,
     ready,
+    servers,
     stages,
     start_way,
     text,
@@ -216,7 +217,8 @@ def main() -> None:
         seen = sorted({r["way"].split(" ")[0].rstrip(":") for r in rs})
         forks = [f for r in rs if (f := fork_ms(r["way"])) is not None]
         print(f"  {w}: restarts started {', '.join(seen)}"
-              + (f"; fork itself median {statistics.median(forks):.0f} ms" if forks else ""))
+              + (f"; fork itself median {statistics.median(forks):.0f} ms" if forks else "")
+              + servers([r["way"] for r in rs]))
     if "fork" in out:
         worst = max(statistics.median(r["ready"] for r in out["fork"][k])
                     for k in ("idle", "at once"))

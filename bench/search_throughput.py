@@ -71,7 +71,7 @@ def dettui_side(trials: int, way: str = "fork") -> dict[str, Any]:
 
 async def _run_search(serve: Any, ctx_dir: Path, trials: int, client_cls: Any,
                       context: Any) -> dict[str, Any]:
-    from _serve import busy, fork_ms, log_lines, ready, start_way
+    from _serve import busy, fork_ms, log_lines, ready, servers, start_way
 
     async with client_cls(serve.url) as c:
         await ready(c)
@@ -88,8 +88,10 @@ async def _run_search(serve: Any, ctx_dir: Path, trials: int, client_cls: Any,
         why: set[str] = set()
         held: list[float] = []  # each run's allocation, start to end (seconds)
         forks: list[float] = []
+        seen: list[str] = []
         for t in done:
             way = start_way(await log_lines(c, int(t["id"])))
+            seen.append(way)
             if (f := fork_ms(way)) is not None:
                 forks.append(f)
             task = (await c.request("GET", f"/api/v1/tasks/{t['taskId']}"))["task"]
@@ -104,7 +106,8 @@ async def _run_search(serve: Any, ctx_dir: Path, trials: int, client_cls: Any,
                 "machine_per_trial": machine / trials, "ways": ways, "why": sorted(why),
                 "held": statistics.median(held) if held else 0.0,
                 "occupied": sum(held) / (2 * seconds),
-                "fork_ms": statistics.median(forks) if forks else None}
+                "fork_ms": statistics.median(forks) if forks else None,
+                "servers": servers(seen)}
 
 
 def _seconds(stamp: Any) -> float:
@@ -210,7 +213,7 @@ def main() -> None:
         print(f"dettui {w}: a run holds its slot {r['held'] * 1000:.0f} ms (median, allocation "
               f"start to end); slots held {r['occupied'] * 100:.0f}% of the time"
               + (f"; the fork itself {r['fork_ms']:.0f} ms (median of the start lines)"
-                 if r["fork_ms"] is not None else ""))
+                 if r["fork_ms"] is not None else "") + r["servers"])
         for why in r["why"]:
             print(f"dettui {w}: {why}")
     complete = all(r["completed"] == n for r in ours.values())

@@ -3,16 +3,18 @@ the agent's fork server and started fresh, against the same script run alone by 
 
     .venv/bin/python bench/submit_latency.py [--runs 10] [--script torch|plain]
 
-The script (`--script torch`, the default) is `import torch`, `core.init()`, one training
-metric, exit; `--script plain` is bench/latency_ctx/report.py (no torch). Two real `dettui
-serve` run side by side, one `--trial-start fork` and one `--trial-start fresh`, each warmed by
-one trial first (its fork server imports torch then); each round runs the script once alone
-(`python script.py`, timed from Popen to the line it prints just before reporting) and once
-through each serve (the REST create call, as `dettui e create` makes it). Measured from the
-create call returning: to the metric's own report time (`reportTime`, stamped by the trial
-just before it posts), and to the metric stored on the master (polled every 2 ms); and from
-the call starting to stored (the old figure, which holds the upload of the context). Medians,
-min-max, of `--runs` rounds.
+The script (`--script torch`, the default) prints its start time, then `import torch`,
+`core.init()`, one training metric, exit; `--script plain` is bench/latency_ctx/report.py (no
+torch). Two real `dettui serve` run side by side, one `--trial-start fork` and one
+`--trial-start fresh`, each warmed by one trial first (its fork server imports torch then); each
+round runs the script once alone (`python script.py`, timed from Popen to the line it prints
+just before reporting) and once through each serve (the REST create call, as `dettui e create`
+makes it). Measured from the create call returning: to the metric's own report time
+(`reportTime`, stamped by the trial just before it posts), and to the metric stored on the
+master (polled every 2 ms); and from the call starting to stored (the old figure, which holds
+the upload of the context); on the way, the master's attempt line, the agent's start line and
+the script's first line (their own timestamps). Medians, min-max, of
+`--runs` rounds.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from _serve import (  # noqa: E402
     log_lines,
     ms,
     ready,
+    servers,
     stages,
     start_way,
 )
@@ -50,6 +53,7 @@ HERE = Path(__file__).resolve().parent
 PLAIN = HERE / "latency_ctx"
 TORCH_SCRIPT = """
 import time
+print(f"first {time.time():.6f}", flush=True)
 
 import torch
 
@@ -187,7 +191,8 @@ def main() -> None:
         print(f"  dettui {w:5}: create returned -> reportTime:       {ms(rep)}   "
               f"ratio to alone {statistics.median(rep) / a:.2f}x")
         for key, what in (("scheduled", "master's attempt line"),
-                          ("started", "agent's start line")):
+                          ("started", "agent's start line"),
+                          ("script", "script's first line")):
             if got := [r[key] for r in rs if key in r]:
                 print(f"  dettui {w:5}: create returned -> {what + ':':23}{ms(got)}")
         print(f"  dettui {w:5}: create returned -> metric stored:    "
@@ -197,7 +202,8 @@ def main() -> None:
         ways_seen = sorted({r["way"] if not r["way"].startswith("forked") else "forked"
                             for r in rs})
         print(f"      started: {', '.join(ways_seen)}"
-              + (f"; fork itself median {statistics.median(forks):.0f} ms" if forks else ""))
+              + (f"; fork itself median {statistics.median(forks):.0f} ms" if forks else "")
+              + servers([r["way"] for r in rs]))
     if "fork" in out and "fresh" in out:
         fk = statistics.median(r["report"] for r in out["fork"])
         fr = statistics.median(r["report"] for r in out["fresh"])
