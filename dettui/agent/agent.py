@@ -16,7 +16,7 @@ from pydantic import ValidationError
 
 from dettui import paths, retry, telemetry
 from dettui.agent import forkpool, process, sandbox, spool, trialuser
-from dettui.agent.allocation import AllocationRun, ship
+from dettui.agent.allocation import AllocationRun, allowed, ship
 from dettui.auth import token_path
 from dettui.client import Client
 from dettui.errors import DettuiError, Gone, NotFound
@@ -137,7 +137,8 @@ class Agent:
             marks = {process.AGENT_MARK: self.id, process.INSTANCE_MARK: process.instance()}
             if process.TEST_MARK in os.environ:
                 marks[process.TEST_MARK] = os.environ[process.TEST_MARK]
-            self.forks = forkpool.Pool(sandbox.stage_environment(marks), self.own_pids)
+            self.forks = forkpool.Pool(sandbox.stage_environment(marks), self.own_pids,
+                                       {k: v for k, v in os.environ.items() if allowed(k)})
             if not (support.root and self.per_user):  # one user runs every trial: warm now
                 self.forks.warm(self.trial_user.uid if self.trial_user is not None else None)
         (self.options.work_root / STARTED).mkdir(exist_ok=True)

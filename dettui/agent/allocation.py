@@ -331,14 +331,14 @@ class AllocationRun:
         server = None
         uid = self.user.uid if self.user is not None else None
         if run is not None:
-            server = await self.forks.server(uid)
+            server = await self.forks.server(uid, self.spec.owner_id)
             if server is None:
                 why = self.forks.failure or "the fork server could not start"
                 run = None
         home = env.get("HOME")
         reason = await asyncio.to_thread(forkpool.why_fresh, run, why, env, self.workdir,
-                                         server.info if server else {}, home, os.environ,
-                                         self.user)
+                                         server.info if server else {}, home,
+                                         self.forks.agent_env, self.user)
         if reason is not None or server is None or run is None:
             self.way = f"fresh: {reason or why}"
             return None
@@ -347,14 +347,15 @@ class AllocationRun:
         request = {"kind": run.kind, "target": run.target, "args": list(run.args),
                    "env_file": os.path.join(env["DET_RUN_DIR"], trial_exec.FILE_NAME),
                    "plan": plan.to_json(), "label": f"trial {self.spec.trial_id}",
-                   "marks": {k: v for k, v in self._stage_env().items() if k != "PATH"},
-                   "title": run.title}
+                   "marks": self._stage_env(),  # what /proc shows, as for the script
+                   "title": run.title, "python": run.title.split(" ", 1)[0]}
         started = time.monotonic()
         try:
             forked = await self.forks.spawn(server, request)
         except OSError as exc:
             # changed on disk just now: the next server is a fresh import of what changed
-            again = await self.forks.server(uid) if server.stale else None
+            again = (await self.forks.server(uid, self.spec.owner_id) if server.stale
+                     else None)
             if again is None:
                 self.way = f"fresh: the fork server failed ({exc})"
                 return None
@@ -581,7 +582,10 @@ class AllocationRun:
                 log.error("allocation %s: process %d survived SIGKILL", self.id, p.pid)
 
     def _system_line(self, text: str, level: str = "ERROR") -> None:
-        self.spool.append(logship.Line(time.time(), "stderr", text + "\n", None, level))
+        """A line of the agent's in the trial's log: on stderr, but for a note (INFO) on
+        stdout, which the master never takes for the last words of a trial that failed."""
+        stream = "stdout" if level == "INFO" else "stderr"
+        self.spool.append(logship.Line(time.time(), stream, text + "\n", None, level))
 
     async def _ship_loop(self) -> None:
         while True:

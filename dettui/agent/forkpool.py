@@ -36,6 +36,7 @@ from dettui.launch import forkable, sitedir
 log = logging.getLogger("dettui.agent.forkpool")
 MODES = ("fork", "fresh")
 MODE_VAR = "DETTUI_TRIAL_START"  # the agent's default; `--trial-start` wins
+SPARE = -1  # the owner of a warmed server no trial has used yet
 IDLE_SECONDS = 900.0  # a server no trial used for this long ends at the next trial's start
 READY_TIMEOUT = 300.0  # seconds for a server to import its preload set (torch, on a busy host)
 PRELOAD = ("dettui.core", "dettui.launch.alias", "dettui.launch._determined", "torch",
@@ -107,7 +108,12 @@ def why_fresh(run: forkable.Run | None, reason: str, env: Mapping[str, str], wor
         site = Path(home, ".local", "lib", f"python{v[0]}.{v[1]}", "site-packages")
         if site.is_dir():
             return f"{site} may hold other packages"
-    return shadowing([first, *extra], set(info.get("modules", ())), user)
+    modules = set(info.get("modules", ()))
+    inside = [d for d in (first, *extra) if d.resolve().is_relative_to(workdir.resolve())]
+    outside = [d for d in extra if d not in inside]
+    # the work dir the trial reaches through the sandbox's bind, whatever lies above it; a
+    # directory elsewhere only if the trial's user can reach it
+    return shadowing(inside, modules) or shadowing(outside, modules, user)
 
 
 def mode(option: str | None) -> str:
@@ -216,8 +222,12 @@ class Pool:
     """The agent's fork servers, started when a trial first needs one."""
 
     def __init__(self, stage_env: Mapping[str, str], own_pids: set[int],
-                 preload: Sequence[str] = PRELOAD, clock: Any = time.monotonic) -> None:
+                 agent_env: Mapping[str, str], preload: Sequence[str] = PRELOAD,
+                 clock: Any = time.monotonic) -> None:
         self.clock = clock
+        # the part of the agent's environment its trials inherit (allocation.allowed): what
+        # a server starts with of it, and what a trial's is compared with
+        self.agent_env = dict(agent_env)
         self.used: dict[tuple[Any, ...], float] = {}  # when each server last forked a trial
         self.stage_env = dict(stage_env)
         self.own_pids = own_pids
@@ -228,15 +238,25 @@ class Pool:
         self._ids = itertools.count(1)
         self.failure: str | None = None  # why the last server could not start
 
-    def key(self, uid: int | None) -> tuple[Any, ...]:
-        return (uid, os.path.realpath(sys.executable), self.preload)
+    def key(self, uid: int | None, owner: int | None) -> tuple[Any, ...]:
+        """One server per Unix user AND per dettui user: two people whose trials run as one
+        Unix user (`--trial-user`, a non-root agent) never fork from the same process."""
+        return (uid, owner, os.path.realpath(sys.executable), self.preload)
 
-    async def server(self, uid: int | None) -> Server | None:
-        """A ready server for trials of `uid`, started now if there is none (None: it could
-        not start; `failure` says why)."""
-        key = self.key(uid)
+    async def server(self, uid: int | None, owner: int | None) -> Server | None:
+        """A ready server for trials of `owner` running as `uid`, started now if there is
+        none (None: it could not start; `failure` says why). A warmed one no trial has used
+        yet (`warm`) is taken over by the first owner that comes."""
+        key = self.key(uid, owner)
         self.used[key] = self.clock()
         self._retire_idle()
+        spare = self.key(uid, SPARE)
+        if key not in self.servers and key not in self._starting and (
+                spare in self.servers or spare in self._starting):
+            await self.server(uid, SPARE)  # ready, or failed
+            if spare in self.servers:
+                self.servers[key] = self.servers.pop(spare)
+                self.servers[key].key = key
         current = self.servers.get(key)
         if current is not None and current.usable:
             return current
@@ -260,26 +280,27 @@ class Pool:
         """Servers of users whose trials stopped coming end (each holds torch's memory)."""
         now = self.clock()
         for key, server in list(self.servers.items()):
-            if now - self.used.get(key, now) > IDLE_SECONDS and not server.running:
+            if key[1] != SPARE and now - self.used.get(key, now) > IDLE_SECONDS \
+                    and not server.running:
                 del self.servers[key]
                 self.retire(server)
 
     def warm(self, uid: int | None) -> None:
-        """Start the server for `uid` in the background (the agent's default trial user)."""
-        asyncio.ensure_future(self.server(uid))
+        """Start a server for `uid` in the background (the agent's default trial user), for
+        the first owner whose trial comes."""
+        asyncio.ensure_future(self.server(uid, SPARE))
 
     async def _start(self, key: tuple[Any, ...]) -> Server | None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         ours.setblocking(False)
         prefix = lifeline.pdeathsig_prefix()
-        env = {**self.stage_env, forkserver.ROOM_VAR: "." * forkserver.ROOM}
-        if os.environ.get("LD_LIBRARY_PATH"):
-            env["LD_LIBRARY_PATH"] = os.environ["LD_LIBRARY_PATH"]
+        env = {**forkable.server_environment(self.agent_env), **self.stage_env,
+               forkserver.ROOM_VAR: "." * forkserver.ROOM}
         hook = os.path.join(sitedir.DIRECTORY, "sitecustomize.py")
         started = time.monotonic()
         try:
             proc = await asyncio.create_subprocess_exec(
-                *prefix, sys.executable, "-E", "-s", "-P", "-u", "-m", "dettui.agent.forkserver",
+                *prefix, sys.executable, "-u", "-m", "dettui.agent.forkserver",
                 str(theirs.fileno()), ",".join(self.preload), hook, " " * forkserver.ROOM,
                 pass_fds=(theirs.fileno(),), cwd="/", env=env,
                 stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,

@@ -5,9 +5,9 @@ A fresh trial pays ~0.1 s for the interpreter, the site hook and `import dettui.
 ~1.4 s for `import torch`; a child forked from a process that has done all of that runs the
 trial's first line in a few milliseconds. The agent starts one server per (trial user, Python,
 preload set) when a trial first needs it (`forkpool.py`), as
-`python -E -s -P -u -m dettui.agent.forkserver FD PRELOAD` with the sandbox's fixed
-environment (no user's PATH or LD_PRELOAD: it runs as the agent's user, root on a shared
-machine), talks to it over a SEQPACKET socket (FD), and gives each request the trial's stdin,
+`python -u -m dettui.agent.forkserver FD PRELOAD` from / with the sandbox's fixed
+environment (no user's PATH, PYTHONPATH or LD_PRELOAD: it runs as the agent's user, root on a
+shared machine), talks to it over a SEQPACKET socket (FD), and gives each request the trial's stdin,
 stdout and stderr as file descriptors (SCM_RIGHTS).
 
 The server is single-threaded and never runs a multi-threaded op or touches CUDA, NCCL or gloo
@@ -54,7 +54,7 @@ from types import ModuleType
 from typing import Any
 
 from dettui.agent import nsetup, trial_exec
-from dettui.launch import inproc
+from dettui.launch import forkable, inproc
 
 ROOM_VAR = "DETTUI_FORK_ROOM"  # room in the server's environment for a child's marks
 ROOM = 1024  # bytes of it, and of the last argument that makes room for a child's command
@@ -94,20 +94,11 @@ def load_site_hook(path: str) -> ModuleType | None:
 
 
 def user_site_possible() -> bool:
-    """Whether a fresh start of this Python would put a user's site-packages on sys.path (the
-    server runs with -s): not in a venv that hides the system's site-packages."""
-    if sys.prefix == sys.base_prefix:
-        return True
-    try:
-        with open(os.path.join(sys.prefix, "pyvenv.cfg"), encoding="utf-8") as f:
-            lines = f.read().splitlines()
-    except OSError:
-        return False
-    for line in lines:
-        key, _, value = line.partition("=")
-        if key.strip() == "include-system-site-packages":
-            return value.strip().lower() == "true"
-    return False
+    """Whether a fresh start of this Python puts a user's site-packages on sys.path (not in a
+    venv that hides the system's site-packages)."""
+    import site
+
+    return bool(site.ENABLE_USER_SITE)
 
 
 def module_files() -> list[str]:
@@ -173,7 +164,8 @@ def serve(sock: socket.socket, names: Sequence[str], hook_path: str) -> int:
     threads = threading.active_count()
     gc.collect()
     gc.freeze()  # what the children share stays shared: no collection writes to its pages
-    top = sorted({n.split(".", 1)[0] for n in sys.modules} - set(sys.builtin_module_names))
+    top = sorted({n.split(".", 1)[0] for n in sys.modules} - set(sys.builtin_module_names)
+                 - forkable.fresh_start_modules(os.path.dirname(hook_path) if hook_path else ""))
     watch = Watch(module_files())
     if threads != 1:  # a preloaded module started a thread: forking would copy it dead
         send(sock, {"ready": False, "error": f"{threads - 1} thread(s) started by the "
@@ -342,13 +334,14 @@ def child(request: dict[str, Any], fds: Sequence[int], hook: ModuleType | None) 
     os.setsid()
     plan = request.get("plan")
     if plan:
-        nsetup.enter(nsetup.Plan.from_json(plan))
-        show_title(title)
+        parsed = nsetup.Plan.from_json(plan)
+        nsetup.enter(parsed)
         # A change of user leaves a process undumpable until it execs (a fresh trial does):
         # its own /proc/self/environ unreadable, its user unable to py-spy or ptrace it. The
         # server's memory it holds keeps no secret (no trial's environment ever reaches it).
         with contextlib.suppress(OSError, AttributeError):
             ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
+        show_title(title)
     env_file = str(request.get("env_file", ""))
     try:
         env = trial_exec.read(env_file)
@@ -360,6 +353,17 @@ def child(request: dict[str, Any], fds: Sequence[int], hook: ModuleType | None) 
     return inproc.run(request, env, hook)
 
 
+def base_path() -> list[str]:
+    """sys.path without what a trial's own start puts there: `-m`'s working directory (/),
+    and the agent's user's site-packages (a trial has its own user's, or starts fresh). The
+    server runs without interpreter flags (-E, -s, -I): a forked trial has sys.flags as a
+    fresh one, which multiprocessing's spawn passes on to its workers."""
+    import site
+
+    user_site = site.getusersitepackages() if site.ENABLE_USER_SITE else None
+    return [p for p in sys.path[1:] if p and p != user_site]
+
+
 def main(argv: Sequence[str]) -> int:
     if len(argv) < 1:
         print("usage: python -m dettui.agent.forkserver FD [PRELOAD,...] [SITE_HOOK]",
@@ -368,7 +372,8 @@ def main(argv: Sequence[str]) -> int:
     sock = socket.socket(fileno=int(argv[0]))
     names = [n for n in (argv[1] if len(argv) > 1 else "").split(",") if n]
     hook_path = argv[2] if len(argv) > 2 else ""
-    inproc.BASE_PATH[:] = [p for p in sys.path if p]
+    inproc.BASE_PATH[:] = base_path()
+    sys.path[:] = inproc.BASE_PATH
     try:
         return serve(sock, names, hook_path)
     except OSError as exc:

@@ -175,8 +175,9 @@ def capset_none() -> None:
 
 def enter(plan: Plan, parent: int | None = None) -> None:
     """Make this freshly forked process the trial's, as `plan` says; return in the trial's
-    process (with namespaces: the init of the new PID namespace). `parent` (default: this
-    process's parent now) is the process whose death must end this one."""
+    process (with namespaces: the child of the new PID namespace's init, which stays root).
+    `parent` (default: this process's parent now) is the process whose death must end this
+    one."""
     try:
         if not plan.namespaces:
             _become(plan, rearm=None)
@@ -207,8 +208,19 @@ def enter(plan: Plan, parent: int | None = None) -> None:
         _arm_death_signal(orphaned)
         _mount_proc()
         _mounts(plan)
-        _become(plan, rearm=orphaned)
         os.close(lifeline_read)
+        # The namespace's init stays this process, root and running nothing of the trial's,
+        # as the script's shell does for a fresh trial: the trial, its child, is not pid 1
+        # (which the kernel shields from every signal it has no handler for, its own
+        # os.kill(os.getpid(), 9) included), and it can neither signal, trace nor disarm
+        # the init whose end (with the intermediate's, with the agent's) ends the namespace.
+        trial = _step(os.fork, "fork")
+    except Exception as exc:  # noqa: BLE001 - as above
+        _fail(exc)
+    if trial:
+        _init(trial)  # never returns
+    try:
+        _become(plan, rearm=lambda: os.getppid() != 1)
     except Exception as exc:  # noqa: BLE001 - as above
         _fail(exc)
 
@@ -281,6 +293,26 @@ def _intermediate(pid: int) -> NoReturn:
         os.kill(os.getpid(), sig)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {sig})
         _say(f"dettui sandbox: the trial ended by signal {sig}, which this process survived")
+    except BaseException as exc:  # noqa: BLE001 - nothing may return from here
+        _say(f"dettui sandbox: waiting for the trial: {exc}")
+    os._exit(1)
+
+
+def _init(pid: int) -> NoReturn:
+    """Pid 1 of the namespace: reap what is orphaned there, and end as the trial did, a
+    signal as 128+n (as `sh -c` ends after its command)."""
+    try:
+        for sig in signal.valid_signals():  # the fork server's handlers are not this one's
+            if callable(signal.getsignal(sig)):
+                signal.signal(sig, signal.SIG_DFL)
+        while True:
+            try:
+                got, status = os.waitpid(-1, 0)
+            except InterruptedError:
+                continue
+            if got == pid:
+                code = os.waitstatus_to_exitcode(status)
+                os._exit(code if code >= 0 else 128 - code)
     except BaseException as exc:  # noqa: BLE001 - nothing may return from here
         _say(f"dettui sandbox: waiting for the trial: {exc}")
     os._exit(1)

@@ -171,7 +171,7 @@ rmdir "$STAGE" 2>/dev/null || true
 cd "$CWD"
 unset IFS STAGE TMPSTAGE CWD DETTUI_SANDBOX_SCRIPT
 umask 077
-exec "$@"
+"$@"
 """
 
 

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from dettui.launch import forkable, spec
+from dettui.launch import forkable, sitedir, spec
 
 LAUNCHERS = {"dettui.launch.torch_distributed", "determined.launch.torch_distributed"}
 
@@ -69,7 +69,8 @@ def start_way(config: dict[str, Any], files: Sequence[str]) -> str:
     where = "" if rest[0] == "-m" else posixpath.dirname(rest[0])
     names = {posixpath.relpath(f, where or ".").split("/", 1)[0] for f in files
              if not where or f.startswith(where + "/")}
-    preloaded = set(sys.stdlib_module_names) | PRELOADED
+    preloaded = (set(sys.stdlib_module_names) | PRELOADED) - forkable.fresh_start_modules(
+        sitedir.DIRECTORY)
     for name in sorted(names):
         stem = name.split(".", 1)[0]
         if stem in preloaded and (name.endswith((".py", ".so", ".pyc"))

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import shlex
+import subprocess
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,7 +54,11 @@ def entry_words(argv: Sequence[str]) -> tuple[list[str] | None, str]:
 
 
 def env_reason(env: Mapping[str, str], agent_env: Mapping[str, str]) -> str | None:
-    """A variable of the trial's environment that only a new interpreter can honour."""
+    """A variable of the trial's environment that only a new interpreter can honour: one
+    Python reads at its start (PYTHON*), the dynamic loader's, or one read when the server
+    started (locale, torch's TORCH_*, the OpenMP and MKL runtimes') whose value differs from
+    the agent's, which the server was started with (`server_environment`). Thread counts
+    and TZ are applied to the forked child (inproc.run)."""
     for name in sorted(env):
         if name.startswith(STARTUP_ONLY) and name not in HONOURED:
             return f"{name} is set (read only when an interpreter starts)"
@@ -60,7 +66,27 @@ def env_reason(env: Mapping[str, str], agent_env: Mapping[str, str]) -> str | No
             return f"{name} is set"
     if env.get("LD_LIBRARY_PATH", "") != agent_env.get("LD_LIBRARY_PATH", ""):
         return "LD_LIBRARY_PATH differs from the agent's"
+    for name in sorted({*env, *agent_env}):
+        if read_at_start(name) and env.get(name) != agent_env.get(name):
+            return f"{name} differs from the agent's (read when torch or Python starts)"
     return None
+
+
+# read by the interpreter (locale) or by torch and its OpenMP/MKL runtimes when they load
+AT_START_PREFIXES = ("LC_", "TORCH_", "OMP_", "MKL_", "KMP_", "GOMP_")
+AT_START = {"LANG"}
+APPLIED = {"OMP_NUM_THREADS", "MKL_NUM_THREADS"}  # applied to torch in the child
+
+
+def read_at_start(name: str) -> bool:
+    return (name in AT_START or name.startswith(AT_START_PREFIXES)) and name not in APPLIED
+
+
+def server_environment(agent_env: Mapping[str, str]) -> dict[str, str]:
+    """What of the agent's environment a fork server starts with (the administrator's, never
+    a user's): the variables `env_reason` compares a trial's with."""
+    return {k: v for k, v in agent_env.items()
+            if read_at_start(k) or k == "LD_LIBRARY_PATH" and v}
 
 
 def split_run(words: Sequence[str], workdir: Path) -> tuple[Run | None, str]:
@@ -89,3 +115,17 @@ def interpreter(path: str) -> tuple[str, str]:
     venv = next((d for d in (where, os.path.dirname(where))
                  if os.path.isfile(os.path.join(d, "pyvenv.cfg"))), "")
     return os.path.realpath(path), os.path.realpath(venv) if venv else ""
+
+
+def fresh_start_modules(site_dir: str) -> set[str]:
+    """The top-level modules a fresh trial has imported before its script runs (the
+    interpreter's start and the trial's site hook): a file of the trial's by one of these
+    names is not imported by a fresh start either, so it does not stop a fork."""
+    env = {"PATH": os.environ.get("PATH", ""), **({"PYTHONPATH": site_dir} if site_dir else {})}
+    try:
+        out = subprocess.run([sys.executable, "-c", "import sys; print(' '.join(sys.modules))"],
+                             capture_output=True, text=True, env=env, cwd="/", timeout=60,
+                             stdin=subprocess.DEVNULL, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return set()
+    return {n.split(".", 1)[0] for n in out.split()}

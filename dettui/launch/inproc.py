@@ -20,6 +20,7 @@ import os
 import signal
 import sys
 import threading
+import time
 import traceback
 from collections.abc import Sequence
 from types import ModuleType
@@ -56,6 +57,7 @@ def run(request: dict[str, Any], env: dict[str, str], hook: ModuleType | None = 
     args = [str(a) for a in request.get("args", [])]
     os.environ.clear()
     os.environ.update(env)
+    time.tzset()  # TZ is the trial's
     atexit._clear()
     tempfile.tempdir = None  # TMPDIR is the trial's
     sys.dont_write_bytecode = bool(env.get("PYTHONDONTWRITEBYTECODE"))
@@ -66,6 +68,8 @@ def run(request: dict[str, Any], env: dict[str, str], hook: ModuleType | None = 
     sys.path[:] = [first, *extra, *(BASE_PATH if base_path is None else base_path)]
     sys.path_importer_cache.clear()
     importlib.invalidate_caches()
+    sys.orig_argv = [str(request.get("python") or sys.executable),
+                     *(["-m", target] if kind == "module" else [target]), *args]
     if hook is not None:
         hook._main(hidden=False)
     main = ModuleType("__main__")
@@ -147,10 +151,22 @@ def threads_from_environment(env: dict[str, str]) -> None:
 
 
 def reseed() -> None:
-    """`random` reseeds itself at fork; numpy's global generator is reseeded from the OS."""
+    """Every secret and seed a new interpreter draws at start, drawn again: `random` reseeds
+    itself at fork; numpy's global generator and torch's CPU generator (a fresh process seeds
+    it from the OS; CUDA's stay lazy, as in a fresh one) are reseeded, and multiprocessing's
+    authkey (what its managers and listeners trust) is new: a child of the fork server would
+    otherwise share it with every other child, and any of them could run code in its
+    managers."""
     numpy_random = sys.modules.get("numpy.random")
     if numpy_random is not None:
         with contextlib.suppress(BaseException):
             numpy_random.seed()
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        with contextlib.suppress(BaseException):
+            torch.default_generator.seed()
+    process = sys.modules.get("multiprocessing.process")
+    if process is not None:
+        process.current_process().authkey = os.urandom(32)
 
 

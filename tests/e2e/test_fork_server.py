@@ -96,7 +96,8 @@ def ended(s: Served, exp_ids: list[int], timeout: float = 180) -> dict[int, str]
 # --- which way a trial starts ------------------------------------------------------------
 
 SIMPLE = "print('ran', __name__)\n"
-SHADOWED = "import json\nprint('ran', __name__)\nprint('its own json', hasattr(json, 'MINE'))\n"
+# email: preloaded by the fork server (dettui.core's urllib), not imported by a fresh start
+SHADOWED = "import email\nprint('ran', __name__)\nprint('its own email', hasattr(email, 'MINE'))\n"
 
 
 def test_the_start_line_says_forked_or_fresh_and_why(masters: dict[str, Served],
@@ -138,21 +139,29 @@ def test_the_start_line_says_forked_or_fresh_and_why(masters: dict[str, Served],
     assert len(servers) == 1, servers
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "forkpool.shadowing leaves out a directory the trial user cannot reach by the agent's "
-    "path (trialuser.unreachable): the work dir under a 0700 state dir (pytest's, root's "
-    "home) is such a path, though the trial reaches it through the sandbox's bind; the trial "
-    "is forked and imports the preloaded json instead of its own json.py"))
 def test_a_context_module_that_shadows_a_preloaded_one_starts_fresh(
         masters: dict[str, Served], tmp_path: Path) -> None:
     s = masters["fork"]
     exp = submit(s, tmp_path / "shadow", "python3 train.py",
-                 {"train.py": SHADOWED, "json.py": "MINE = True\n"})
+                 {"train.py": SHADOWED, "email.py": "MINE = True\n"})
     assert ended(s, [exp]) == {exp: "STATE_COMPLETED"}
     [trial] = trial_ids(s, exp)
-    assert "its own json True" in logs(s, trial)  # as a fresh interpreter imports it
-    assert re.fullmatch("fresh: .*json.py would be imported instead of .*json",
+    assert "its own email True" in logs(s, trial)  # as a fresh interpreter imports it
+    assert re.fullmatch("fresh: .*email.py would be imported instead of .*email",
                         way_of(s, trial))
+
+
+def test_a_context_module_a_fresh_start_has_imported_already_does_not_stop_a_fork(
+        masters: dict[str, Served], tmp_path: Path) -> None:
+    """json is imported by every trial's site hook before its script: a fresh interpreter
+    ignores the context's json.py too, so the trial is forked and sees the same."""
+    s = masters["fork"]
+    exp = submit(s, tmp_path / "json", "python3 train.py",
+                 {"train.py": SHADOWED.replace("email", "json"), "json.py": "MINE = True\n"})
+    assert ended(s, [exp]) == {exp: "STATE_COMPLETED"}
+    [trial] = trial_ids(s, exp)
+    assert "its own json False" in logs(s, trial)
+    assert way_of(s, trial).startswith("forked"), way_of(s, trial)
 
 
 def test_the_fresh_master_starts_every_trial_fresh(masters: dict[str, Served],
@@ -280,10 +289,6 @@ def test_each_trial_hashes_strings_with_a_seed_of_its_own(
     assert len({p["hash"] for p in probes[way]}) == 3, [p["hash"] for p in probes[way]]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "a forked trial has the server's interpreter flags (-E -s -P: sys.flags.ignore_environment, "
-    "no_user_site, safe_path), which multiprocessing's spawn passes on to its workers "
-    "(subprocess._args_from_interpreter_flags): they then ignore PYTHONPATH"))
 def test_a_forked_trial_has_the_interpreter_flags_of_a_fresh_one(
         probes: dict[str, list[dict[str, object]]]) -> None:
     assert [p["flags"] for p in probes["fork"]] == [p["flags"] for p in probes["fresh"]]
@@ -357,14 +362,7 @@ print("survived", flush=True)
 """
 
 
-@pytest.mark.parametrize("way", [
-    pytest.param("fork", marks=pytest.mark.xfail(strict=True, reason=(
-        "a forked trial is the init (pid 1) of its PID namespace: a signal it sends itself, "
-        "or any signal from inside the namespace without a handler, is ignored, so "
-        "os.kill(os.getpid(), 9) and SIGTERM do not end it (fresh: 137 and 143); the "
-        "agent's SIGTERM on kill is ignored too and the kill waits KILL_GRACE (5.4 s against "
-        "0.3 s fresh)"))),
-    "fresh"])
+@pytest.mark.parametrize("way", TRIAL_STARTS)
 def test_a_trial_that_signals_itself_dies_of_it(masters: dict[str, Served], tmp_path: Path,
                                                 probes: dict[str, list[dict[str, object]]],
                                                 way: str) -> None:

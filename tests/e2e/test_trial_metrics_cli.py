@@ -214,6 +214,10 @@ class StandIn:
                                 "hparams": {"lr": 0.01}, "latestValidation": None}
         return t | ({"resources": self.resources} if self.resources is not None else {})
 
+    async def trial_log_search(self, trial_id: int, text: str, *, limit: int = 100,
+                               newest: bool = False) -> list[dict[str, object]]:
+        return [{"log": f"{text}forked by fork server 81 in 3 ms\n"}]
+
 
 @pytest.mark.parametrize("with_resources", [True, False])
 def test_trial_describe_prints_the_resources_when_the_master_has_them(
@@ -226,6 +230,7 @@ def test_trial_describe_prints_the_resources_when_the_master_has_them(
                                as_json=False))
     out = capsys.readouterr().out
     assert "Trial 7" in out and "RUNNING" in out
+    assert "Started: forked by fork server 81 in 3 ms" in out
     if not with_resources:
         assert "Resources" not in out
         return
