@@ -132,7 +132,8 @@ def servers(ways: Sequence[str]) -> str:
     """How many fork servers forked these trials, said when more than one (a server is replaced
     when a module it loaded changes on disk: the next trial waits for the new one's imports)."""
     pids = {m.group(1) for w in ways if (m := re.search(r"fork server (\d+)", w))}
-    return (f"; {len(pids)} fork servers (one replaced: a module changed on disk?)"
+    return (f"; {len(pids)} fork servers (a server is replaced when a module it loaded "
+            "changes on disk: a trial then waits for the new one's imports)"
             if len(pids) > 1 else "")
 
 
