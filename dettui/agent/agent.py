@@ -385,6 +385,7 @@ class Agent:
             await self._report(run.id, code, reason)
         finally:
             self.runs.pop(run.id, None)
+            await asyncio.to_thread(run.cleanup)
             task = asyncio.current_task()
             if task is not None:
                 self._supervisors.discard(task)  # type: ignore[arg-type]

@@ -105,7 +105,8 @@ class AllocationRun:
             shipped = await self._ship(
                 give_up_after=None if self.spool.memory_only else SHIP_GRACE)
             self.spool.close(shipped)  # the agent ships what is left later
-            self._cleanup()
+            # the work and run dirs go after the exit report (`cleanup`): the next trial
+            # starts without waiting for a tree's removal
         if self.killed:
             return self.exit_code, self.kill_reason or "killed"
         return self.exit_code, self.reason
@@ -240,19 +241,10 @@ class AllocationRun:
         self._check_storage(env)
         if not _runnable(argv[0], self.workdir, env["PATH"]):  # the start's error, as exec's
             raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), argv[0])
-        await asyncio.to_thread(runinfo.write, self.run_dir, env, self.workdir, support.on)
         mounts = self._mounts(env)
-        why = await asyncio.to_thread(self._tensorboard_dir, env)
+        why = await asyncio.to_thread(self._write_run_dir, env, support.on)
         if why is not None:
             self._system_line(f"warning: this trial's TensorBoard events cannot be written: {why}")
-        (self.run_dir / "tmp").mkdir(exist_ok=True)
-        # The trial's environment waits in its run dir for its exec, after setpriv: nothing
-        # before it (root) runs with a user's PATH or LD_PRELOAD.
-        try:
-            await asyncio.to_thread(trial_exec.write, self.run_dir / trial_exec.FILE_NAME, env)
-        except ValueError as exc:
-            raise DettuiError(f"environment.environment_variables: {exc}") from exc
-        await asyncio.to_thread(self._hand_over)
         if not support.on:
             self._system_line(f"note: {support.note}")
         self.proc = await self._fork(argv, env, support, mounts)
@@ -264,16 +256,17 @@ class AllocationRun:
         watcher = asyncio.create_task(self._track_tree())
         pumps = asyncio.gather(self._pump(self.proc.stdout, "stdout"),
                                self._pump(self.proc.stderr, "stderr"))
-        # A forked trial's exit comes from its server: waited for, not polled.
-        exited = (asyncio.ensure_future(self.proc.wait())
-                  if isinstance(self.proc, forkpool.Forked) else None)
+        # The exit is waited for, not polled: a forked trial's comes from its server, a
+        # fresh one's through a pidfd (readable when it ends; asyncio's watcher thread sets
+        # the return code a moment later). The pipes may stay open in a leftover process.
+        exited = asyncio.ensure_future(self.proc.wait() if isinstance(
+            self.proc, forkpool.Forked) else _ended(self.proc))
         try:
-            # Poll the exit: the pipes may stay open in a leftover background process.
             while self.proc.returncode is None:
-                if exited is not None:
-                    await asyncio.wait([exited])
-                else:
-                    await asyncio.wait([pumps], timeout=0.1)
+                if not exited.done():
+                    await asyncio.wait([exited, pumps], return_when=asyncio.FIRST_COMPLETED)
+                if pumps.done() or exited.done():
+                    await asyncio.wait([exited], timeout=0.1)
             code = self.proc.returncode
             try:
                 await asyncio.wait_for(asyncio.shield(pumps), OUTPUT_GRACE)
@@ -282,14 +275,28 @@ class AllocationRun:
                 await asyncio.wait_for(pumps, 10.0)
         finally:
             watcher.cancel()
-            if exited is not None:
-                exited.cancel()
+            exited.cancel()
             self.own_pids.discard(self.proc.pid)
         self.exit_code = code if code >= 0 else 128 - code
         self.reason = "" if code == 0 else ("error" if code > 0 else f"signal {-code}")
         if code and not self.killed:  # the line a user looks for when a trial dies at once
             self._system_line(f"the entrypoint exited with code {code}" if code > 0
                               else f"the entrypoint was ended by signal {-code}")
+
+    def _write_run_dir(self, env: dict[str, str], mounted: bool) -> str | None:
+        """The run dir's files (one thread hop for them all): the info files, the TensorBoard
+        dir (why it cannot be written, or None), TMPDIR, and the trial's environment, which
+        waits there for its exec after setpriv (nothing before it, as root, runs with a
+        user's PATH or LD_PRELOAD); then the dirs handed to the trial's user."""
+        runinfo.write(self.run_dir, env, self.workdir, mounted)
+        why = self._tensorboard_dir(env)
+        (self.run_dir / "tmp").mkdir(exist_ok=True)
+        try:
+            trial_exec.write(self.run_dir / trial_exec.FILE_NAME, env)
+        except ValueError as exc:
+            raise DettuiError(f"environment.environment_variables: {exc}") from exc
+        self._hand_over()
+        return why
 
     async def _fresh(self, argv: list[str], env: dict[str, str], support: sandbox.Support,
                      mounts: list[runinfo.Mount]) -> asyncio.subprocess.Process:
@@ -599,11 +606,32 @@ class AllocationRun:
         return await ship(self.client, self.agent_id, self.spool.batch, self.spool.ack,
                           give_up_after)
 
-    def _cleanup(self) -> None:
+    def cleanup(self) -> None:
+        """Remove the work and run dirs (in a thread, once the exit is reported)."""
         if os.environ.get("DETTUI_KEEP_WORKDIRS"):
             return
         shutil.rmtree(self.workdir, ignore_errors=True)
         shutil.rmtree(self.run_dir, ignore_errors=True)
+
+
+async def _ended(proc: asyncio.subprocess.Process) -> None:
+    """Until `proc` has ended and asyncio has its return code: a pidfd wakes the loop when
+    it ends, then the watcher thread's callback follows within moments."""
+    loop = asyncio.get_running_loop()
+    try:
+        fd = os.pidfd_open(proc.pid)
+    except (OSError, AttributeError):
+        fd = None
+    if fd is not None:
+        ended = loop.create_future()
+        loop.add_reader(fd, lambda: ended.done() or ended.set_result(None))
+        try:
+            await ended
+        finally:
+            loop.remove_reader(fd)
+            os.close(fd)
+    while proc.returncode is None:
+        await asyncio.sleep(0.001 if fd is not None else 0.05)
 
 
 async def ship(client: Client, agent_id: str, batch: Callable[[int], list[dict[str, Any]]],
