@@ -285,12 +285,7 @@ def show_marks(marks: dict[str, str]) -> None:
     (ROOM_VAR). The C environment is emptied first, so nothing points into it any more."""
     for name in list(os.environ):
         os.unsetenv(name)
-    try:
-        with open("/proc/self/stat", "rb") as f:
-            fields = f.read().rsplit(b")", 1)[1].split()
-        start, end = int(fields[47]), int(fields[48])  # env_start, env_end (fields 50, 51)
-    except (OSError, IndexError, ValueError):
-        return
+    start, end = _area(47)  # env_start, env_end (fields 50, 51)
     data = b"".join(f"{k}={v}".encode() + b"\0" for k, v in marks.items() if "\0" not in k + v)
     room = f"{ROOM_VAR}=".encode()
     if start <= 0 or end <= start or len(data) + len(room) + 1 >= end - start:
@@ -300,16 +295,22 @@ def show_marks(marks: dict[str, str]) -> None:
     ctypes.memmove(start, data + room + b"." * rest + b"\0", end - start)
 
 
+def _area(index: int) -> tuple[int, int]:
+    """Two addresses of /proc/self/stat from its field `index` (counted from the state, after
+    the command's parenthesis), or (0, 0) when it cannot be read."""
+    try:
+        with open("/proc/self/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        return int(fields[index]), int(fields[index + 1])
+    except (OSError, IndexError, ValueError):
+        return 0, 0
+
+
 def show_title(title: str) -> None:
     """Make `ps` (/proc/<pid>/cmdline) show the trial's command instead of the server's: its
     arguments' area, which the agent made room in (a last argument of spaces), overwritten as
     setproctitle(3) does (one line, its last byte not NUL)."""
-    try:
-        with open("/proc/self/stat", "rb") as f:
-            fields = f.read().rsplit(b")", 1)[1].split()
-        start, end = int(fields[45]), int(fields[46])  # arg_start, arg_end (fields 48, 49)
-    except (OSError, IndexError, ValueError):
-        return
+    start, end = _area(45)  # arg_start, arg_end (fields 48, 49)
     size = end - start
     data = os.fsencode(title.replace("\0", " "))[: max(0, size - 2)] + b"\0"
     if start <= 0 or size < 2:
