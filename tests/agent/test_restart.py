@@ -16,6 +16,8 @@ from tests.master.conftest import Api, agent_headers
 from tests.master.conftest import api as api  # noqa: F401 - the fixture
 from tests.master.test_api import create
 
+pytestmark = pytest.mark.both_ways  # trials forked and fresh (conftest)
+
 
 @pytest.fixture
 def master_settings(tmp_path: Path) -> MasterSettings:

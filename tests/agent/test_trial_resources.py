@@ -23,6 +23,8 @@ from dettui.protocol import TelemetrySample
 from tests.agent.test_telemetry import FakeNvml, master  # noqa: F401 - the master fixture
 from tests.poll import until_async
 
+pytestmark = pytest.mark.both_ways  # trials forked and fresh (conftest)
+
 MIB = 2**20
 CONFIG = """
 name: {name}

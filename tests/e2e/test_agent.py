@@ -30,6 +30,7 @@ def start_agent(s: Served, tmp_path: Path, *args: str, token: str | None = None,
         text=True)
 
 
+@pytest.mark.both_ways  # forked and fresh (conftest)
 def test_agent_joins_with_its_slots_and_runs_work(headless: Served, tmp_path: Path) -> None:
     agent = start_agent(headless, tmp_path, "--slots", "3", "--id", "worker-1")
     try:
@@ -66,6 +67,7 @@ def test_agent_joins_with_its_slots_and_runs_work(headless: Served, tmp_path: Pa
         agent.wait(30)
 
 
+@pytest.mark.both_ways  # forked and fresh (conftest)
 def test_stopping_an_agent_ends_its_allocations_and_the_trial_resumes(
     headless: Served, tmp_path: Path
 ) -> None:

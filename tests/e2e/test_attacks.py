@@ -135,6 +135,7 @@ def test_attack_1000_websockets_with_3mb_frames(headless: Served) -> None:
     asyncio.run(fresh())
 
 
+@pytest.mark.both_ways  # forked and fresh (conftest)
 def test_attack_secrets_in_logs(tmp_path: Path) -> None:
     """A lab's secrets (the admin password from its file, a user's password, session tokens,
     the agents' credentials, a trial's tokens) appear in no log: the master's stderr, the
@@ -197,6 +198,7 @@ ASHA_OVERRIDES = ["--config", "searcher.max_trials=4", "--config", "searcher.max
                   "--config", "searcher.max_concurrent_trials=2"]
 
 
+@pytest.mark.both_ways  # forked and fresh (conftest)
 def test_attack_master_sigkill_mid_asha(served: Served) -> None:
     """A master SIGKILLed while an ASHA search runs (a validation in, trials running) comes
     back and finishes the search: its 4 trials (no trial lost, none made twice) complete and

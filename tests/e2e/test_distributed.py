@@ -36,6 +36,7 @@ def check_shards(s: Served, exp_id: int) -> None:
     assert json.loads((on_disk / "metadata.json").read_text())["rank_1"] == "ok"
 
 
+@pytest.mark.both_ways  # forked and fresh (conftest)
 def test_two_workers_on_one_agent(served: Served) -> None:
     exp = run_ddp(served)
     assert exp["state"] == "STATE_COMPLETED"
@@ -47,6 +48,7 @@ def test_two_workers_on_one_agent(served: Served) -> None:
     check_shards(served, 1)
 
 
+@pytest.mark.both_ways  # forked and fresh (conftest)
 def test_a_failing_worker_ends_the_trial_which_resumes_from_its_shards(served: Served) -> None:
     exp = run_ddp(served, "hyperparameters.fail_rank=1", "hyperparameters.fail_at=30")
     assert exp["state"] == "STATE_COMPLETED"
@@ -101,6 +103,7 @@ def test_a_failing_node_ends_the_other_node(two_agents: Served) -> None:
     assert _marked_processes() == []
 
 
+@pytest.mark.both_ways  # forked and fresh (conftest)
 def test_sigkill_of_the_agent_leaves_no_worker_and_the_trial_resumes(
         headless: Served, tmp_path: Path) -> None:
     token = headless.agent_token()

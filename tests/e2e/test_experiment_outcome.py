@@ -18,7 +18,7 @@ from tests.e2e.test_search import created
 from tests.e2e.test_single import write_ctx
 from tests.poll import until
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.both_ways]  # trials forked and fresh (conftest)
 
 PROGRESS = """
 import time

@@ -62,6 +62,7 @@ def secrets_served(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[
         s.stop()
 
 
+@pytest.mark.both_ways  # forked and fresh (conftest)
 def test_a_trial_sees_no_secret_and_not_the_masters_database(secrets_served: Served,
                                                              tmp_path: Path) -> None:
     state = secrets_served.state_dir.resolve()
@@ -97,6 +98,7 @@ def test_a_trial_sees_no_secret_and_not_the_masters_database(secrets_served: Ser
     assert "READ" not in out and out.count("refused") == 3, out
 
 
+@pytest.mark.both_ways  # forked and fresh (conftest)
 def test_a_standalone_agents_secrets_stay_with_it(headless: Served, tmp_path: Path,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DETTUI_ADMIN_PASSWORD", "admin-secret-xyz")
@@ -161,6 +163,7 @@ def _sleeper(s: Served, tmp_path: Path, name: str) -> str:
     return next(iter(allocation_processes(daemons=True)))
 
 
+@pytest.mark.both_ways  # forked and fresh (conftest)
 @pytest.mark.parametrize("namespaces", [True, False], ids=["namespaces", "fallback"])
 def test_an_agent_sigkill_leaves_no_process(headless: Served, tmp_path: Path,
                                             monkeypatch: pytest.MonkeyPatch,
@@ -204,6 +207,7 @@ def quick(tmp_path: Path) -> Iterator[Served]:
         s.stop()
 
 
+@pytest.mark.both_ways  # forked and fresh (conftest)
 def test_a_stopped_agent_ends_its_old_copy_at_once(quick: Served, tmp_path: Path) -> None:
     first = start_agent(quick, tmp_path, "--slots", "1", "--id", "first")
     try:

@@ -25,7 +25,7 @@ from tests.e2e.test_single import write_ctx
 from tests.e2e.test_trial_users import unix_users  # noqa: F401 - a fixture
 from tests.poll import until
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.both_ways]  # trials forked and fresh (conftest)
 ROOT = os.geteuid() == 0
 SYSTEM_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
 # What the sandbox and the agent's helpers run before the trial, and what a shell might

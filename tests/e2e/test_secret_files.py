@@ -14,7 +14,7 @@ import pytest
 
 from tests.conftest import Served
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.both_ways]  # trials forked and fresh (conftest)
 PASSWORD = "Lab-pass-123"
 
 

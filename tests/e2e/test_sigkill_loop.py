@@ -21,7 +21,7 @@ from tests.conftest import Served, marked_processes
 from tests.e2e.test_agent import start_agent
 from tests.e2e.test_single import write_ctx
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.both_ways]  # trials forked and fresh (conftest)
 ROUNDS = 20
 TERMINAL = {"STATE_COMPLETED", "STATE_CANCELED", "STATE_ERROR"}
 

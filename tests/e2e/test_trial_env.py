@@ -79,6 +79,7 @@ def test_a_failing_startup_hook_fails_the_trial(served: Served, tmp_path) -> Non
     assert "entrypoint ran" not in out and "not reached" not in out, out
 
 
+@pytest.mark.both_ways  # forked and fresh (conftest)
 @pytest.mark.parametrize("namespaces", [True, False], ids=["namespaces", "fallback"])
 def test_killing_the_experiment_leaves_no_process(tmp_path, monkeypatch: pytest.MonkeyPatch,
                                                   namespaces: bool) -> None:

@@ -21,7 +21,7 @@ from dettui.agent import sandbox, trialuser
 from tests.conftest import Served, make_unix_user, remove_unix_user
 from tests.e2e.test_single import write_ctx
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.both_ways]  # trials forked and fresh (conftest)
 ROOT = os.geteuid() == 0
 NAMESPACES = sandbox.probe().on
 
