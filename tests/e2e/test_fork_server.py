@@ -427,8 +427,9 @@ def test_kill_ends_the_trial_and_its_daemon_within_the_launchers_grace(
     s.cli("e", "kill", str(exp))
     until(lambda: not sleepers(), "no process of the trial", timeout=30)
     took = time.monotonic() - started
-    print(f"{way}: the kill took {took:.2f} s")
-    assert took < torch_distributed.GRACE + 2.0, took
+    assert took < torch_distributed.GRACE + 2.0, took  # the launcher's contract
+    # and as fresh: the namespace ends at once, its SIGTERM-deaf daemon without the grace
+    assert took < 2.0, f"the kill took {took:.2f} s: it waited for the grace"
     assert s.wait_experiment(exp, timeout=60)["state"] == "STATE_CANCELED"
 
 
