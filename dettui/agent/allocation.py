@@ -355,7 +355,8 @@ class AllocationRun:
                    "env_file": os.path.join(env["DET_RUN_DIR"], trial_exec.FILE_NAME),
                    "plan": plan.to_json(), "label": f"trial {self.spec.trial_id}",
                    "marks": self._stage_env(),  # what /proc shows, as for the script
-                   "title": run.title, "python": run.title.split(" ", 1)[0]}
+                   "title": run.title, "python": run.title.split(" ", 1)[0],
+                   "executable": run.executable, "shell": argv[:2] == ["sh", "-c"]}
         started = time.monotonic()
         try:
             forked = await self.forks.spawn(server, request)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import itertools
 import json
 import logging
@@ -56,7 +57,8 @@ def python_run(argv: Sequence[str], workdir: Path, path: str, python: str
     if found is None or forkable.interpreter(found) != forkable.interpreter(python):
         return None, (f"{program} is {found or 'not found'}, not the fork server's Python "
                       f"({python})")
-    return forkable.split_run(words, workdir)
+    run, why = forkable.split_run(words, workdir)
+    return (dataclasses.replace(run, executable=found) if run is not None else None), why
 
 
 def shadowing(dirs: Sequence[Path], modules: set[str],

@@ -29,6 +29,7 @@ class Run:
     target: str
     args: tuple[str, ...]
     title: str = ""
+    executable: str = ""  # the Python as found on the trial's PATH (its sys.executable)
 
 
 def entry_words(argv: Sequence[str]) -> tuple[list[str] | None, str]:

@@ -55,6 +55,8 @@ def run(request: dict[str, Any], env: dict[str, str], hook: ModuleType | None = 
 
     kind, target = request.get("kind"), str(request.get("target", ""))
     args = [str(a) for a in request.get("args", [])]
+    if request.get("shell"):  # as the `sh -c` a fresh trial's string entrypoint runs in
+        env = {**env, "PWD": os.getcwd()}
     os.environ.clear()
     os.environ.update(env)
     time.tzset()  # TZ is the trial's
@@ -68,6 +70,12 @@ def run(request: dict[str, Any], env: dict[str, str], hook: ModuleType | None = 
     sys.path[:] = [first, *extra, *(BASE_PATH if base_path is None else base_path)]
     sys.path_importer_cache.clear()
     importlib.invalidate_caches()
+    executable = str(request.get("executable") or "")
+    if executable:  # the Python as the trial's PATH found it (the same binary and venv)
+        sys.executable = executable
+        spawn = sys.modules.get("multiprocessing.spawn")
+        if spawn is not None:
+            spawn.set_executable(executable)
     sys.orig_argv = [str(request.get("python") or sys.executable),
                      *(["-m", target] if kind == "module" else [target]), *args]
     if hook is not None:
@@ -84,8 +92,11 @@ def run(request: dict[str, Any], env: dict[str, str], hook: ModuleType | None = 
             runpy._run_module_as_main(target, alter_argv=True)  # type: ignore[attr-defined]
         else:
             sys.argv = [target, *args]
+            from importlib.machinery import SourceFileLoader
+
             main.__dict__.update(__file__=os.path.abspath(target), __cached__=None,
-                                 __spec__=None, __loader__=None, __package__=None)
+                                 __spec__=None, __package__=None,
+                                 __loader__=SourceFileLoader("__main__", target))
             with io.open_code(target) as f:
                 source = f.read()
             exec(compile(source, target, "exec", dont_inherit=True), main.__dict__)

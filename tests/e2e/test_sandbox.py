@@ -210,6 +210,7 @@ def quick(tmp_path: Path) -> Iterator[Served]:
 @pytest.mark.both_ways  # forked and fresh (conftest)
 def test_a_stopped_agent_ends_its_old_copy_at_once(quick: Served, tmp_path: Path) -> None:
     first = start_agent(quick, tmp_path, "--slots", "1", "--id", "first")
+    second = None
     try:
         quick.wait_for_agents(1)
         old = _sleeper(quick, tmp_path, "sleeper")
@@ -229,8 +230,8 @@ def test_a_stopped_agent_ends_its_old_copy_at_once(quick: Served, tmp_path: Path
         second.terminate()
         second.wait(30)
     finally:
-        for proc in (first,):
-            if proc.poll() is None:
+        for proc in (first, second):  # a failed test must not leave an agent behind
+            if proc is not None and proc.poll() is None:
                 proc.send_signal(signal.SIGCONT)
                 proc.terminate()
                 proc.wait(30)
