@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import os
@@ -107,6 +108,7 @@ class Agent:
         self.reach_problem: str | None = None  # why the default trial user cannot run trials
         self.per_user = options.trial_user == trialuser.PER_USER
         self.forks: forkpool.Pool | None = None  # fork servers (None: trials start fresh)
+        self.contexts: collections.OrderedDict[int, bytes] = collections.OrderedDict()
         self._markers: Path | None = None  # the directory of markers, resolved (`_marker`)
 
     async def run(self) -> None:
@@ -359,7 +361,7 @@ class Agent:
                                 self.options.master_url, self.own_pids,
                                 (*self.options.hidden, token_path().parent),
                                 self.options.exposed, self._trial_user(item),
-                                self.options.nproc, self.forks)
+                                self.options.nproc, self.forks, self.contexts)
             self.runs[alloc_id] = run
             self._supervisors.add(asyncio.create_task(self._supervise(run)))
         else:

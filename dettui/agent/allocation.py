@@ -4,6 +4,7 @@ output, and report how it ended."""
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import errno
 import json
@@ -48,6 +49,8 @@ KILL_GRACE = 5.0
 OUTPUT_GRACE = 2.0  # seconds to read the last output after the entrypoint exits
 START_LINE_COMMAND = 200  # characters of the entrypoint the start's log line shows
 STARTED_WORDS = "dettui: trial started "  # the trial log's line saying how it started
+CONTEXTS_KEPT = 8  # experiments whose context the agent keeps in memory
+CONTEXT_KEPT_BYTES = 1 << 20  # a bigger context is fetched for each of its trials
 MASTER_PATIENCE = 600.0  # seconds to wait for an unreachable master before giving up a start
 
 
@@ -55,8 +58,12 @@ class AllocationRun:
     def __init__(self, spec: StartWork, client: Client, agent_id: str, work_root: Path,
                  master_url: str, own_pids: set[int], hidden: Sequence[Path] = (),
                  exposed: Sequence[Path] = (), user: TrialUser | None = None,
-                 nproc: int | None = None, forks: forkpool.Pool | None = None) -> None:
+                 nproc: int | None = None, forks: forkpool.Pool | None = None,
+                 contexts: collections.OrderedDict[int, bytes] | None = None) -> None:
         self.spec = spec
+        # the agent's recent contexts by experiment (kept across its allocations)
+        self.contexts: collections.OrderedDict[int, bytes] = (
+            collections.OrderedDict() if contexts is None else contexts)
         self.forks = forks  # the agent's fork servers (None: every trial starts fresh)
         self.way = ""  # how the trial started, for its start line
         self.user = user  # who the trial runs as (None: this process's user)
@@ -133,11 +140,22 @@ class AllocationRun:
 
     async def _fetch_context(self) -> bytes:
         """The model context, waiting out a master that is away (restarting) for up to
-        MASTER_PATIENCE: a master restart must not fail the trial."""
+        MASTER_PATIENCE: a master restart must not fail the trial. An experiment's context
+        never changes: the agent keeps the last few small ones (`contexts`), so the trials
+        of a search after the first cost the master no read and the agent no request."""
+        kept = self.contexts.get(self.spec.experiment_id)
+        if kept is not None:
+            self.contexts.move_to_end(self.spec.experiment_id)
+            return kept
         waits = retry.delays(give_up_after=MASTER_PATIENCE)
         while True:
             try:
-                return await self.client.context_directory(self.spec.task_id)
+                data = await self.client.context_directory(self.spec.task_id)
+                if len(data) <= CONTEXT_KEPT_BYTES:
+                    self.contexts[self.spec.experiment_id] = data
+                    while len(self.contexts) > CONTEXTS_KEPT:
+                        self.contexts.popitem(last=False)
+                return data
             except MasterUnreachable:
                 wait = next(waits, None)
                 if wait is None or self.killed:
