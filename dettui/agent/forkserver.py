@@ -176,6 +176,9 @@ def serve(sock: socket.socket, names: Sequence[str], hook_path: str) -> int:
                 "modules": top, "user_site": user_site_possible(),
                 "watching": len(watch.dirs)})
     wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    # held open by this process alone: a child sees it end when the server dies
+    life_r, life_w = os.pipe2(os.O_CLOEXEC)
+    pid_namespaces = nsetup.PidNamespaces()
     signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
     signal.signal(signal.SIGCHLD, lambda *_: None)
     sel = selectors.DefaultSelector()
@@ -219,7 +222,8 @@ def serve(sock: socket.socket, names: Sequence[str], hook_path: str) -> int:
                     _close(fds)
                     send(sock, {"id": rid, "error": "a request needs an id and 3 fds"})
                 else:
-                    pid = spawn(sock, wake_r, wake_w, watch.fd, request, fds, hook)
+                    pid = spawn(sock, (wake_r, wake_w, watch.fd, life_w), request, fds, hook,
+                                pid_namespaces, life_r)
                     _close(fds)
                     children[pid] = rid
                     send(sock, {"id": rid, "pid": pid})
@@ -253,19 +257,28 @@ def reap(sock: socket.socket, children: dict[int, str]) -> None:
             send(sock, {"id": rid, "exit": os.waitstatus_to_exitcode(status)})
 
 
-def spawn(sock: socket.socket, wake_r: int, wake_w: int, watch_fd: int,
-          request: dict[str, Any], fds: Sequence[int], hook: ModuleType | None) -> int:
-    pid = os.fork()
+def spawn(sock: socket.socket, own: Sequence[int], request: dict[str, Any],
+          fds: Sequence[int], hook: ModuleType | None, pid_namespaces: nsetup.PidNamespaces,
+          lifeline: int) -> int:
+    """Fork the request's child: straight into a PID namespace of its own, as its init, when
+    the sandbox asks for namespaces and this server may make them (root); else plainly (the
+    child makes them itself). `own`: the server's descriptors the child closes at once."""
+    plan = nsetup.Plan.from_json(request["plan"]) if request.get("plan") else None
+    into = plan is not None and plan.namespaces and not plan.user_namespace \
+        and pid_namespaces.usable
+    pid = pid_namespaces.fork_into() if into else os.fork()
     if pid:
         return pid
     code = 1
     try:  # the child: never returns to the server's loop
         signal.set_wakeup_fd(-1)
-        for fd in (wake_r, wake_w, watch_fd, sock.fileno()):
+        for fd in (*own, sock.fileno()):
             with contextlib.suppress(OSError):
                 if fd >= 0:
                     os.close(fd)
-        code = child(request, fds, hook)
+        if into:  # its parent's death must end it (getppid() says nothing in a namespace)
+            nsetup.arm_death_signal(lifeline)
+        code = child(request, fds, hook, init=into)
     except SystemExit as exc:
         code = inproc.exit_code(exc)
     except BaseException:  # noqa: BLE001 - the trial's own failure, shown as python shows it
@@ -318,7 +331,8 @@ def show_title(title: str) -> None:
     ctypes.memmove(start, data + b" " * (size - len(data)), size)
 
 
-def child(request: dict[str, Any], fds: Sequence[int], hook: ModuleType | None) -> int:
+def child(request: dict[str, Any], fds: Sequence[int], hook: ModuleType | None,
+          init: bool = False) -> int:
     inproc.reset_signals()
     title = str(request.get("title") or "")
     # the sandbox's outer process keeps the label (as `unshare ... dettui-sandbox trial 3`
@@ -336,7 +350,7 @@ def child(request: dict[str, Any], fds: Sequence[int], hook: ModuleType | None) 
     plan = request.get("plan")
     if plan:
         parsed = nsetup.Plan.from_json(plan)
-        nsetup.enter(parsed)
+        nsetup.enter(parsed, init=init)
         # A change of user leaves a process undumpable until it execs (a fresh trial does):
         # its own /proc/self/environ unreadable, its user unable to py-spy or ptrace it. The
         # server's memory it holds keeps no secret (no trial's environment ever reaches it).

@@ -123,6 +123,7 @@ _libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctype
                         ctypes.c_char_p]
 _libc.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
 _libc.unshare.argtypes = [ctypes.c_int]
+_libc.setns.argtypes = [ctypes.c_int, ctypes.c_int]
 _libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong,
                         ctypes.c_ulong]
 
@@ -159,6 +160,55 @@ def unshare(flags: int) -> None:
     _check(_libc.unshare(flags), "unshare")
 
 
+def setns(fd: int, nstype: int) -> None:
+    _check(_libc.setns(fd, nstype), "setns")
+
+
+class PidNamespaces:
+    """A root fork server's way to fork each child straight into a PID namespace of its own
+    (`fork_into`), the child its init: one fork and one process fewer than unsharing in the
+    child, which must fork again to have a process in the namespace. After each fork the
+    server's children are set back to its own namespace (setns). `usable` is False where
+    the server may not (not root: the child's user namespace is needed first)."""
+
+    def __init__(self) -> None:
+        self.fd = -1
+        if os.geteuid() != 0:
+            return
+        try:
+            self.fd = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
+            unshare(CLONE_NEWPID)
+            setns(self.fd, CLONE_NEWPID)  # both work here: usable
+        except OSError:
+            if self.fd >= 0:
+                os.close(self.fd)
+            self.fd = -1
+
+    @property
+    def usable(self) -> bool:
+        return self.fd >= 0
+
+    def fork_into(self) -> int:
+        """fork(), the child the init of a new PID namespace (OSError: none was made)."""
+        unshare(CLONE_NEWPID)
+        try:
+            pid = os.fork()
+        except OSError:
+            self._back()
+            raise
+        if pid:
+            self._back()
+        return pid
+
+    def _back(self) -> None:
+        """The server's next children in its own namespace again: a server that cannot set
+        that back is of no more use (SystemExit: the agent starts another)."""
+        try:
+            setns(self.fd, CLONE_NEWPID)
+        except OSError as exc:
+            raise SystemExit(f"dettui fork server: setns back failed: {exc}") from exc
+
+
 def prctl(option: int, arg: int, what: str) -> None:
     _check(_libc.prctl(option, arg, 0, 0, 0), what)
 
@@ -173,11 +223,14 @@ def capset_none() -> None:
 # --- enter ------------------------------------------------------------------------------------
 
 
-def enter(plan: Plan, parent: int | None = None) -> None:
+def enter(plan: Plan, parent: int | None = None, init: bool = False) -> None:
     """Make this freshly forked process the trial's, as `plan` says; return in the trial's
     process (with namespaces: the child of the new PID namespace's init, which stays root).
     `parent` (default: this process's parent now) is the process whose death must end this
     one."""
+    if init:  # forked into a PID namespace already (PidNamespaces), its death signal armed
+        _as_init(plan)
+        return
     try:
         if not plan.namespaces:
             _become(plan, rearm=None)
@@ -223,6 +276,33 @@ def enter(plan: Plan, parent: int | None = None) -> None:
         _become(plan, rearm=lambda: os.getppid() != 1)
     except Exception as exc:  # noqa: BLE001 - as above
         _fail(exc)
+
+
+def _as_init(plan: Plan) -> None:
+    """The init of a PID namespace its parent forked it into: a mount namespace of its own,
+    /proc, the mounts, then the trial forked and waited for, as `enter` does after its fork."""
+    try:
+        unshare(CLONE_NEWNS)
+        _mount_proc()
+        _mounts(plan)
+        trial = _step(os.fork, "fork")
+    except Exception as exc:  # noqa: BLE001 - as in enter
+        _fail(exc)
+    if trial:
+        _init(trial)  # never returns
+    try:
+        _become(plan, rearm=lambda: os.getppid() != 1)
+    except Exception as exc:  # noqa: BLE001 - as above
+        _fail(exc)
+
+
+def arm_death_signal(lifeline: int) -> None:
+    """SIGKILL when the parent (the fork server) dies; exit now if it has already: `lifeline`
+    is the reading end of a pipe whose writing end only the parent holds (a child in a PID
+    namespace of its own cannot ask getppid())."""
+    poll = select.poll()
+    poll.register(lifeline, select.POLLIN)
+    _arm_death_signal(lambda: bool(poll.poll(0)))
 
 
 def _fail(exc: Exception) -> NoReturn:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import builtins
 import contextlib
-import importlib
 import io
 import os
 import signal
@@ -67,9 +66,9 @@ def run(request: dict[str, Any], env: dict[str, str], hook: ModuleType | None = 
     reseed()
     extra = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     first = os.getcwd() if kind == "module" else os.path.dirname(os.path.realpath(target))
+    # the new entries get their finders when first looked in; the base's stay (a finder
+    # sees its directory change by its mtime), so nothing is listed again
     sys.path[:] = [first, *extra, *(BASE_PATH if base_path is None else base_path)]
-    sys.path_importer_cache.clear()
-    importlib.invalidate_caches()
     executable = str(request.get("executable") or "")
     if executable:  # the Python as the trial's PATH found it (the same binary and venv)
         sys.executable = executable
