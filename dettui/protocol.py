@@ -177,6 +177,7 @@ class StartWork(Message):
     owner_id: int | None = None  # the experiment's owner (an unlinked owner's own uid)
     checkpoint_root: str | None = None  # the master's default checkpoint storage (trusted)
     fork_server: bool = True  # the pool and the experiment allow a forked start
+    fork_off: str = ""  # when not, which of them says so (the trial's start line)
 
 
 class KillWork(Message):

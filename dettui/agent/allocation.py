@@ -347,7 +347,7 @@ class AllocationRun:
         starts fresh, and `way` says why)."""
         if self.forks is None or not self.spec.fork_server:
             self.way = ("fresh: the fork server is off for this agent" if self.forks is None
-                        else "fresh: the fork server is off for this experiment or pool")
+                        else f"fresh: {self.spec.fork_off or 'the fork server is off here'}")
             return None
         if (self.workdir / spec.STARTUP_HOOK).is_file():
             self.way = f"fresh: {spec.STARTUP_HOOK} runs first"

@@ -222,11 +222,20 @@ def serve(sock: socket.socket, names: Sequence[str], hook_path: str) -> int:
                     _close(fds)
                     send(sock, {"id": rid, "error": "a request needs an id and 3 fds"})
                 else:
-                    pid = spawn(sock, (wake_r, wake_w, watch.fd, life_w), request, fds, hook,
-                                pid_namespaces, life_r)
-                    _close(fds)
+                    try:
+                        pid = spawn(sock, (wake_r, wake_w, watch.fd, life_w), request, fds,
+                                    hook, pid_namespaces, life_r)
+                    except (OSError, ValueError, KeyError, TypeError) as exc:
+                        # no child: this request fails, the server and its trials go on
+                        send(sock, {"id": rid, "error": f"{type(exc).__name__}: {exc}"})
+                        continue
+                    finally:
+                        _close(fds)
                     children[pid] = rid
                     send(sock, {"id": rid, "pid": pid})
+                    if pid_namespaces.broken and stale is None:
+                        stale = pid_namespaces.broken
+                        send(sock, {"stale": stale})
         reap(sock, children)
 
 

@@ -173,20 +173,36 @@ class PidNamespaces:
 
     def __init__(self) -> None:
         self.fd = -1
-        if os.geteuid() != 0:
+        self.broken: str | None = None  # why the server's children could not be set back
+        if os.geteuid() != 0 or not self._probe():
             return
         try:
             self.fd = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
-            unshare(CLONE_NEWPID)
-            setns(self.fd, CLONE_NEWPID)  # both work here: usable
         except OSError:
-            if self.fd >= 0:
-                os.close(self.fd)
             self.fd = -1
+
+    @staticmethod
+    def _probe() -> bool:
+        """Whether unshare and setns back both work here, tried in a throwaway child: where
+        only the first does (root of a user namespace that does not own this PID namespace),
+        trying it in the server would leave every later child in an empty namespace."""
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                fd = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
+                unshare(CLONE_NEWPID)
+                setns(fd, CLONE_NEWPID)
+                code = 0
+            except BaseException:  # noqa: BLE001, S110 - any failure: not usable
+                pass
+            os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        return os.waitstatus_to_exitcode(status) == 0
 
     @property
     def usable(self) -> bool:
-        return self.fd >= 0
+        return self.fd >= 0 and self.broken is None
 
     def fork_into(self) -> int:
         """fork(), the child the init of a new PID namespace (OSError: none was made)."""
@@ -201,12 +217,13 @@ class PidNamespaces:
         return pid
 
     def _back(self) -> None:
-        """The server's next children in its own namespace again: a server that cannot set
-        that back is of no more use (SystemExit: the agent starts another)."""
+        """The server's next children in its own namespace again. A server that cannot set
+        that back must fork nothing more (every child would go into that namespace):
+        `broken` says why, and the server goes stale, serving the trials it has."""
         try:
             setns(self.fd, CLONE_NEWPID)
         except OSError as exc:
-            raise SystemExit(f"dettui fork server: setns back failed: {exc}") from exc
+            self.broken = f"setns back to its PID namespace failed: {exc}"
 
 
 def prctl(option: int, arg: int, what: str) -> None:
@@ -392,6 +409,8 @@ def _init(pid: int) -> NoReturn:
                 continue
             if got == pid:
                 code = os.waitstatus_to_exitcode(status)
+                if code < 0 and -code not in (signal.SIGINT, signal.SIGPIPE):
+                    _say(signal.strsignal(-code) or f"signal {-code}")  # as sh says it
                 os._exit(code if code >= 0 else 128 - code)
     except BaseException as exc:  # noqa: BLE001 - nothing may return from here
         _say(f"dettui sandbox: waiting for the trial: {exc}")

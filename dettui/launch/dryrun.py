@@ -52,7 +52,8 @@ def start_way(config: dict[str, Any], files: Sequence[str]) -> str:
         return "fresh: environment.fork_server is false"
     if spec.STARTUP_HOOK in files:
         return f"fresh: {spec.STARTUP_HOOK} runs first"
-    words, why = forkable.entry_words(spec.entrypoint_argv(config.get("entrypoint") or ""))
+    argv = spec.entrypoint_argv(config.get("entrypoint") or "")
+    words, why = forkable.entry_words(argv)
     if words is None:
         return f"fresh: {why}"
     if spec.PYTHON_NAME.fullmatch(words[0].rsplit("/", 1)[-1]) is None:
@@ -78,7 +79,10 @@ def start_way(config: dict[str, Any], files: Sequence[str]) -> str:
             return f"fresh: the context's {name} would be imported instead of {stem}"
     note = " (if the agent's python3 is its fork server's)" if "PATH" in env or \
         words[0].startswith("/") else ""
-    return f"forked by the agent's fork server{note}; fresh with --trial-start fresh"
+    shell = " (no shell runs this simple line)" if len(argv) == 3 and argv[:2] == ["sh", "-c"] \
+        else ""
+    return (f"forked by the agent's fork server{note}{shell}, unless the agent runs with "
+            "--trial-start fresh")
 
 
 def _variables(value: Any) -> dict[str, str]:

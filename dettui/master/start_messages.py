@@ -82,8 +82,18 @@ def build_start(
         experiment_id=exp.id, run_id=alloc.run_id, slots=my_slots, node_rank=node_rank,
         cuda_devices=cuda, entrypoint=exp.conf.entrypoint, env=env, session_token=token,
         owner_id=exp.owner_id, checkpoint_root=str(settings.checkpoint_root),
-        agent_user=agent_user(owner),
-        fork_server=agent.pool not in settings.fresh_pools and exp.conf.environment.fork_server)
+        agent_user=agent_user(owner), **fork_choice(agent.pool, settings, exp.conf))
+
+
+def fork_choice(pool: str, settings: MasterSettings, conf: Any) -> dict[str, Any]:
+    """Whether the trial may be forked from its agent's fork server, and if not who says
+    so: the experiment (`environment.fork_server: false`) or the resource pool."""
+    if not conf.environment.fork_server:
+        return {"fork_server": False, "fork_off": "environment.fork_server is false"}
+    if pool in settings.fresh_pools:
+        return {"fork_server": False,
+                "fork_off": f"resource pool {pool} has fork_server: false"}
+    return {"fork_server": True}
 
 
 def agent_user(owner: User | None) -> AgentUser | None:

@@ -71,8 +71,8 @@ def test_each_level_can_start_trials_fresh(tmp_path: Path, how: str) -> None:
     finally:
         s.stop()
     want = {"agent": "fresh: the fork server is off for this agent",
-            "pool": "fresh: the fork server is off for this experiment or pool",
-            "experiment": "fresh: the fork server is off for this experiment or pool"}[how]
+            "pool": "fresh: resource pool default has fork_server: false",
+            "experiment": "fresh: environment.fork_server is false"}[how]
     assert out.startswith(want), out
     if how == "experiment":
         assert "start: fresh: environment.fork_server is false" in out
