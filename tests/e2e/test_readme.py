@@ -116,7 +116,9 @@ def test_the_readme_commands_run_as_printed(served: Served, tmp_path: Path) -> N
 
     dry = "dettui e create sample_ctx/ddp.yaml sample_ctx --dry-run"
     assert f"`{dry}`" in README
-    assert "torch_distributed" in run(served, dry)
+    planned = run(served, dry)
+    assert "torch_distributed" in planned
+    assert "start: forked by the agent's fork server" in planned  # as the README says
     search = "dettui e create sample_ctx/search.yaml sample_ctx"
     assert f"`{search}`" in README
     created = run(served, search, stderr_first=True)
