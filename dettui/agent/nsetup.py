@@ -279,20 +279,14 @@ def enter(plan: Plan, parent: int | None = None, init: bool = False) -> None:
         _mount_proc()
         _mounts(plan)
         os.close(lifeline_read)
-        # The namespace's init stays this process, root and running nothing of the trial's,
-        # as the script's shell does for a fresh trial: the trial, its child, is not pid 1
-        # (which the kernel shields from every signal it has no handler for, its own
-        # os.kill(os.getpid(), 9) included), and it can neither signal, trace nor disarm
-        # the init whose end (with the intermediate's, with the agent's) ends the namespace.
-        trial = _step(os.fork, "fork")
     except Exception as exc:  # noqa: BLE001 - as above
         _fail(exc)
-    if trial:
-        _init(trial)  # never returns
-    try:
-        _become(plan, rearm=lambda: os.getppid() != 1)
-    except Exception as exc:  # noqa: BLE001 - as above
-        _fail(exc)
+    # The namespace's init stays this process, root and running nothing of the trial's, as
+    # the script's shell does for a fresh trial: the trial, its child, is not pid 1 (which
+    # the kernel shields from every signal it has no handler for, its own
+    # os.kill(os.getpid(), 9) included), and it can neither signal, trace nor disarm the
+    # init whose end (with the intermediate's, with the agent's) ends the namespace.
+    _fork_trial(plan)
 
 
 def _as_init(plan: Plan) -> None:
@@ -302,6 +296,15 @@ def _as_init(plan: Plan) -> None:
         unshare(CLONE_NEWNS)
         _mount_proc()
         _mounts(plan)
+    except Exception as exc:  # noqa: BLE001 - as in enter
+        _fail(exc)
+    _fork_trial(plan)
+
+
+def _fork_trial(plan: Plan) -> None:
+    """In the namespace's init, its mounts made: fork the trial, which returns as the trial's
+    user; the init waits for it and never returns (`_init`)."""
+    try:
         trial = _step(os.fork, "fork")
     except Exception as exc:  # noqa: BLE001 - as in enter
         _fail(exc)
