@@ -300,3 +300,29 @@ def trial_start(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch)
     if way is not None:
         monkeypatch.setenv("DETTUI_TRIAL_START", str(way))
     return way
+
+
+# What every process a test starts inherits of the test's own process: an ignored or blocked
+# SIGINT would make each CLI, master and dashboard it starts deaf to Ctrl-C (the tests of Ctrl-C
+# then time out, far from the test that changed it). Put back after each test, and said.
+_SIGNALS_CHANGED = Path(os.environ.get("TMPDIR", "/tmp")) / f"dettui-signals-{RUN}.txt"
+
+
+def _sigint_back(where: str) -> None:
+    import signal
+
+    handler = signal.getsignal(signal.SIGINT)
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    if handler is signal.SIG_IGN or signal.SIGINT in blocked:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT])
+        how = "ignored" if handler is signal.SIG_IGN else "blocked"
+        with open(_SIGNALS_CHANGED, "a") as f:
+            f.write(f"{where}: SIGINT {how}\n")
+
+
+@pytest.fixture(autouse=True)
+def _sigint_as_it_was(request: pytest.FixtureRequest) -> Iterator[None]:
+    _sigint_back(f"before {request.node.nodeid}")
+    yield
+    _sigint_back(f"after {request.node.nodeid}")
